@@ -1,0 +1,82 @@
+"""Built-in alignment policies: where a non-final chunk may end.
+
+Alignment only ever moves an end *back*, and never to the chunk's start: a chunk that would
+vanish keeps a page-aligned end instead, or its original end if even that is the start (the
+seed's 64-token chunk ``c3`` is such a fallback).
+"""
+
+from __future__ import annotations
+
+from policykit.hookspecs import hookimpl
+from policykit.policy import AlignmentPolicy, AlignView, EngineConfig, Parameter
+
+
+def _page_end(v: AlignView) -> int:
+    end = v.end // v.page_size * v.page_size
+    if end <= v.start:
+        return v.end
+    return end
+
+
+class PageAlignment(AlignmentPolicy):
+    """Chunk ends on a page boundary (upstream SGLang without checkpoints)."""
+
+    name = "page"
+
+    def align_end(self, v: AlignView) -> int:
+        return _page_end(v)
+
+
+class CheckpointAlignment(AlignmentPolicy):
+    """Chunk ends on a multiple of N tokens, where a linear-attention state checkpoint exists.
+
+    FlashKDA checkpoints the recurrent state every 256 tokens (seed 000); a chunk ending between
+    checkpoints would leave a state nobody can resume from. N must be a multiple of the page
+    size, so every checkpoint is also a page boundary.
+    """
+
+    name = "checkpoint"
+    parameter = Parameter("size", "checkpoint interval in tokens (a multiple of the page size)")
+
+    def validate(self, config: EngineConfig) -> None:
+        if self.arg <= 0 or self.arg % config.page_size:
+            raise ValueError(
+                f"checkpoint:{self.arg} is not a positive multiple of the page size "
+                f"{config.page_size}"
+            )
+
+    def align_end(self, v: AlignView) -> int:
+        end = v.end // self.arg * self.arg
+        if end <= v.start:
+            return _page_end(v)
+        return end
+
+
+class TruncationAlignment(AlignmentPolicy):
+    """Chunk *length* is a multiple of N tokens (SGLang's ``truncation_align_size``).
+
+    Deterministic attention kernels split work by a fixed size; chunking on that size keeps
+    results bit-identical across batch compositions.
+    """
+
+    name = "truncation"
+    parameter = Parameter(
+        "size", "split size in tokens that every non-final chunk is a multiple of"
+    )
+
+    def validate(self, config: EngineConfig) -> None:
+        if self.arg <= 0:
+            raise ValueError(f"truncation:{self.arg} must be a positive number of tokens")
+
+    def align_end(self, v: AlignView) -> int:
+        length = (v.end - v.start) // self.arg * self.arg
+        if length <= 0:
+            return _page_end(v)
+        return v.start + length
+
+
+@hookimpl
+def policykit_register_policies(register):
+    register(PageAlignment)
+    register(CheckpointAlignment)
+    register(TruncationAlignment)

@@ -1,0 +1,68 @@
+"""Errors a user can act on, kept apart from bugs.
+
+Every error here carries a message written for the person at the terminal: the CLI prints it as
+one paragraph and exits with a non-zero code instead of showing a traceback. Anything *not*
+derived from :class:`PolicykitError` is a bug in policykit and is allowed to surface as one.
+"""
+
+from __future__ import annotations
+
+
+class PolicykitError(Exception):
+    """Base class of every error caused by input, configuration or a plugin."""
+
+
+class ScenarioError(PolicykitError):
+    """A scenario or trace file is malformed or describes an impossible state."""
+
+
+class ComboError(PolicykitError):
+    """A ``--combo`` string names an unknown policy or a bad parameter."""
+
+
+class PluginError(PolicykitError):
+    """A plugin failed to import, raised while registering, or registered something invalid."""
+
+
+class PolicyError(PolicykitError):
+    """A policy raised or returned a decision the scheduler cannot carry out.
+
+    The message names the policy and where it came from (built-in or the distribution that
+    registered it), so a misbehaving third-party policy is identified without a debugger.
+    """
+
+
+class PrefillOutOfMemory(Exception):
+    """The KV pool could not pay for a planned batch: the simulated engine crashes here.
+
+    Deliberately *not* a :class:`PolicykitError`: it is the outcome being studied, not bad
+    input. The message mirrors the engine's (SGLang's ``alloc_for_extend``) so that a trace
+    from policykit reads like the production log it reproduces.
+    """
+
+    def __init__(
+        self,
+        *,
+        tokens: int,
+        available: int,
+        evictable: int,
+        pool: str = "full",
+        request: str | None = None,
+    ):
+        self.tokens = tokens
+        self.request = request
+        self.available = available
+        self.evictable = evictable
+        self.pool = pool
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        total = self.available + self.evictable
+        return (
+            "Prefill out of memory. Try to lower your batch size.\n"
+            f"Try to allocate {self.tokens} tokens.\n"
+            f"Available {self.pool} tokens: {total} "
+            f"({self.pool}_available_size={self.available} + "
+            f"{self.pool}_evictable_size_={self.evictable})"
+        )

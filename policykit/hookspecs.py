@@ -1,0 +1,62 @@
+"""Hook specifications: how a plugin talks to policykit.
+
+One registration hook adds policies; the others observe the scheduler. Observers are called on
+every registered plugin and their return values are ignored, so tracing and metrics plugins can
+stack. No hook is ``firstresult``: the scheduler never asks a plugin *which* policy to use at run
+time, it resolves the combo once, before the first round.
+
+A plugin module looks like::
+
+    import policykit
+
+    @policykit.hookimpl
+    def policykit_register_policies(register):
+        register(MyAdmission)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from policykit.errors import PrefillOutOfMemory
+    from policykit.ledger import Ledger
+    from policykit.plan import Plan
+    from policykit.policy import Policy
+
+PROJECT = "policykit"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def policykit_register_policies(register: Callable[[type[Policy]], None]) -> None:
+    """Register policy classes by calling ``register(PolicyClass)`` once for each."""
+
+
+@hookspec
+def policykit_round_start(round_no: int, ledger: Ledger) -> None:
+    """A planning round opened its ledger."""
+
+
+@hookspec
+def policykit_admit(round_no: int, request_id: str, entry: Any, ledger: Ledger) -> None:
+    """A request got a chunk in this round's plan (``entry``: a :class:`~policykit.plan.Entry`)."""
+
+
+@hookspec
+def policykit_reject(round_no: int, request_id: str, verdict: str, ledger: Ledger) -> None:
+    """A waiting request was looked at and not admitted (``NO_TOKEN`` or ``OTHER``)."""
+
+
+@hookspec
+def policykit_round_end(round_no: int, plan: Plan) -> None:
+    """A round's plan was committed and its KV allocated."""
+
+
+@hookspec
+def policykit_oom(round_no: int, error: PrefillOutOfMemory) -> None:
+    """Allocation failed: the simulated engine crashes at this round."""

@@ -1,0 +1,241 @@
+"""The round planner: open a ledger, ask the policies, produce a :class:`~policykit.plan.Plan`.
+
+The order is the engine's (SGLang ``_get_new_batch_prefill_raw``):
+
+1. open a fresh ledger from ``free + evictable``;
+2. resume the in-progress chunked request first (chunking policy, then alignment);
+3. admit waiting requests in order while the budget says ``CONTINUE``: admission check, lock
+   of the device prefix (and the check again), host load-back (lowers the baseline at once),
+   chunk length, alignment, charges, tail reservation;
+4. stop at the first request that is refused: nothing behind it is looked at.
+
+Nothing is allocated here. Locks and load-backs are *accounted* on the ledger exactly as the
+engine's real ones would lower its baseline; :meth:`PrefillNode.commit` performs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from policykit.errors import PolicyError
+from policykit.ledger import Budget, Ledger, ceil_paged
+from policykit.node import FIRST_TOKENS, PrefillNode
+from policykit.plan import Entry, EntryKind, LedgerMark, Plan, Rejection
+from policykit.policy import AdmitView, AlignView, ChunkView, Policy, TailView
+from policykit.pool import pages_for
+from policykit.registry import Combo
+from policykit.request import Request
+
+
+class Observer:
+    """Receives planning events; the scheduler forwards them to the plugins' observer hooks."""
+
+    def admit(self, request_id: str, entry: Entry, ledger: Ledger) -> None: ...
+
+    def reject(self, request_id: str, verdict: str, ledger: Ledger) -> None: ...
+
+
+def ask(policy: Policy, method: Callable[..., Any], view: Any) -> Any:
+    """Call a policy, turning its exceptions into a :class:`PolicyError` that names it."""
+    try:
+        return method(view)
+    except PolicyError:
+        raise
+    except Exception as exc:
+        raise PolicyError(
+            f"The {policy.kind} policy {policy.spec!r} raised {type(exc).__name__}: {exc} "
+            f"(while deciding on {view})."
+        ) from exc
+
+
+def _check_chunk(policy: Policy, chunk: Any, remaining: int) -> int:
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 0 <= chunk <= remaining:
+        raise PolicyError(
+            f"The {policy.kind} policy {policy.spec!r} returned the chunk length {chunk!r} for "
+            f"a request with {remaining} tokens left; a chunk length is an int in "
+            f"[0, {remaining}]."
+        )
+    return chunk
+
+
+class Planner:
+    """Plans rounds on one node with one combo."""
+
+    def __init__(self, node: PrefillNode, combo: Combo, observer: Observer | None = None) -> None:
+        self.node = node
+        self.combo = combo
+        self.observer = observer or Observer()
+
+    def open_ledger(self) -> Ledger:
+        node, cfg = self.node, self.node.config
+        return Ledger(
+            page_size=cfg.page_size,
+            baseline=node.baseline,
+            rem_chunk_tokens=cfg.chunked_prefill_size,
+            rem_input_tokens=cfg.max_prefill_tokens,
+            swa_baseline=None if node.swa_pool is None else node.swa_pool.free_tokens,
+        )
+
+    def plan(self, round_no: int, ledger: Ledger | None = None) -> Plan:
+        ledger = ledger or self.open_ledger()
+        baseline = ledger.baseline
+        entries: list[Entry] = []
+        marks: list[LedgerMark] = []
+        rejected: list[Rejection] = []
+        stop: str | None = None
+
+        if self.node.chunked is not None:
+            entry = self._resume(self.node.chunked, ledger)
+            entries.append(entry)
+            if entry.kind is not EntryKind.DEFERRED:
+                marks.append(self._mark(entry.request_id, ledger))
+                self.observer.admit(entry.request_id, entry, ledger)
+
+        locked: set[int] = set()
+        for req in self.node.waiting:
+            state = ledger.budget_state()
+            if state is not Budget.CONTINUE:
+                stop = state.value
+                break
+            verdict = self._admit(req, ledger, locked, entries)
+            if isinstance(verdict, Budget):
+                rejected.append(Rejection(req.id, verdict.value))
+                self.observer.reject(req.id, verdict.value, ledger)
+                stop = verdict.value
+                break
+            entries.append(verdict)
+            marks.append(self._mark(req.id, ledger))
+            self.observer.admit(req.id, verdict, ledger)
+        return Plan(
+            round=round_no,
+            entries=tuple(entries),
+            rejected=tuple(rejected),
+            marks=tuple(marks),
+            stop=stop,
+            baseline=baseline,
+        )
+
+    # -- the in-progress request -----------------------------------------------------------
+    def _resume(self, req: Request, ledger: Ledger) -> Entry:
+        combo, page = self.combo, ledger.page_size
+        view = ChunkView(
+            remaining_tokens=req.remaining,
+            rem_chunk_tokens=ledger.rem_chunk_tokens,
+            rem_total_tokens=ledger.rem_total_tokens,
+            rem_swa_tokens=ledger.rem_swa_tokens,
+            page_size=page,
+            hybrid_swa=ledger.hybrid_swa,
+        )
+        chunk = _check_chunk(
+            combo.chunking, ask(combo.chunking, combo.chunking.resume_chunk, view), req.remaining
+        )
+        start = req.seq_len
+        if chunk == 0:
+            return Entry(req.id, start, start, EntryKind.DEFERRED)
+        if chunk == req.remaining:
+            ledger.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
+            return Entry(req.id, start, start + chunk, EntryKind.FINAL)
+        end = self._align(start, start + chunk, page)
+        ledger.charge_chunk(end - start, first_tokens=0)
+        self._reserve_tail(req.prompt_tokens - end, ledger)
+        return Entry(req.id, start, end, EntryKind.RESUMED)
+
+    # -- a waiting request -----------------------------------------------------------------
+    def _admit(
+        self, req: Request, ledger: Ledger, locked: set[int], entries: list[Entry]
+    ) -> Entry | Budget:
+        node, combo, page = self.node, self.combo, ledger.page_size
+        cached, last, _ = node.cache.match(req.tokens)
+        host = node.host.lookup(req.tokens, cached)
+        host_len = 0 if host is None else host.end - cached
+        remaining = req.prompt_tokens - cached
+
+        def admit_view() -> AdmitView:
+            return AdmitView(
+                prompt_tokens=req.prompt_tokens,
+                remaining_tokens=remaining,
+                host_prefix_tokens=host_len,
+                first_tokens=FIRST_TOKENS,
+                page_size=page,
+                rem_total_tokens=ledger.rem_total_tokens,
+                cur_rem_tokens=ledger.cur_rem_tokens,
+            )
+
+        adm = combo.admission
+        if not ask(adm, adm.admit, admit_view()):
+            return Budget.NO_TOKEN
+        # Locking the matched prefix takes it out of the evictable pool: check again.
+        newly = [n for n in node.cache.unlocked_on_path(last) if n.id not in locked]
+        lock_cost = sum(len(n) for n in newly)
+        saved = ledger.baseline
+        ledger.lower_baseline(lock_cost)
+        if lock_cost and not ask(adm, adm.admit, admit_view()):
+            ledger.baseline = saved
+            return Budget.NO_TOKEN
+        ledger.lower_baseline(pages_for(host_len, page) * page)  # load-back allocates now
+        compute = remaining - host_len
+        if (
+            ledger.rem_input_tokens is not None
+            and ceil_paged(compute, page) >= ledger.rem_input_tokens
+            and any(e.kind is not EntryKind.DEFERRED for e in entries)
+        ):
+            ledger.baseline = saved
+            return Budget.OTHER
+        view = ChunkView(
+            remaining_tokens=compute,
+            rem_chunk_tokens=ledger.rem_chunk_tokens,
+            rem_total_tokens=ledger.rem_total_tokens,
+            rem_swa_tokens=ledger.rem_swa_tokens,
+            page_size=page,
+            hybrid_swa=ledger.hybrid_swa,
+        )
+        chunking = combo.chunking
+        chunk = _check_chunk(chunking, ask(chunking, chunking.new_chunk, view), compute)
+        if chunk == 0 or (chunk < compute and self._has_chunked(entries)):
+            # No room to start it, or it would be a second in-progress request.
+            ledger.baseline = saved
+            return Budget.OTHER
+        start = cached + host_len
+        locked.update(n.id for n in newly)
+        if chunk == compute:
+            ledger.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
+            return Entry(req.id, start, start + chunk, EntryKind.WHOLE, cached, host_len)
+        end = self._align(start, start + chunk, page)
+        ledger.charge_chunk(end - start, first_tokens=0)
+        self._reserve_tail(req.prompt_tokens - end, ledger)
+        return Entry(req.id, start, end, EntryKind.TRUNCATED, cached, host_len)
+
+    # -- shared ----------------------------------------------------------------------------
+    def _align(self, start: int, end: int, page: int) -> int:
+        policy = self.combo.alignment
+        aligned = ask(policy, policy.align_end, AlignView(start=start, end=end, page_size=page))
+        if isinstance(aligned, bool) or not isinstance(aligned, int) or not start < aligned <= end:
+            raise PolicyError(
+                f"The alignment policy {policy.spec!r} moved the end of chunk [{start}, {end}) "
+                f"to {aligned!r}; an aligned end must be an int in ({start}, {end}]."
+            )
+        return aligned
+
+    def _reserve_tail(self, tail: int, ledger: Ledger) -> None:
+        policy = self.combo.admission
+        view = TailView(tail_tokens=tail, first_tokens=FIRST_TOKENS, page_size=ledger.page_size)
+        reserve = ask(policy, policy.tail_reserve, view)
+        if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
+            raise PolicyError(
+                f"The admission policy {policy.spec!r} reserved {reserve!r} tokens for a "
+                f"{tail}-token tail; a reservation is a non-negative int."
+            )
+        ledger.reserve(reserve)
+
+    @staticmethod
+    def _has_chunked(entries: list[Entry]) -> bool:
+        """Whether this round already has an in-progress request (there is at most one)."""
+        stays = (EntryKind.TRUNCATED, EntryKind.RESUMED, EntryKind.DEFERRED)
+        return any(e.kind in stays for e in entries)
+
+    @staticmethod
+    def _mark(request_id: str, ledger: Ledger) -> LedgerMark:
+        return LedgerMark(
+            request_id, ledger.rem_total_tokens, ledger.cur_rem_tokens, ledger.rem_chunk_tokens
+        )

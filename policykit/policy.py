@@ -1,0 +1,184 @@
+"""The four policy kinds and the small, pure views they decide on.
+
+A policy sees a frozen *view* of plain integers and returns integers or booleans. It never
+touches the pool, the cache or the request objects. That restriction is what lets the same
+code run in three places: the scheduler (concrete ints), the z3 spec (symbolic ints, see
+``policykit.spec``) and a printed plan. Write a policy with ordinary Python arithmetic,
+comparisons, ``min``/``max`` and ``if``; keep it deterministic and free of side effects.
+
+Every policy class has a ``kind``, a ``name`` and a docstring (shown by ``policykit
+policies``). A policy that takes a parameter (``checkpoint:256``) declares it as ``parameter``;
+the registry parses and validates it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+KINDS = ("admission", "chunking", "alignment", "allocator-phase")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """The one optional parameter a policy takes after a colon (``checkpoint:256``)."""
+
+    name: str
+    doc: str
+    parse: Callable[[str], Any] = int
+    default: Any = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The fixed facts of a prefill node that a policy may validate itself against."""
+
+    page_size: int
+    chunked_prefill_size: int
+    hybrid_swa: bool = False
+
+
+class Policy:
+    """Base of every policy: identity, parameter and per-configuration validation."""
+
+    kind: ClassVar[str]
+    name: ClassVar[str]
+    parameter: ClassVar[Parameter | None] = None
+
+    def __init__(self, arg: Any = None) -> None:
+        self.arg = arg
+
+    def validate(self, config: EngineConfig) -> None:
+        """Raise ``ValueError`` with a readable reason if this policy cannot run on ``config``."""
+
+    @property
+    def spec(self) -> str:
+        """The ``name[:arg]`` string that selects this policy in a ``--combo``."""
+        return self.name if self.arg is None else f"{self.name}:{self.arg}"
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} policy {self.spec}>"
+
+
+# --- admission -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AdmitView:
+    """A waiting request at the admission check, and the memory ledger at that moment."""
+
+    prompt_tokens: int  #: the whole prompt
+    remaining_tokens: int  #: prompt minus the device prefix hit (includes any host hit)
+    host_prefix_tokens: int  #: what a load-back would copy to the device
+    first_tokens: int  #: KV for generated tokens the node reserves (1 on a prefill node)
+    page_size: int
+    rem_total_tokens: int
+    cur_rem_tokens: int
+
+
+@dataclass(frozen=True)
+class TailView:
+    """A request that was just truncated: what it still has to compute in later rounds."""
+
+    tail_tokens: int
+    first_tokens: int
+    page_size: int
+
+
+class AdmissionPolicy(Policy):
+    """Decides whether a new request may enter, and what a truncation owes the ledger."""
+
+    kind = "admission"
+
+    def admit(self, v: AdmitView) -> bool:
+        """True if the request may enter this round (checked again after its prefix is locked)."""
+        raise NotImplementedError
+
+    def tail_reserve(self, v: TailView) -> int:
+        """Tokens to promise to later rounds for a truncated request's unscheduled tail."""
+        raise NotImplementedError
+
+
+# --- chunking --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChunkView:
+    """A request about to get a chunk, and the budgets left in this round."""
+
+    remaining_tokens: int  #: tokens still to compute for this request
+    rem_chunk_tokens: int
+    rem_total_tokens: int
+    rem_swa_tokens: int  #: equal to ``rem_total_tokens`` without hybrid SWA
+    page_size: int
+    hybrid_swa: bool  #: concrete per configuration
+
+
+class ChunkingPolicy(Policy):
+    """Decides chunk lengths: for a new request and for the in-progress one.
+
+    Return the number of tokens to compute this round; ``0`` means *not this round*
+    (for a new request: compute budget exhausted; for the in-progress one: deferred).
+    Returning the whole ``remaining_tokens`` makes it the final chunk.
+    """
+
+    kind = "chunking"
+
+    def new_chunk(self, v: ChunkView) -> int:
+        raise NotImplementedError
+
+    def resume_chunk(self, v: ChunkView) -> int:
+        raise NotImplementedError
+
+
+# --- alignment -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AlignView:
+    """A non-final chunk ``[start, end)`` whose end may have to move back."""
+
+    start: int
+    end: int
+    page_size: int
+
+
+class AlignmentPolicy(Policy):
+    """Decides where a non-final chunk may end. The final chunk is never aligned."""
+
+    kind = "alignment"
+
+    def align_end(self, v: AlignView) -> int:
+        """An end in ``(start, end]``: the chunk must keep at least one token."""
+        raise NotImplementedError
+
+
+# --- allocator phase -------------------------------------------------------------------------
+class AllocatorPhasePolicy(Policy):
+    """Decides the torch caching-allocator settings of each process phase.
+
+    The scheduler calls :meth:`on_init` before anything is allocated and :meth:`on_serving`
+    at the boundary between initialisation and the serving loop. Late static buffers (RDMA
+    registrations, MemPool) are allocated inside :meth:`static_allocations`.
+    """
+
+    kind = "allocator-phase"
+
+    def on_init(self) -> None:
+        """Called once before initialisation allocates anything."""
+
+    def on_serving(self) -> None:
+        """Called once after initialisation, before the first serving round."""
+
+    @contextmanager
+    def static_allocations(self) -> Iterator[None]:
+        """A window in which allocations must land on non-expandable segments."""
+        yield
+
+
+POLICY_BASES: dict[str, type[Policy]] = {
+    "admission": AdmissionPolicy,
+    "chunking": ChunkingPolicy,
+    "alignment": AlignmentPolicy,
+    "allocator-phase": AllocatorPhasePolicy,
+}

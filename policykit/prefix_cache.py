@@ -1,0 +1,181 @@
+"""Radix prefix cache: KV of token prefixes kept on the device after their requests finished.
+
+Cached KV is free memory in disguise: a node nobody holds (``lock_ref == 0``) can be evicted to
+pay for a new allocation, so the scheduler's memory *baseline* is ``free + evictable``. A request
+that reuses a cached prefix locks the path from the root to its match; locked nodes are
+*protected* and no longer count as evictable. That is why a lock can lower the baseline in the
+middle of admission, and why the admission check is repeated after it.
+
+Keys are matched a whole page at a time, as in the engines: a partly filled page is never shared.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from policykit.pool import TokenPool
+
+Tokens = Sequence[int]
+
+
+class Node:
+    """One edge of the radix tree: a run of page-aligned tokens and the pages holding their KV."""
+
+    __slots__ = ("children", "id", "key", "last_access", "lock_ref", "pages", "parent")
+    _ids = itertools.count()
+
+    def __init__(self, key: tuple[int, ...], pages: torch.Tensor, parent: Node | None) -> None:
+        self.id = next(Node._ids)
+        self.key = key
+        self.pages = pages
+        self.parent = parent
+        self.children: dict[tuple[int, ...], Node] = {}
+        self.lock_ref = 0
+        self.last_access = 0
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def path(self) -> Iterator[Node]:
+        """This node and its ancestors, excluding the root."""
+        node: Node | None = self
+        while node is not None and node.parent is not None:
+            yield node
+            node = node.parent
+
+
+class PrefixCache:
+    """Page-granular radix tree with lock references and evictable accounting."""
+
+    def __init__(self, pool: TokenPool) -> None:
+        self.pool = pool
+        self.page_size = pool.page_size
+        self.root = Node((), torch.empty(0, dtype=torch.int64), None)
+        self.root.lock_ref = 1  # the root is never evicted
+        self.evictable_tokens = 0
+        self.protected_tokens = 0
+        self._clock = itertools.count(1)
+
+    # -- lookup ----------------------------------------------------------------------------
+    def match(self, tokens: Tokens) -> tuple[int, Node, torch.Tensor]:
+        """Longest cached page-aligned prefix of ``tokens``: (length, last node, its pages).
+
+        A match ending inside a node splits it, so that the returned node covers the match
+        exactly and can be locked on its own.
+        """
+        page = self.page_size
+        limit = len(tokens) // page * page
+        node, matched, pieces = self.root, 0, []
+        now = next(self._clock)
+        while matched < limit:
+            child = node.children.get(tuple(tokens[matched : matched + page]))
+            if child is None:
+                break
+            common = self._common_pages(child.key, tokens, matched, limit)
+            if common < len(child):
+                child = self._split(child, common)
+            child.last_access = now
+            pieces.append(child.pages)
+            matched += len(child)
+            node = child
+        pages = torch.cat(pieces) if pieces else self.root.pages
+        return matched, node, pages
+
+    def _common_pages(self, key: tuple[int, ...], tokens: Tokens, offset: int, limit: int) -> int:
+        page, n = self.page_size, 0
+        while (
+            n < len(key)
+            and offset + n < limit
+            and key[n : n + page] == tuple(tokens[offset + n : offset + n + page])
+        ):
+            n += page
+        return n
+
+    def _split(self, child: Node, at: int) -> Node:
+        """Cut ``child`` after ``at`` tokens; return the new upper half."""
+        parent = child.parent
+        assert parent is not None
+        upper = Node(child.key[:at], child.pages[: at // self.page_size], parent)
+        upper.lock_ref = child.lock_ref
+        upper.last_access = child.last_access
+        parent.children[child.key[: self.page_size]] = upper
+        child.key = child.key[at:]
+        child.pages = child.pages[at // self.page_size :]
+        child.parent = upper
+        upper.children[child.key[: self.page_size]] = child
+        return upper
+
+    # -- locks -----------------------------------------------------------------------------
+    def unlocked_on_path(self, node: Node) -> list[Node]:
+        """Nodes on the path to ``node`` that a lock would take out of the evictable total."""
+        return [n for n in node.path() if n.lock_ref == 0]
+
+    def lock(self, node: Node) -> None:
+        for n in node.path():
+            if n.lock_ref == 0:
+                self.evictable_tokens -= len(n)
+                self.protected_tokens += len(n)
+            n.lock_ref += 1
+
+    def unlock(self, node: Node) -> None:
+        for n in node.path():
+            if n.lock_ref <= 0:
+                raise RuntimeError("prefix cache: unlock of a node that is not locked")
+            n.lock_ref -= 1
+            if n.lock_ref == 0:
+                self.evictable_tokens += len(n)
+                self.protected_tokens -= len(n)
+
+    # -- insert / evict --------------------------------------------------------------------
+    def insert(self, tokens: Tokens, pages: torch.Tensor) -> int:
+        """Cache the page-aligned ``tokens`` whose KV sits on ``pages``.
+
+        Returns how many leading tokens were already cached: the caller still owns the pages
+        covering them and must free them (their KV is a duplicate).
+        """
+        page = self.page_size
+        length = len(tokens) // page * page
+        matched, node, _ = self.match(tokens[:length])
+        if matched < length:
+            key = tuple(tokens[matched:length])
+            leaf = Node(key, pages[matched // page : length // page].clone(), node)
+            leaf.last_access = next(self._clock)
+            node.children[key[:page]] = leaf
+            self.evictable_tokens += len(leaf)
+        return matched
+
+    def evict(self, tokens: int) -> int:
+        """Free least-recently-used unlocked leaves until ``tokens`` slots were released."""
+        leaves = [n for n in self._nodes() if not n.children and n.lock_ref == 0]
+        freed = 0
+        while freed < tokens and leaves:
+            leaves.sort(key=lambda n: n.last_access)
+            leaf = leaves.pop(0)
+            parent = leaf.parent
+            assert parent is not None
+            del parent.children[leaf.key[: self.page_size]]
+            self.pool.free(leaf.pages)
+            self.evictable_tokens -= len(leaf)
+            freed += len(leaf)
+            if parent is not self.root and not parent.children and parent.lock_ref == 0:
+                leaves.append(parent)
+        return freed
+
+    def _nodes(self) -> Iterator[Node]:
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def cached_pages(self) -> torch.Tensor:
+        """Every page the cache owns (for the pool's ownership invariant)."""
+        pieces = [n.pages for n in self._nodes()]
+        return torch.cat(pieces) if pieces else self.root.pages
+
+    @property
+    def total_tokens(self) -> int:
+        return self.evictable_tokens + self.protected_tokens

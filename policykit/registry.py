@@ -1,0 +1,260 @@
+"""The policy registry: every policy the plugins registered, and combos resolved against it.
+
+A *combo* is one policy per kind, written ``admission=reserve-tail,alignment=checkpoint:256``.
+Kinds left out take the defaults in :data:`DEFAULT_COMBO`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from policykit.errors import ComboError, PluginError
+from policykit.plugin_manager import PluginSource, PolicykitPluginManager
+from policykit.policy import KINDS, POLICY_BASES, EngineConfig, Policy
+
+DEFAULT_COMBO: dict[str, str] = {
+    "admission": "reserve-tail",
+    "chunking": "sglang",
+    "alignment": "page",
+    "allocator-phase": "default",
+}
+
+#: parameter values ``--all`` tries for policies that require one
+SAMPLE_ARGS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("alignment", "checkpoint"): ("256",),
+    ("alignment", "truncation"): ("192",),
+}
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """A registered policy class and the plugin that registered it."""
+
+    cls: type[Policy]
+    source: PluginSource
+
+    @property
+    def kind(self) -> str:
+        return self.cls.kind
+
+    @property
+    def name(self) -> str:
+        return self.cls.name
+
+    @property
+    def doc(self) -> str:
+        return inspect.cleandoc(self.cls.__doc__ or "")
+
+    @property
+    def summary(self) -> str:
+        return self.doc.split("\n\n")[0].replace("\n", " ")
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One policy of each kind."""
+
+    admission: Policy
+    chunking: Policy
+    alignment: Policy
+    allocator_phase: Policy
+
+    def as_dict(self) -> dict[str, str]:
+        return {p.kind: p.spec for p in self.policies()}
+
+    def policies(self) -> tuple[Policy, ...]:
+        return (self.admission, self.chunking, self.alignment, self.allocator_phase)
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.as_dict().items())
+
+
+def parse_combo(text: str) -> dict[str, str]:
+    """``"admission=x,alignment=checkpoint:256"`` -> ``{"admission": "x", ...}``."""
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        kind, sep, spec = part.partition("=")
+        kind, spec = kind.strip(), spec.strip()
+        if not sep or not spec:
+            raise ComboError(
+                f"The combo part {part!r} is not of the form KIND=POLICY; write for example "
+                "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256."
+            )
+        if kind not in KINDS:
+            raise ComboError(
+                f"The combo names the kind {kind!r}, which does not exist; the kinds are "
+                f"{', '.join(KINDS)}."
+            )
+        if kind in out:
+            raise ComboError(f"The combo gives the kind {kind!r} twice.")
+        out[kind] = spec
+    return out
+
+
+class PolicyRegistry:
+    """Policies by kind and name, collected once from a plugin manager."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str], PolicyEntry] = {}
+
+    @classmethod
+    def from_plugins(cls, pm: PolicykitPluginManager) -> PolicyRegistry:
+        registry = cls()
+        for impl in pm.hook.policykit_register_policies.get_hookimpls():
+            source = pm.source_of(impl.plugin)
+
+            def register(policy_cls: object, _source: PluginSource = source) -> None:
+                registry.add(policy_cls, _source)
+
+            try:
+                impl.function(register=register)
+            except PluginError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"The plugin {source.plugin_name!r} ({source}) raised while registering "
+                    f"its policies: {type(exc).__name__}: {exc}"
+                ) from exc
+        return registry
+
+    def add(self, policy_cls: object, source: PluginSource) -> None:
+        """Validate and record one registered class; complain naming the plugin."""
+        where = f"The plugin {source.plugin_name!r} ({source})"
+        if not (isinstance(policy_cls, type) and issubclass(policy_cls, Policy)):
+            raise PluginError(
+                f"{where} registered {policy_cls!r}, which is not a policy class (a subclass "
+                "of AdmissionPolicy, ChunkingPolicy, AlignmentPolicy or AllocatorPhasePolicy)."
+            )
+        kind = getattr(policy_cls, "kind", None)
+        name = getattr(policy_cls, "name", None)
+        if kind not in POLICY_BASES or not issubclass(policy_cls, POLICY_BASES[kind]):
+            raise PluginError(f"{where} registered {policy_cls.__name__} with no valid kind.")
+        if not isinstance(name, str) or not name or any(c in name for c in ",=: "):
+            raise PluginError(
+                f"{where} registered {policy_cls.__name__} with the name {name!r}; a policy "
+                "name is a non-empty string without spaces, commas, '=' or ':'."
+            )
+        key = (kind, name)
+        if key in self._entries:
+            other = self._entries[key].source
+            raise PluginError(
+                f"{where} registered the {kind} policy {name!r}, which {other.plugin_name!r} "
+                f"({other}) already registered."
+            )
+        self._entries[key] = PolicyEntry(policy_cls, source)
+
+    # -- queries ---------------------------------------------------------------------------
+    def entries(self, kind: str | None = None) -> list[PolicyEntry]:
+        return [e for (k, _), e in self._entries.items() if kind is None or k == kind]
+
+    def entry(self, kind: str, name: str) -> PolicyEntry:
+        try:
+            return self._entries[(kind, name)]
+        except KeyError:
+            known = ", ".join(e.name for e in self.entries(kind)) or "none"
+            raise ComboError(
+                f"There is no {kind} policy named {name!r}. Registered {kind} policies: "
+                f"{known}. Run `policykit policies` to see them all."
+            ) from None
+
+    def make(self, kind: str, spec: str, config: EngineConfig | None = None) -> Policy:
+        """Instantiate ``name[:arg]`` of ``kind``, parsing and validating the argument."""
+        name, sep, raw = spec.partition(":")
+        entry = self.entry(kind, name.strip())
+        param = entry.cls.parameter
+        if param is None:
+            if sep:
+                raise ComboError(f"The {kind} policy {name!r} takes no parameter, got {spec!r}.")
+            arg = None
+        elif not sep:
+            if param.required:
+                raise ComboError(
+                    f"The {kind} policy {name!r} needs a parameter: write {name}:<{param.name}> "
+                    f"({param.doc})."
+                )
+            arg = param.default
+        else:
+            try:
+                arg = param.parse(raw.strip())
+            except (TypeError, ValueError):
+                raise ComboError(
+                    f"The parameter of {kind} policy {name!r} must be {param.doc}; got {raw!r}."
+                ) from None
+        try:
+            policy = entry.cls(arg)
+        except Exception as exc:
+            raise ComboError(
+                f"The {kind} policy {spec!r} ({entry.source}) could not be created: {exc}"
+            ) from exc
+        if config is not None:
+            try:
+                policy.validate(config)
+            except ValueError as exc:
+                raise ComboError(f"The {kind} policy {spec!r} cannot run here: {exc}.") from None
+        return policy
+
+    def resolve(
+        self, *layers: Mapping[str, str] | str | None, config: EngineConfig | None = None
+    ) -> Combo:
+        """A combo from defaults overlaid by each layer in turn (later layers win)."""
+        chosen = dict(DEFAULT_COMBO)
+        for layer in layers:
+            if layer is None:
+                continue
+            mapping = parse_combo(layer) if isinstance(layer, str) else dict(layer)
+            for kind in mapping:
+                if kind not in KINDS:
+                    raise ComboError(f"The combo names the unknown kind {kind!r}.")
+            chosen.update(mapping)
+        made = {kind: self.make(kind, spec, config) for kind, spec in chosen.items()}
+        return Combo(
+            admission=made["admission"],
+            chunking=made["chunking"],
+            alignment=made["alignment"],
+            allocator_phase=made["allocator-phase"],
+        )
+
+    def all_combos(
+        self, config: EngineConfig | None = None, *, kinds: tuple[str, ...] = KINDS[:3]
+    ) -> Iterator[Combo]:
+        """The cartesian product over ``kinds`` (others at their defaults), skipping pairs a
+        policy declares unsupported through ``validate``."""
+        choices = []
+        for kind in kinds:
+            specs = []
+            for e in self.entries(kind):
+                param = e.cls.parameter
+                if param is None or not param.required:
+                    specs.append(e.name)
+                else:
+                    samples = SAMPLE_ARGS.get((kind, e.name)) or getattr(e.cls, "samples", ())
+                    specs.extend(f"{e.name}:{s}" for s in samples)
+            choices.append(specs)
+        for picked in itertools.product(*choices):
+            try:
+                yield self.resolve(dict(zip(kinds, picked, strict=True)), config=config)
+            except ComboError:
+                continue
+
+
+def registry_from(pm: PolicykitPluginManager | None = None) -> PolicyRegistry:
+    """Registry of ``pm`` (or of a fresh manager with every installed plugin)."""
+    from policykit.plugin_manager import make_plugin_manager
+
+    return PolicyRegistry.from_plugins(pm or make_plugin_manager())
+
+
+__all__ = [
+    "DEFAULT_COMBO",
+    "Combo",
+    "PolicyEntry",
+    "PolicyRegistry",
+    "parse_combo",
+    "registry_from",
+]

@@ -1,0 +1,96 @@
+"""Terminal rendering of a run: one row per scheduling decision, like seed 000's A/B/C table."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from policykit.plan import EntryKind
+from policykit.scheduler import RunResult
+
+_KIND_STYLE = {
+    EntryKind.WHOLE: "green",
+    EntryKind.FINAL: "green",
+    EntryKind.TRUNCATED: "yellow",
+    EntryKind.RESUMED: "yellow",
+    EntryKind.DEFERRED: "magenta",
+}
+
+
+def rounds_table(result: RunResult, title: str) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold")
+    table.add_column("round", justify="right")
+    table.add_column("request")
+    table.add_column("chunk [start, end)", justify="right")
+    table.add_column("tokens", justify="right")
+    table.add_column("kind")
+    table.add_column("load-back", justify="right")
+    table.add_column("rem_total_tokens", justify="right")
+    table.add_column("cur_rem_tokens", justify="right")
+    table.add_column("free after", justify="right")
+    for record in result.rounds:
+        plan = record.plan
+        marks = {m.request_id: m for m in plan.marks}
+        rows = 0
+        oom_round = result.oom is not None and result.oom.round == plan.round
+        for entry in plan.entries:
+            mark = marks.get(entry.request_id) if entry.kind is not EntryKind.DEFERRED else None
+            table.add_row(
+                str(plan.round) if rows == 0 else "",
+                entry.request_id,
+                f"[{entry.start}, {entry.end})" if entry.tokens else "-",
+                str(entry.tokens),
+                Text(entry.kind.value, style=_KIND_STYLE[entry.kind]),
+                str(entry.load_back) if entry.load_back else "",
+                "" if mark is None else str(mark.rem_total_tokens),
+                "" if mark is None else str(mark.cur_rem_tokens),
+                "",
+            )
+            rows += 1
+        for rej in plan.rejected:
+            table.add_row(
+                str(plan.round) if rows == 0 else "",
+                rej.request_id,
+                "-",
+                "",
+                Text(f"rejected {rej.verdict}", style="red"),
+                "",
+                "",
+                "",
+                "",
+            )
+            rows += 1
+        after = Text("OOM", style="bold red") if oom_round else str(record.free_tokens_after)
+        if rows == 0:
+            table.add_row(
+                str(plan.round), Text("(nothing to do)", style="dim"), "", "", "", "", "", "", after
+            )
+        else:
+            table.columns[-1]._cells[-1] = after
+        table.add_section()
+    return table
+
+
+def print_run(result: RunResult, *, title: str, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(rounds_table(result, title))
+    if result.oom is not None:
+        who = f" while placing {result.oom.request}" if result.oom.request else ""
+        console.print(Text(f"OOM in round {result.oom.round}{who}:", style="bold red"))
+        console.print(Text(result.oom.message, style="red"))
+    else:
+        console.print(
+            Text(
+                f"No OOM after {len(result.rounds)} rounds (stopped: {result.stopped_by}).",
+                style="bold green",
+            )
+        )
+    console.print(f"completed: {', '.join(result.completed) or '-'}")
+    console.print(f"pending:   {', '.join(result.pending) or '-'}")
+    if result.rejected:
+        for rid, reason in result.rejected.items():
+            console.print(f"rejected:  {rid}: {reason}")
+    if result.starved:
+        for rid, waited in result.starved.items():
+            console.print(Text(f"starved:   {rid} waited {waited} rounds", style="yellow"))

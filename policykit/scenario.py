@@ -1,0 +1,375 @@
+"""Scenario files: a prefill node's state and a list of requests, as JSON.
+
+A scenario is the smallest thing that reproduces a memory incident: the page and chunk sizes,
+what the pool holds, and the requests in arrival order. Every field is checked before anything
+runs, and a bad field gets an error that names it. The format is documented in
+``docs/scenarios.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from policykit.errors import ScenarioError
+from policykit.node import NodeConfig, PrefillNode
+from policykit.pool import TokenPool, pages_for
+from policykit.request import Request, State
+
+#: request ``i``'s token ids start at ``(i + 1) * _ID_STRIDE``: no two requests share a token
+#: unless a workload says so, and the evictable filler uses the range below the first request
+_ID_STRIDE = 1 << 40
+_MAX_TOKENS = 1 << 34
+
+_TOP = {
+    "name",
+    "description",
+    "page_size",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "pool",
+    "kv_release_rounds",
+    "combo",
+    "requests",
+}
+_POOL = {"free_tokens", "evictable_tokens", "swa_free_tokens", "sliding_window"}
+_REQ = {
+    "id",
+    "prompt_tokens",
+    "device_prefix_tokens",
+    "device_prefix_pinned",
+    "host_prefix_tokens",
+    "arrival_round",
+    "computed_tokens",
+    "chunked",
+}
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    id: str
+    prompt_tokens: int
+    device_prefix_tokens: int = 0
+    device_prefix_pinned: bool = False
+    host_prefix_tokens: int = 0
+    arrival_round: int = 0
+    computed_tokens: int = 0
+    chunked: bool = False
+
+
+@dataclass(frozen=True)
+class Scenario:
+    page_size: int
+    chunked_prefill_size: int
+    free_tokens: int
+    evictable_tokens: int
+    requests: tuple[RequestSpec, ...]
+    name: str = "scenario"
+    description: str = ""
+    max_prefill_tokens: int | None = None
+    kv_release_rounds: int | None = None
+    swa_free_tokens: int | None = None
+    sliding_window: int | None = None
+    combo: dict[str, str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> NodeConfig:
+        return NodeConfig(
+            page_size=self.page_size,
+            chunked_prefill_size=self.chunked_prefill_size,
+            max_prefill_tokens=self.max_prefill_tokens,
+            kv_release_rounds=self.kv_release_rounds,
+            sliding_window=self.sliding_window,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        pool: dict[str, Any] = {
+            "free_tokens": self.free_tokens,
+            "evictable_tokens": self.evictable_tokens,
+        }
+        if self.sliding_window is not None:
+            pool["swa_free_tokens"] = self.swa_free_tokens
+            pool["sliding_window"] = self.sliding_window
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "page_size": self.page_size,
+            "chunked_prefill_size": self.chunked_prefill_size,
+            "pool": pool,
+            "kv_release_rounds": self.kv_release_rounds,
+            "requests": [],
+        }
+        if self.max_prefill_tokens is not None:
+            out["max_prefill_tokens"] = self.max_prefill_tokens
+        if self.combo:
+            out["combo"] = dict(self.combo)
+        for r in self.requests:
+            item: dict[str, Any] = {"id": r.id, "prompt_tokens": r.prompt_tokens}
+            for key, default in (
+                ("device_prefix_tokens", 0),
+                ("device_prefix_pinned", False),
+                ("host_prefix_tokens", 0),
+                ("arrival_round", 0),
+                ("computed_tokens", 0),
+                ("chunked", False),
+            ):
+                if getattr(r, key) != default:
+                    item[key] = getattr(r, key)
+            out["requests"].append(item)
+        return out
+
+
+# --- validation helpers ------------------------------------------------------------------------
+def _int(
+    obj: dict, key: str, where: str, *, default: Any = ..., minimum: int = 0, nullable: bool = False
+) -> Any:
+    if key not in obj:
+        if default is ...:
+            raise ScenarioError(f"{where} is missing the required field {key!r}.")
+        return default
+    value = obj[key]
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScenarioError(f"{where}: {key!r} must be an integer, got {value!r}.")
+    if value < minimum:
+        raise ScenarioError(f"{where}: {key!r} must be at least {minimum}, got {value}.")
+    if value > _MAX_TOKENS:
+        raise ScenarioError(f"{where}: {key!r} = {value} is beyond any real pool (max 2^34).")
+    return value
+
+
+def _unknown(obj: dict, allowed: set[str], where: str) -> None:
+    extra = sorted(set(obj) - allowed)
+    if extra:
+        raise ScenarioError(
+            f"{where} has unknown field(s) {', '.join(map(repr, extra))}; allowed fields are "
+            f"{', '.join(sorted(allowed))}."
+        )
+
+
+def _object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ScenarioError(f"{where} must be a JSON object, got {type(value).__name__}.")
+    return value
+
+
+def parse_scenario(data: Any, *, source: str = "the scenario") -> Scenario:
+    """Validate decoded JSON and build a :class:`Scenario`, or raise :class:`ScenarioError`."""
+    top = _object(data, source)
+    _unknown(top, _TOP, source)
+    page = _int(top, "page_size", source, minimum=1)
+    chunk = _int(top, "chunked_prefill_size", source, minimum=1)
+    max_prefill = _int(top, "max_prefill_tokens", source, default=None, minimum=1, nullable=True)
+    release = _int(top, "kv_release_rounds", source, default=None, minimum=0, nullable=True)
+    pool = _object(top.get("pool"), f"{source}: 'pool'") if "pool" in top else None
+    if pool is None:
+        raise ScenarioError(f"{source} is missing the required field 'pool'.")
+    where = f"{source}: pool"
+    _unknown(pool, _POOL, where)
+    free = _int(pool, "free_tokens", where)
+    evictable = _int(pool, "evictable_tokens", where, default=0)
+    swa_free = _int(pool, "swa_free_tokens", where, default=None, nullable=True)
+    window = _int(pool, "sliding_window", where, default=None, minimum=1, nullable=True)
+    if (swa_free is None) != (window is None):
+        raise ScenarioError(
+            f"{where}: hybrid SWA needs both 'swa_free_tokens' and 'sliding_window' (or neither)."
+        )
+    for key, value in (("free_tokens", free), ("evictable_tokens", evictable)):
+        if value % page:
+            raise ScenarioError(
+                f"{where}: {key!r} = {value} is not a whole number of {page}-token pages."
+            )
+    combo = top.get("combo")
+    if combo is not None:
+        combo = _object(combo, f"{source}: 'combo'")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in combo.items()):
+            raise ScenarioError(f"{source}: 'combo' maps kinds to policy strings.")
+    raw_requests = top.get("requests")
+    if not isinstance(raw_requests, list):
+        raise ScenarioError(f"{source}: 'requests' must be a list of request objects.")
+    requests = [_parse_request(r, i, page, source) for i, r in enumerate(raw_requests)]
+    ids = [r.id for r in requests]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ScenarioError(f"{source}: request id(s) {', '.join(map(repr, dupes))} appear twice.")
+    chunked = [r.id for r in requests if r.chunked]
+    if len(chunked) > 1:
+        raise ScenarioError(
+            f"{source}: requests {', '.join(map(repr, chunked))} are all marked 'chunked'; a "
+            "prefill node has at most one in-progress chunked request."
+        )
+    unpinned = sum(r.device_prefix_tokens for r in requests if not r.device_prefix_pinned)
+    if unpinned > evictable:
+        raise ScenarioError(
+            f"{where}: 'evictable_tokens' = {evictable} cannot hold the {unpinned} tokens of "
+            "unpinned device prefixes; unpinned cached prefixes are part of the evictable total."
+        )
+    if window is not None and swa_free is not None and swa_free < page:
+        raise ScenarioError(f"{where}: 'swa_free_tokens' must hold at least one page.")
+    return Scenario(
+        page_size=page,
+        chunked_prefill_size=chunk,
+        free_tokens=free,
+        evictable_tokens=evictable,
+        requests=tuple(requests),
+        name=str(top.get("name", "scenario")),
+        description=str(top.get("description", "")),
+        max_prefill_tokens=max_prefill,
+        kv_release_rounds=release,
+        swa_free_tokens=swa_free,
+        sliding_window=window,
+        combo=combo,
+    )
+
+
+def _parse_request(raw: Any, index: int, page: int, source: str) -> RequestSpec:
+    where = f"{source}: request #{index + 1}"
+    obj = _object(raw, where)
+    _unknown(obj, _REQ, where)
+    rid = obj.get("id")
+    if not isinstance(rid, str | int) or isinstance(rid, bool) or str(rid).strip() == "":
+        raise ScenarioError(f"{where}: 'id' must be a non-empty string, got {rid!r}.")
+    rid = str(rid)
+    where = f"{source}: request {rid!r}"
+    prompt = _int(obj, "prompt_tokens", where, minimum=1)
+    device = _int(obj, "device_prefix_tokens", where, default=0)
+    host = _int(obj, "host_prefix_tokens", where, default=0)
+    arrival = _int(obj, "arrival_round", where, default=0)
+    computed = _int(obj, "computed_tokens", where, default=0)
+    pinned = obj.get("device_prefix_pinned", False)
+    chunked = obj.get("chunked", False)
+    for key, value in (("device_prefix_pinned", pinned), ("chunked", chunked)):
+        if not isinstance(value, bool):
+            raise ScenarioError(f"{where}: {key!r} must be true or false, got {value!r}.")
+    if device % page:
+        raise ScenarioError(
+            f"{where}: 'device_prefix_tokens' = {device} is not a whole number of {page}-token "
+            "pages; a cached prefix is matched a page at a time."
+        )
+    if device + host >= prompt:
+        raise ScenarioError(
+            f"{where}: its prefix hits (device {device} + host {host}) must be shorter than the "
+            f"{prompt}-token prompt, which needs at least one token to compute."
+        )
+    if pinned and not device:
+        raise ScenarioError(f"{where}: 'device_prefix_pinned' without a device prefix.")
+    if chunked != bool(computed):
+        raise ScenarioError(
+            f"{where}: an in-progress request has both 'chunked': true and 'computed_tokens' > 0."
+        )
+    if chunked and not (device + host <= computed < prompt):
+        raise ScenarioError(
+            f"{where}: 'computed_tokens' = {computed} must cover its prefix hits and leave "
+            f"something of the {prompt}-token prompt to compute."
+        )
+    if chunked and arrival:
+        raise ScenarioError(f"{where}: the in-progress chunked request is there from round 1.")
+    return RequestSpec(rid, prompt, device, pinned, host, arrival, computed, chunked)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"Cannot read the scenario {str(path)!r}: {exc.strerror}.") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"The scenario {str(path)!r} is not UTF-8 text.") from None
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise ScenarioError(f"The scenario {str(path)!r} is not valid JSON: {exc}.") from None
+    except RecursionError:
+        raise ScenarioError(f"The scenario {str(path)!r} is nested too deeply.") from None
+    return parse_scenario(data, source=f"scenario {path.name!r}")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+# --- building the node -------------------------------------------------------------------------
+def build_node(scenario: Scenario, device: str | torch.device = "cpu") -> PrefillNode:
+    """Lay out the pool, cache and host tier the scenario describes, and queue its requests.
+
+    The pool holds free + evictable + pinned device prefixes + the in-progress request's KV.
+    """
+    page = scenario.page_size
+    pinned = sum(r.device_prefix_tokens for r in scenario.requests if r.device_prefix_pinned)
+    chunked_kv = sum(
+        pages_for(r.computed_tokens - r.device_prefix_tokens, page) * page
+        for r in scenario.requests
+        if r.chunked
+    )
+    total = scenario.free_tokens + scenario.evictable_tokens + pinned + chunked_kv
+    if total < page:
+        raise ScenarioError(
+            f"scenario {scenario.name!r}: the pool holds {total} tokens, less than one page."
+        )
+    pool = TokenPool(total, page, device=device)
+    swa = None
+    if scenario.sliding_window is not None and scenario.swa_free_tokens is not None:
+        window_kv = sum(
+            min(scenario.sliding_window, r.computed_tokens) for r in scenario.requests if r.chunked
+        )
+        swa = TokenPool(scenario.swa_free_tokens + window_kv, 1, device=device, name="swa")
+    node = PrefillNode(scenario.config, pool, swa_pool=swa)
+    cache, host = node.cache, node.host
+
+    requests = []
+    for i, spec in enumerate(scenario.requests):
+        base = (i + 1) * _ID_STRIDE
+        tokens = tuple(range(base, base + spec.prompt_tokens))
+        requests.append(Request(spec.id, tokens, arrival_round=spec.arrival_round))
+
+    # cached device prefixes, then the anonymous evictable remainder
+    for spec, req in zip(scenario.requests, requests, strict=True):
+        if spec.device_prefix_tokens:
+            prefix = req.tokens[: spec.device_prefix_tokens]
+            cache.insert(prefix, pool.alloc(spec.device_prefix_tokens // page))
+            if spec.device_prefix_pinned:
+                _, last, _ = cache.match(prefix)
+                cache.lock(last)  # held by requests outside the scenario
+    filler = scenario.evictable_tokens - sum(
+        s.device_prefix_tokens for s in scenario.requests if not s.device_prefix_pinned
+    )
+    if filler:
+        cache.insert(tuple(range(filler)), pool.alloc(filler // page))
+    for spec, req in zip(scenario.requests, requests, strict=True):
+        if spec.host_prefix_tokens:
+            host.put(
+                req.tokens[: spec.device_prefix_tokens + spec.host_prefix_tokens],
+                spec.device_prefix_tokens,
+            )
+    for spec, req in zip(scenario.requests, requests, strict=True):
+        node.add(req)
+        if spec.chunked:
+            _start_in_progress(node, req, spec)
+    if pool.free_tokens != scenario.free_tokens:
+        raise AssertionError("scenario layout left the pool in an unexpected state")
+    return node
+
+
+def _start_in_progress(node: PrefillNode, req: Request, spec: RequestSpec) -> None:
+    cache = node.cache
+    node.future.remove(req)
+    cached, last, pages = cache.match(req.tokens)
+    cache.lock(last)
+    req.prefix_node, req.prefix_pages, req.cached_len = last, pages, cached
+    own = spec.computed_tokens - cached
+    req.own_pages = node.pool.alloc(math.ceil(own / node.config.page_size))
+    req.seq_len = spec.computed_tokens
+    if node.swa_pool is not None and node.config.sliding_window is not None:
+        keep = min(node.config.sliding_window, spec.computed_tokens)
+        req.swa_pages = node.swa_pool.alloc(keep)
+    req.state = State.CHUNKED
+    req.first_scheduled_round = 0
+    node.chunked = req
