@@ -149,6 +149,17 @@ class Scheduler:
         self.planner = Planner(node, combo, self._observer)
         self.round_no = 0
         self.result = RunResult(combo)
+        self._serving = False
+
+    def start_serving(self) -> None:
+        """The init -> serving boundary: the node is built, no round has run yet.
+
+        The allocator-phase policy switches allocator settings here (seed 002); called by
+        :meth:`run`, or earlier by a harness that allocates more static buffers first.
+        """
+        if not self._serving:
+            self._serving = True
+            self.combo.allocator_phase.on_serving()
 
     def step(self) -> RoundRecord:
         """Run one round. Raises :class:`PrefillOutOfMemory` when the batch cannot be placed;
@@ -190,6 +201,7 @@ class Scheduler:
         self, max_rounds: int = 100_000, *, on_round: Callable[[RoundRecord], None] | None = None
     ) -> RunResult:
         result = self.result
+        self.start_serving()
         try:
             while self.round_no < max_rounds:
                 record = self._step_or_oom()
