@@ -47,6 +47,9 @@ class AllocatorFacade(Protocol):
     def empty_cache(self) -> None:
         """Return fully free cached segments (or, with expandable segments, pages) to the driver."""
 
+    def reset_peak_stats(self) -> None:
+        """Restart ``allocated_bytes.all.peak`` from the current allocation (for measuring)."""
+
     def mempool_users(self) -> tuple[str, ...]:
         """Components that declared they allocate in a ``torch.cuda.MemPool`` (symm-mem...)."""
 
@@ -94,6 +97,9 @@ class TorchAllocator:
 
     def empty_cache(self) -> None:
         torch.cuda.empty_cache()
+
+    def reset_peak_stats(self) -> None:
+        torch.cuda.reset_peak_memory_stats()
 
     def declare_mempool_use(self, component: str) -> None:
         """Record that ``component`` allocates inside a ``torch.cuda.MemPool`` in this process.

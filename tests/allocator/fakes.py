@@ -62,6 +62,9 @@ class FakeAllocator:
                 "allocated_bytes.all.current", 0
             )
 
+    def reset_peak_stats(self) -> None:
+        self.stats["allocated_bytes.all.peak"] = self.stats.get("allocated_bytes.all.current", 0)
+
     def mempool_users(self) -> tuple[str, ...]:
         return self._mempool_users
 
