@@ -37,12 +37,14 @@ CASES = {
     "missing field": (with_(page_size=KeyError), "missing the required field 'page_size'"),
     "negative length": (with_(requests__0__prompt_tokens=-5), "'prompt_tokens' must be at least 1"),
     "prefix longer than prompt": (
-        with_(requests__0__host_prefix_tokens=2000), "must be shorter than the 1088-token prompt"
+        with_(requests__0__host_prefix_tokens=2000),
+        "must be shorter than the 1088-token prompt",
     ),
     "unknown field": (with_(requests__0__promt_tokens=3), "unknown field(s) 'promt_tokens'"),
     "string number": (with_(chunked_prefill_size="4096"), "must be an integer"),
     "duplicate ids": (
-        json.dumps({**GOOD, "requests": [{"id": "A", "prompt_tokens": 5}] * 2}), "appear twice"
+        json.dumps({**GOOD, "requests": [{"id": "A", "prompt_tokens": 5}] * 2}),
+        "appear twice",
     ),
     "pool not paged": (with_(pool__free_tokens=100), "not a whole number of 64-token pages"),
     "NaN": ('{"page_size": NaN}', "not valid JSON"),

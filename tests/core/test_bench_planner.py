@@ -13,12 +13,14 @@ from policykit.scenario import build_node, parse_scenario
 
 
 def waiting_node(n: int):
-    sc = parse_scenario({
-        "page_size": 64,
-        "chunked_prefill_size": 8192,
-        "pool": {"free_tokens": 64 * 16384, "evictable_tokens": 0},
-        "requests": [{"id": f"r{i}", "prompt_tokens": 1000 + i % 97} for i in range(n)],
-    })
+    sc = parse_scenario(
+        {
+            "page_size": 64,
+            "chunked_prefill_size": 8192,
+            "pool": {"free_tokens": 64 * 16384, "evictable_tokens": 0},
+            "requests": [{"id": f"r{i}", "prompt_tokens": 1000 + i % 97} for i in range(n)],
+        }
+    )
     node = build_node(sc)
     node.arrive(0)
     return node

@@ -45,8 +45,16 @@ def test_runtime_registered_policy_is_listed_and_usable():
     assert listed.exit_code == 0
     names = {(p["kind"], p["name"]) for p in json.loads(listed.output)["policies"]}
     assert ("admission", "greedy-tail") in names
-    run = invoke(["simulate", "seed-incident-1keim", "--json", "--combo",
-                  "admission=greedy-tail,alignment=checkpoint:256"], pm)
+    run = invoke(
+        [
+            "simulate",
+            "seed-incident-1keim",
+            "--json",
+            "--combo",
+            "admission=greedy-tail,alignment=checkpoint:256",
+        ],
+        pm,
+    )
     assert run.exit_code == 0, run.output
     assert json.loads(run.output)["combo"]["admission"] == "greedy-tail"
 
@@ -55,7 +63,8 @@ def test_runtime_registered_policy_is_listed_and_usable():
 def installed_plugin(tmp_path, monkeypatch):
     """A distribution on sys.path whose entry point registers a chunking policy."""
     pkg = tmp_path / "tinychunk_policy.py"
-    pkg.write_text(textwrap.dedent('''
+    pkg.write_text(
+        textwrap.dedent('''
         import policykit
 
         class Halves(policykit.ChunkingPolicy):
@@ -69,10 +78,13 @@ def installed_plugin(tmp_path, monkeypatch):
         @policykit.hookimpl
         def policykit_register_policies(register):
             register(Halves)
-    '''))
+    ''')
+    )
     dist = tmp_path / "tinychunk_policy-1.2.3.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tinychunk-policy\nVersion: 1.2.3\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tinychunk-policy\nVersion: 1.2.3\n"
+    )
     (dist / "entry_points.txt").write_text("[policykit]\ntinychunk = tinychunk_policy\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
@@ -102,7 +114,7 @@ def test_plugin_failing_to_import_is_named(tmp_path, monkeypatch):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-policy\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[policykit]\nbroken = broken_policy\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(PluginError, match="'broken'.*broken-policy 0.1.*no such kernel"):
+    with pytest.raises(PluginError, match=r"'broken'.*broken-policy 0\.1.*no such kernel"):
         make_plugin_manager()
     result = invoke(["policies"])
     assert result.exit_code == 2

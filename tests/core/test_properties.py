@@ -27,14 +27,16 @@ def scenarios(draw):
         if device >= prompt:
             device = 0
         host = draw(st.integers(0, max(prompt - device - 1, 0)))
-        requests.append({
-            "id": f"r{i}",
-            "prompt_tokens": prompt,
-            "device_prefix_tokens": device,
-            "device_prefix_pinned": draw(st.booleans()) if device else False,
-            "host_prefix_tokens": host,
-            "arrival_round": draw(st.integers(0, 3)),
-        })
+        requests.append(
+            {
+                "id": f"r{i}",
+                "prompt_tokens": prompt,
+                "device_prefix_tokens": device,
+                "device_prefix_pinned": draw(st.booleans()) if device else False,
+                "host_prefix_tokens": host,
+                "arrival_round": draw(st.integers(0, 3)),
+            }
+        )
     unpinned = sum(r["device_prefix_tokens"] for r in requests if not r["device_prefix_pinned"])
     return {
         "page_size": page,

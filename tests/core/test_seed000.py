@@ -9,7 +9,9 @@ FIXED = "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256"
 
 
 def entries(result, round_no):
-    return [(e.request_id, e.start, e.end, e.kind) for e in result.rounds[round_no - 1].plan.entries]
+    return [
+        (e.request_id, e.start, e.end, e.kind) for e in result.rounds[round_no - 1].plan.entries
+    ]
 
 
 def mark(result, round_no, rid):
@@ -61,13 +63,20 @@ def test_abc_checkpoint_admits_c_and_b_ooms(run_scenario):
 
 def test_abc_page_alignment_protects_the_tail_implicitly(run_scenario):
     result = run_scenario("seed-abc", "admission=sglang,chunking=sglang,alignment=page")
-    assert entries(result, 1) == [("A", 0, 1088, EntryKind.WHOLE), ("B", 0, 3008, EntryKind.TRUNCATED)]
+    assert entries(result, 1) == [
+        ("A", 0, 1088, EntryKind.WHOLE),
+        ("B", 0, 3008, EntryKind.TRUNCATED),
+    ]
     assert result.rounds[0].plan.stop == "OTHER"  # truncation used up the compute budget
     assert result.oom is None
     assert "C" in result.pending
 
 
 def test_abc_reserve_tail_rejects_c(run_scenario):
-    result = run_scenario("seed-abc", "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256")
-    assert [(r.request_id, r.verdict) for r in result.rounds[0].plan.rejected] == [("C", "NO_TOKEN")]
+    result = run_scenario(
+        "seed-abc", "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256"
+    )
+    assert [(r.request_id, r.verdict) for r in result.rounds[0].plan.rejected] == [
+        ("C", "NO_TOKEN")
+    ]
     assert result.oom is None
