@@ -18,6 +18,20 @@ def _page_end(v: AlignView) -> int:
     return end
 
 
+class NoAlignment(AlignmentPolicy):
+    """Chunk ends where the budget put it.
+
+    Upstream SGLang's behaviour for the in-progress request (a new request's truncation is
+    already a whole number of pages, by the chunking policy). Pages stay correct either way:
+    the allocator fills a partly used last page before taking a new one.
+    """
+
+    name = "none"
+
+    def align_end(self, v: AlignView) -> int:
+        return v.end
+
+
 class PageAlignment(AlignmentPolicy):
     """Chunk ends on a page boundary (upstream SGLang without checkpoints)."""
 
@@ -77,6 +91,7 @@ class TruncationAlignment(AlignmentPolicy):
 
 @hookimpl
 def policykit_register_policies(register):
+    register(NoAlignment)
     register(PageAlignment)
     register(CheckpointAlignment)
     register(TruncationAlignment)

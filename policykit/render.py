@@ -21,59 +21,57 @@ _KIND_STYLE = {
 def rounds_table(result: RunResult, title: str) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("round", justify="right")
-    table.add_column("request")
-    table.add_column("chunk [start, end)", justify="right")
+    table.add_column("request", no_wrap=True)
+    table.add_column("chunk [start, end)", justify="right", no_wrap=True)
     table.add_column("tokens", justify="right")
-    table.add_column("kind")
+    table.add_column("kind", no_wrap=True)
     table.add_column("load-back", justify="right")
-    table.add_column("rem_total_tokens", justify="right")
-    table.add_column("cur_rem_tokens", justify="right")
+    table.add_column("rem_total", justify="right")
+    table.add_column("cur_rem", justify="right")
     table.add_column("free after", justify="right")
     for record in result.rounds:
         plan = record.plan
         marks = {m.request_id: m for m in plan.marks}
-        rows = 0
-        oom_round = result.oom is not None and result.oom.round == plan.round
+        rows: list[list[str | Text]] = []
         for entry in plan.entries:
             mark = marks.get(entry.request_id) if entry.kind is not EntryKind.DEFERRED else None
-            table.add_row(
-                str(plan.round) if rows == 0 else "",
-                entry.request_id,
-                f"[{entry.start}, {entry.end})" if entry.tokens else "-",
-                str(entry.tokens),
-                Text(entry.kind.value, style=_KIND_STYLE[entry.kind]),
-                str(entry.load_back) if entry.load_back else "",
-                "" if mark is None else str(mark.rem_total_tokens),
-                "" if mark is None else str(mark.cur_rem_tokens),
-                "",
+            rows.append(
+                [
+                    entry.request_id,
+                    f"[{entry.start}, {entry.end})" if entry.tokens else "-",
+                    str(entry.tokens),
+                    Text(entry.kind.value, style=_KIND_STYLE[entry.kind]),
+                    str(entry.load_back) if entry.load_back else "",
+                    "" if mark is None else str(mark.rem_total_tokens),
+                    "" if mark is None else str(mark.cur_rem_tokens),
+                ]
             )
-            rows += 1
         for rej in plan.rejected:
-            table.add_row(
-                str(plan.round) if rows == 0 else "",
-                rej.request_id,
-                "-",
-                "",
-                Text(f"rejected {rej.verdict}", style="red"),
-                "",
-                "",
-                "",
-                "",
+            rows.append(
+                [rej.request_id, "-", "", Text(f"rejected {rej.verdict}", style="red"), "", "", ""]
             )
-            rows += 1
+        if not rows:
+            rows.append([Text("(nothing to do)", style="dim"), "", "", "", "", "", ""])
+        oom_round = result.oom is not None and result.oom.round == plan.round
         after = Text("OOM", style="bold red") if oom_round else str(record.free_tokens_after)
-        if rows == 0:
-            table.add_row(
-                str(plan.round), Text("(nothing to do)", style="dim"), "", "", "", "", "", "", after
-            )
-        else:
-            table.columns[-1]._cells[-1] = after
+        for i, row in enumerate(rows):
+            last = i == len(rows) - 1
+            table.add_row(str(plan.round) if i == 0 else "", *row, after if last else "")
         table.add_section()
     return table
 
 
+def default_console() -> Console:
+    """A console that does not squeeze tables to 80 columns when output is piped."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)
+    return console
+
+
 def print_run(result: RunResult, *, title: str, console: Console | None = None) -> None:
-    console = console or Console()
+    """The per-round table, then the verdict: OOM with the engine's message, or no OOM."""
+    console = console or default_console()
     console.print(rounds_table(result, title))
     if result.oom is not None:
         who = f" while placing {result.oom.request}" if result.oom.request else ""

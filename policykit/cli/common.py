@@ -12,8 +12,17 @@ from policykit.registry import PolicyRegistry
 
 
 def load_registry() -> tuple[PolicykitPluginManager, PolicyRegistry]:
-    """Build the plugin manager and registry (plugin errors surface as PolicykitError)."""
-    pm = make_plugin_manager()
+    """The plugin manager and registry for this invocation.
+
+    A caller embedding the CLI (a test, a notebook) may pass its own manager as
+    ``main(obj={"pm": pm})``; otherwise a fresh one with every installed plugin is built.
+    Plugin errors surface as :class:`~policykit.errors.PluginError`.
+    """
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    pm = obj.get("pm") if isinstance(obj, dict) else None
+    if pm is None:
+        pm = make_plugin_manager()
     return pm, PolicyRegistry.from_plugins(pm)
 
 
