@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,6 +46,7 @@ class FakeAllocator:
     def set_settings(self, text: str) -> None:
         if self.fail_set:
             raise RuntimeError("this torch build cannot change allocator settings at run time")
+        time.sleep(0)  # give other threads the chance to interleave, as a driver call would
         with self._lock:
             self._settings = text
             self.calls.append(f"set:{text}")
