@@ -184,6 +184,11 @@ def plan_kv(
     pre_load_source: str = "given",
 ) -> KVPlan:
     """Size the KV pool; refuse (like the engine) when it would be empty or negative."""
+    given = (gpu_mem_gib, pre_load_gib, weights_gib, mem_fraction_static)
+    _require(
+        all(x is None or math.isfinite(x) for x in given),
+        "Memory figures and fractions must be finite numbers (not inf or nan).",
+    )
     _require(gpu_mem_gib > 0, f"The GPU memory must be positive, got {gpu_mem_gib} GiB.")
     _require(tp >= 1 and pp >= 1, f"--tp and --pp must be at least 1, got {tp} and {pp}.")
     _require(page_size >= 1, f"The page size must be at least 1 token, got {page_size}.")

@@ -202,6 +202,11 @@ def _from_hf_config(cfg: dict[str, Any], name: str) -> ModelShape:
     try:
         hidden = int(cfg["hidden_size"])
         heads = int(cfg["num_attention_heads"])
+        if hidden <= 0 or heads <= 0:
+            raise ModelShapeError(
+                f"The model config {name!r} needs a positive hidden_size and "
+                f"num_attention_heads; got {hidden} and {heads}."
+            )
         kv_lora = int(cfg.get("kv_lora_rank") or 0)
         nope = int(cfg.get("qk_nope_head_dim") or 0)
         rope = int(cfg.get("qk_rope_head_dim") or 0)

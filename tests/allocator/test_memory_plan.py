@@ -136,6 +136,9 @@ def test_text_output_names_every_term():
         (["--tp", "0"], "at least 1"),
         (["--chunked-prefill-size", "0"], "-1 to disable"),
         (["--pre-load-gib", "90"], "at most the card"),
+        (["--gpu-mem-gib", "inf"], "finite"),
+        (["--requests", "0"], "at least 1"),
+        (["--weights-gib", "-1"], "cannot be negative"),
     ],
 )
 def test_bad_input_is_one_paragraph_and_exit_2(args, message):
@@ -149,7 +152,15 @@ def test_bad_input_is_one_paragraph_and_exit_2(args, message):
 
 
 @pytest.mark.parametrize(
-    "content", ["{not json", "[1, 2]", '{"hidden_size": 64}', '{"hidden_size": "x"}']
+    "content",
+    [
+        "{not json",
+        "[1, 2]",
+        '{"hidden_size": 64}',
+        '{"hidden_size": "x"}',
+        '{"hidden_size": 64, "intermediate_size": 1, "num_hidden_layers": 1, '
+        '"num_attention_heads": 0, "vocab_size": 5}',
+    ],
 )
 def test_bad_config_files(tmp_path, content):
     cfg = tmp_path / "config.json"
