@@ -102,7 +102,12 @@ class ExpandableSwitch:
 
     @contextmanager
     def non_expandable(self) -> Iterator[None]:
-        """Allocations inside land on ordinary segments (for RDMA / MemPool / IPC buffers)."""
+        """Allocations inside land on ordinary segments (for RDMA / MemPool / IPC buffers).
+
+        If switching off raises, so does the window: a static buffer must not silently land on
+        expandable segments. If switching back on raises, the process keeps the default
+        allocator from then on (logged once).
+        """
         with self._lock:
             self._depth += 1
             if self._depth == 1 and self._wanted:
