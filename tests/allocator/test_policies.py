@@ -190,3 +190,30 @@ def test_scheduler_calls_on_serving_once_before_the_first_round():
     assert fake.sets() == [True]
     scheduler.run()
     assert fake.sets() == [True]
+
+
+def test_failure_to_switch_back_after_a_window_keeps_the_default(caplog):
+    fake = FakeAllocator()
+    policy = PhasedExpandable(facade=fake)
+    policy.on_serving()
+    with caplog.at_level(logging.WARNING, logger="policykit.allocator"):
+        with policy.static_allocations():
+            fake.fail_set = True
+        with policy.static_allocations():
+            pass
+    assert not fake.expandable and not policy.switch.enabled
+    assert fake.sets() == [True, False]
+    assert caplog.text.count("Failed to enable") == 1
+
+
+def test_failure_to_switch_off_fails_the_window():
+    fake = FakeAllocator()
+    policy = PhasedExpandable(facade=fake)
+    policy.on_serving()
+    fake.fail_set = True
+    with pytest.raises(RuntimeError), policy.static_allocations():
+        pytest.fail("the window body must not run on expandable segments")
+    fake.fail_set = False
+    with policy.static_allocations():  # the depth counter was restored
+        assert not fake.expandable
+    assert fake.expandable
