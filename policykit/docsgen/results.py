@@ -1,0 +1,288 @@
+"""Reading results files: one small adapter per kind (``check``, ``bench``).
+
+The JSON written by ``policykit check --json`` and ``policykit bench --json`` is owned by those
+commands and may still change; the generators never read it directly. Each adapter turns a
+file into the plain records below, accepting the *provisional* shape documented on the
+"Results files" page (``docs/results-format.md``). Reconciling a schema change means editing one
+adapter, not the pages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from policykit.docsgen.markdown import Provenance
+from policykit.errors import ComboError, PolicykitError
+from policykit.registry import DEFAULT_COMBO, parse_combo
+
+#: the shape the adapters accept, written down in docs/results-format.md
+PROVISIONAL_SCHEMA = 0
+
+VERDICTS = ("proved", "violated", "unknown")
+_VERDICT_WORDS = {
+    "proved": "proved",
+    "proven": "proved",
+    "safe": "proved",
+    "violated": "violated",
+    "counterexample": "violated",
+    "unsafe": "violated",
+    "unknown": "unknown",
+    "timeout": "unknown",
+}
+
+
+class ResultsError(PolicykitError):
+    """A results file is unreadable or does not have the shape its adapter expects."""
+
+
+def combo_key(raw: Mapping[str, str] | str) -> str:
+    """The canonical spelling of a combo: every kind, in :data:`KINDS` order, defaults filled."""
+    mapping = parse_combo(raw) if isinstance(raw, str) else dict(raw)
+    chosen = {**DEFAULT_COMBO, **mapping}
+    return ",".join(f"{k}={chosen[k]}" for k in DEFAULT_COMBO)
+
+
+def combo_parts(key: str) -> dict[str, str]:
+    return parse_combo(key)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One (combo, property) verdict of ``policykit check``."""
+
+    combo: str
+    property: str
+    verdict: str  #: proved | violated | unknown
+    bound: int | None  #: rounds explored; ``None`` on a proof means unbounded (induction)
+    seconds: float | None
+    scenario: dict[str, Any] | None  #: the counterexample exported as a scenario file
+    trace: tuple[dict[str, Any], ...]  #: the counterexample's rounds as the checker prints them
+
+    @property
+    def unbounded(self) -> bool:
+        return self.verdict == "proved" and self.bound is None
+
+
+@dataclass(frozen=True)
+class CheckResults:
+    provenance: Provenance
+    verdicts: tuple[Verdict, ...]
+    source: Path
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """One combination's row of ``policykit bench`` on one workload."""
+
+    combo: str
+    completed: int | None
+    rejected: int | None
+    pending: int | None
+    crashed_at_round: int | None
+    tokens_per_s: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    rounds: int | None
+    peak_pool_use: float | None  #: fraction of the KV pool, 0..1
+    scheduler_share: float | None  #: planning time / round time, 0..1
+    mfu: float | None  #: model FLOPs utilisation, 0..1 (CUDA only)
+    pool_use_by_round: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class BenchResults:
+    provenance: Provenance
+    workload: str
+    runs: tuple[BenchRun, ...]
+    source: Path
+
+
+Results = CheckResults | BenchResults
+
+
+# --- field helpers ------------------------------------------------------------------------------
+def _pick(obj: Mapping[str, Any], *names: str) -> Any:
+    for name in names:
+        if name in obj and obj[name] is not None:
+            return obj[name]
+    return None
+
+
+def _number(obj: Mapping[str, Any], where: str, *names: str) -> float | None:
+    value = _pick(obj, *names)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ResultsError(f"{where}: {names[0]!r} must be a number, got {value!r}.")
+    return value
+
+
+def _int(obj: Mapping[str, Any], where: str, *names: str) -> int | None:
+    value = _number(obj, where, *names)
+    if value is not None and value != int(value):
+        raise ResultsError(f"{where}: {names[0]!r} must be a whole number, got {value!r}.")
+    return None if value is None else int(value)
+
+
+def _count(obj: Mapping[str, Any], where: str, *names: str) -> int | None:
+    """A count given either as a number or as the list of request ids."""
+    value = _pick(obj, *names)
+    if isinstance(value, list):
+        return len(value)
+    return _int(obj, where, *names)
+
+
+def _records(obj: Mapping[str, Any], where: str, *names: str) -> list[dict[str, Any]]:
+    value = _pick(obj, *names)
+    if not isinstance(value, list) or not all(isinstance(x, dict) for x in value):
+        raise ResultsError(f"{where}: expected a list of objects under {names[0]!r}.")
+    return value
+
+
+def _combo(obj: Mapping[str, Any], where: str) -> str:
+    raw = obj.get("combo")
+    if not isinstance(raw, dict | str):
+        raise ResultsError(f"{where}: 'combo' must be an object or a KIND=POLICY string.")
+    try:
+        return combo_key(raw)
+    except ComboError as exc:
+        raise ResultsError(f"{where}: {exc}") from None
+
+
+def provenance_of(top: Mapping[str, Any], tool: str) -> Provenance:
+    device = _pick(top, "device_name", "device") or "an unrecorded device"
+    if top.get("device_name") and top.get("device") and top["device"] not in device:
+        device = f"{top['device_name']} ({top['device']})"
+    created = _pick(top, "created", "date", "timestamp")
+    return Provenance(
+        device=str(device),
+        model=None if _pick(top, "model") is None else str(top["model"]),
+        date=str(created) if created else "an unrecorded date",
+        produced_by=f"`policykit {tool}`",
+    )
+
+
+# --- adapters -----------------------------------------------------------------------------------
+def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
+    where = path.name
+    verdicts = []
+    for i, item in enumerate(_records(top, where, "results", "verdicts", "checks")):
+        at = f"{where}: result #{i + 1}"
+        word = str(item.get("verdict", "")).lower()
+        if word not in _VERDICT_WORDS:
+            raise ResultsError(
+                f"{at}: 'verdict' is {item.get('verdict')!r}; expected one of "
+                f"{', '.join(VERDICTS)}."
+            )
+        bound = item.get("bound")
+        if bound in ("unbounded", None) or item.get("unbounded") is True:
+            bound = None
+        elif isinstance(bound, bool) or not isinstance(bound, int):
+            raise ResultsError(f"{at}: 'bound' must be a number of rounds or 'unbounded'.")
+        trace = item.get("trace") or ()
+        if isinstance(trace, dict):
+            trace = trace.get("rounds", ())
+        scenario = _pick(item, "scenario", "counterexample")
+        verdicts.append(
+            Verdict(
+                combo=_combo(item, at),
+                property=str(_pick(item, "property", "invariant") or "?"),
+                verdict=_VERDICT_WORDS[word],
+                bound=bound,
+                seconds=_number(item, at, "seconds", "time_s"),
+                scenario=scenario if isinstance(scenario, dict) else None,
+                trace=tuple(t for t in trace if isinstance(t, dict)),
+            )
+        )
+    return [CheckResults(provenance_of(top, "check"), tuple(verdicts), path)]
+
+
+def _bench_run(item: Mapping[str, Any], at: str) -> BenchRun:
+    metrics = {**item, **(item.get("metrics") or {})}
+    series = _pick(metrics, "pool_use_by_round", "pool_utilisation_by_round")
+    if series is not None and not (
+        isinstance(series, list) and all(isinstance(x, int | float) for x in series)
+    ):
+        raise ResultsError(f"{at}: 'pool_use_by_round' must be a list of fractions.")
+    return BenchRun(
+        combo=_combo(item, at),
+        completed=_count(metrics, at, "completed"),
+        rejected=_count(metrics, at, "rejected"),
+        pending=_count(metrics, at, "pending"),
+        crashed_at_round=_int(metrics, at, "crashed_at_round", "crash_round"),
+        tokens_per_s=_number(metrics, at, "tokens_per_s", "prompt_tokens_per_s"),
+        ttft_p50_s=_number(metrics, at, "ttft_p50_s"),
+        ttft_p99_s=_number(metrics, at, "ttft_p99_s"),
+        rounds=_int(metrics, at, "rounds"),
+        peak_pool_use=_number(metrics, at, "peak_pool_use", "peak_pool_utilisation"),
+        scheduler_share=_number(metrics, at, "scheduler_share"),
+        mfu=_number(metrics, at, "mfu"),
+        pool_use_by_round=tuple(series or ()),
+    )
+
+
+def parse_bench(top: Mapping[str, Any], path: Path) -> list[BenchResults]:
+    where = path.name
+    workloads = top.get("workloads")
+    blocks = workloads if isinstance(workloads, list) else [top]
+    out = []
+    for block in blocks:
+        merged = {**top, **block}
+        name = _pick(merged, "workload")
+        if not isinstance(name, str):
+            raise ResultsError(f"{where}: every bench block needs a 'workload' name.")
+        runs = [
+            _bench_run(item, f"{where}: workload {name!r} run #{i + 1}")
+            for i, item in enumerate(_records(merged, where, "runs", "results", "combos"))
+        ]
+        out.append(BenchResults(provenance_of(merged, "bench"), name, tuple(runs), path))
+    return out
+
+
+ADAPTERS: dict[str, Callable[[Mapping[str, Any], Path], list[Any]]] = {
+    "check": parse_check,
+    "bench": parse_bench,
+}
+
+
+def kind_of(top: Mapping[str, Any], path: Path) -> str:
+    kind = top.get("kind")
+    if kind is None:
+        kind = "check" if "verdicts" in top else "bench" if "workload" in top else None
+    if kind not in ADAPTERS:
+        raise ResultsError(
+            f'{path.name}: cannot tell which command wrote it; give it a "kind" of '
+            f"{' or '.join(map(repr, ADAPTERS))} (see the Results files page of the docs)."
+        )
+    return str(kind)
+
+
+def load_results_file(path: Path) -> list[Results]:
+    try:
+        top = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ResultsError(f"Cannot read the results file {str(path)!r}: {exc.strerror}.") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"The results file {str(path)!r} is not JSON: {exc}.") from None
+    if not isinstance(top, dict):
+        raise ResultsError(f"The results file {str(path)!r} must hold one JSON object.")
+    return ADAPTERS[kind_of(top, path)](top, path)
+
+
+def load_results_dir(folder: Path) -> list[Results]:
+    """Every ``*.json`` file in ``folder`` (not recursive), in name order."""
+    if not folder.is_dir():
+        raise ResultsError(f"The results folder {str(folder)!r} does not exist.")
+    out: list[Results] = []
+    for path in sorted(folder.glob("*.json")):
+        out.extend(load_results_file(path))
+    return out
+
+
+def now_utc() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
