@@ -179,7 +179,6 @@ def build_site(config: Path, site: Path) -> None:
             "mkdocs",
             "build",
             "--strict",
-            "-q",
             "-f",
             str(config),
             "-d",

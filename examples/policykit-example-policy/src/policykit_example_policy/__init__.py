@@ -25,6 +25,8 @@ class WatermarkAdmission(AdmissionPolicy):
 
     name = "watermark"
     parameter = Parameter("tokens", "slots to keep unpromised after an admission (> 0)")
+    #: the argument `policykit check --all` and the comparison pages enumerate this policy with
+    samples = ("1024",)
 
     def validate(self, config: EngineConfig) -> None:
         if self.arg <= 0:
