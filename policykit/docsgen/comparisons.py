@@ -37,7 +37,9 @@ REPLAY_SCENARIOS: tuple[str, ...] = ("seed-abc", "seed-incident-1keim", str(HYBR
 #: the engine facts registered combinations are enumerated for (the bundled scenarios' page)
 ENUMERATION_CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
 _SHOWN_KINDS = ("admission", "chunking", "alignment")
-_MARK = {"proved": "✅", "violated": "❌", "unknown": "❔"}
+#: marks in the verdict matrix; plain symbols that the common system fonts carry (no emoji font
+#: is needed offline), coloured by the site's extra.css
+_MARK = {"proved": "✓", "violated": "✗", "unknown": "?"}
 
 
 def registered_combos(registry: PolicyRegistry) -> list[str]:
@@ -72,11 +74,12 @@ def verdict_cell(v: Verdict | None) -> str:
         return "— not checked"
     if v.verdict == "violated":
         bound = f" (K={v.bound})" if v.bound is not None else ""
-        return f"{_MARK['violated']} [violated{bound}](traces/{trace_slug(v)}.md)"
-    if v.verdict == "proved":
-        scope = "unbounded" if v.unbounded else f"to K={v.bound}"
-        return f"{_MARK['proved']} proved ({scope})"
-    return f"{_MARK['unknown']} unknown"
+        text = f"[violated{bound}](traces/{trace_slug(v)}.md)"
+    elif v.verdict == "proved":
+        text = f"proved ({'unbounded' if v.unbounded else f'to K={v.bound}'})"
+    else:
+        text = "unknown"
+    return f'<span class="pk-{v.verdict}">{_MARK[v.verdict]} {text}</span>'
 
 
 def check_section(check: CheckResults, combos: list[str]) -> str:
@@ -133,7 +136,11 @@ def trace_page(v: Verdict, registry: PolicyRegistry, provenance: Provenance) -> 
         parts.append(rounds_markdown(run) + "\n")
     except PolicykitError as exc:
         parts.append(f'!!! warning "Not replayable here"\n    {esc(exc)}\n\n')
-    parts += ["## Scenario file\n\n", fence(json.dumps(v.scenario, indent=2), "json")]
+    parts += [
+        "## Scenario file\n\nSave it as `counterexample.json` and replay it with "
+        f"`policykit simulate counterexample.json --combo {v.combo}`.\n\n",
+        fence(json.dumps(v.scenario, indent=2), "json"),
+    ]
     return "".join(parts)
 
 

@@ -45,12 +45,14 @@ class Provenance:
     model: str | None
     date: str
     produced_by: str
+    #: "Measured" for figures from runs; "Generated" for pages that only describe code
+    verb: str = "Measured"
 
     def note(self) -> str:
         model = f", model preset `{self.model}`" if self.model else ""
         return (
             f'!!! info "Provenance"\n'
-            f"    Measured on **{esc(self.device)}**{model}, {esc(self.date)}; produced by "
+            f"    {self.verb} on **{esc(self.device)}**{model}, {esc(self.date)}; produced by "
             f"{esc(self.produced_by)}.\n\n"
         )
 

@@ -17,8 +17,9 @@ from policykit.policy import KINDS
 from policykit.registry import DEFAULT_COMBO, SAMPLE_ARGS, PolicyEntry, PolicyRegistry
 
 _KIND_DOC = {
-    "admission": "may a waiting request enter this round, and what a truncation owes the ledger",
-    "chunking": "how many tokens a new or resumed request computes this round",
+    "admission": "whether a waiting request may enter this round, and what a truncation owes "
+    "the memory ledger",
+    "chunking": "how many tokens a new or the resumed request computes this round",
     "alignment": "where a non-final chunk may end",
     "allocator-phase": "the torch caching-allocator settings of each process phase",
 }
@@ -76,7 +77,7 @@ def policy_section(entry: PolicyEntry) -> str:
         ("source", f"`{source_location(cls)}`"),
     ]
     out = [f"### {title} {{ #{anchor(entry.kind, entry.name)} }}\n"]
-    out.append(table(("", ""), [(k, v) for k, v in facts]))
+    out.append("\n".join(f"- **{k}**: {v}" for k, v in facts) + "\n")
     out.append("\n" + (entry.doc or "*(no docstring)*") + "\n")
     try:
         code = inspect.getsource(cls)

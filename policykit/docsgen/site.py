@@ -163,6 +163,7 @@ def generate(
         model=None,
         date=now_utc(),
         produced_by="`policykit docs` from the plugin registry of this environment",
+        verb="Generated",
     )
     report.pages.append(write_policies_page(registry, out, here))
     report.pages.append(write_cli_page(out))
