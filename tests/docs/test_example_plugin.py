@@ -25,11 +25,15 @@ TITLED_BLOCK = re.compile(r'```(\w+) title="([^"]+)"\n(.*?)```', re.S)
 
 
 def package_files() -> list[str]:
-    skip = {"README.md"}
+    """The package's source files (not the README, not build or test-run leftovers)."""
+    leftovers = {"__pycache__", ".pytest_cache", "build", "dist"}
     return sorted(
         p.relative_to(EXAMPLE).as_posix()
         for p in EXAMPLE.rglob("*")
-        if p.is_file() and p.name not in skip and "__pycache__" not in p.parts
+        if p.is_file()
+        and p.name != "README.md"
+        and not leftovers.intersection(p.relative_to(EXAMPLE).parts)
+        and not any(part.endswith(".egg-info") for part in p.parts)
     )
 
 
