@@ -11,6 +11,7 @@ Three sections, each from its own source and each stating where and when it was 
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from dataclasses import dataclass
@@ -79,7 +80,8 @@ def verdict_cell(v: Verdict | None) -> str:
         text = f"proved ({'unbounded' if v.unbounded else f'to K={v.bound}'})"
     else:
         text = "unknown"
-    return f'<span class="pk-{v.verdict}">{_MARK[v.verdict]} {text}</span>'
+    title = f' title="{html.escape(v.note, quote=True)}"' if v.note else ""
+    return f'<span class="pk-{v.verdict}"{title}>{_MARK[v.verdict]} {text}</span>'
 
 
 def check_section(check: CheckResults, combos: list[str]) -> str:
@@ -113,6 +115,7 @@ def trace_page(v: Verdict, registry: PolicyRegistry, provenance: Provenance) -> 
         f"`policykit check` found **{esc(v.property)}** violated for `{v.combo}`"
         + (f" within {v.bound} rounds" if v.bound is not None else "")
         + ". [Back to the comparison](../index.md).\n\n",
+        f"> {esc(v.note)}\n\n" if v.note else "",
     ]
     if v.trace:
         keys = list(dict.fromkeys(k for step in v.trace for k in step))

@@ -10,6 +10,7 @@ adapter, not the pages.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +49,7 @@ def combo_key(raw: Mapping[str, str] | str) -> str:
 
 
 def combo_parts(key: str) -> dict[str, str]:
+    """``{kind: policy}`` of a canonical combo key."""
     return parse_combo(key)
 
 
@@ -62,6 +64,7 @@ class Verdict:
     seconds: float | None
     scenario: dict[str, Any] | None  #: the counterexample exported as a scenario file
     trace: tuple[dict[str, Any], ...]  #: the counterexample's rounds as the checker prints them
+    note: str = ""  #: the checker's remark (why a proof is only bounded, why unknown)
 
     @property
     def unbounded(self) -> bool:
@@ -106,10 +109,21 @@ Results = CheckResults | BenchResults
 
 
 # --- field helpers ------------------------------------------------------------------------------
+def _get(obj: Any, name: str) -> Any:
+    """``obj["a"]["b"]`` for ``name == "a.b"``; ``None`` when any step is missing."""
+    for part in name.split("."):
+        if not isinstance(obj, Mapping) or part not in obj:
+            return None
+        obj = obj[part]
+    return obj
+
+
 def _pick(obj: Mapping[str, Any], *names: str) -> Any:
+    """The first of ``names`` (dotted paths) that is present and not null."""
     for name in names:
-        if name in obj and obj[name] is not None:
-            return obj[name]
+        value = _get(obj, name)
+        if value is not None:
+            return value
     return None
 
 
@@ -145,7 +159,11 @@ def _records(obj: Mapping[str, Any], where: str, *names: str) -> list[dict[str, 
 
 
 def _combo(obj: Mapping[str, Any], where: str) -> str:
-    raw = obj.get("combo")
+    """A combo given as ``policies`` / ``combo`` object, a ``--combo`` string, or the
+    checker's short ``admission+chunking+alignment`` form."""
+    raw = _pick(obj, "policies", "combo")
+    if isinstance(raw, str) and "=" not in raw and raw.count("+") == 2:
+        raw = dict(zip(("admission", "chunking", "alignment"), raw.split("+"), strict=True))
     if not isinstance(raw, dict | str):
         raise ResultsError(f"{where}: 'combo' must be an object or a KIND=POLICY string.")
     try:
@@ -154,14 +172,54 @@ def _combo(obj: Mapping[str, Any], where: str) -> str:
         raise ResultsError(f"{where}: {exc}") from None
 
 
+def _bound(item: Mapping[str, Any], where: str) -> int | None:
+    """Rounds explored: a number, or text such as ``K=4,N=3`` / ``round 3``; ``None`` for
+    ``unbounded`` (or no bound at all)."""
+    bound = item.get("bound")
+    if bound is None or bound == "unbounded" or item.get("unbounded") is True:
+        return None
+    if isinstance(bound, int) and not isinstance(bound, bool):
+        return bound
+    found = re.search(r"\d+", bound) if isinstance(bound, str) else None
+    if found is None:
+        raise ResultsError(f"{where}: 'bound' must be a number of rounds or 'unbounded'.")
+    return int(found.group())
+
+
+def _trace_rows(steps: Any) -> tuple[dict[str, Any], ...]:
+    """Flat table rows from a trace: a step holding a list of entries becomes one row per
+    entry, the step's own fields on its first row."""
+    rows: list[dict[str, Any]] = []
+    for step in steps if isinstance(steps, list) else ():
+        if not isinstance(step, dict):
+            continue
+        scalar = {k: v for k, v in step.items() if not isinstance(v, list) or not v}
+        nested = next(
+            (v for v in step.values() if isinstance(v, list) and v and isinstance(v[0], dict)),
+            None,
+        )
+        if nested is None:
+            rows.append(scalar)
+            continue
+        for i, entry in enumerate(nested):
+            rows.append({**(scalar if i == 0 else {}), **entry})
+    return tuple(rows)
+
+
 def provenance_of(top: Mapping[str, Any], tool: str) -> Provenance:
-    device = _pick(top, "device_name", "device") or "an unrecorded device"
-    if top.get("device_name") and top.get("device") and top["device"] not in device:
-        device = f"{top['device_name']} ({top['device']})"
-    created = _pick(top, "created", "date", "timestamp")
+    name = _pick(top, "device_name", "device.name")
+    kind = _pick(top, "device.type") or (
+        top["device"] if isinstance(top.get("device"), str) else None
+    )
+    if name and kind and str(kind) not in str(name):
+        device = f"{name} ({kind})"
+    else:
+        device = name or kind or "an unrecorded device"
+    model = _pick(top, "model.preset", "model")
+    created = _pick(top, "created", "started", "date", "timestamp")
     return Provenance(
         device=str(device),
-        model=None if _pick(top, "model") is None else str(top["model"]),
+        model=model if isinstance(model, str) else None,
         date=str(created) if created else "an unrecorded date",
         produced_by=f"`policykit {tool}`",
     )
@@ -179,50 +237,52 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
                 f"{at}: 'verdict' is {item.get('verdict')!r}; expected one of "
                 f"{', '.join(VERDICTS)}."
             )
-        bound = item.get("bound")
-        if bound in ("unbounded", None) or item.get("unbounded") is True:
-            bound = None
-        elif isinstance(bound, bool) or not isinstance(bound, int):
-            raise ResultsError(f"{at}: 'bound' must be a number of rounds or 'unbounded'.")
-        trace = item.get("trace") or ()
-        if isinstance(trace, dict):
-            trace = trace.get("rounds", ())
-        scenario = _pick(item, "scenario", "counterexample")
+        trace = _pick(item, "trace.rounds", "trace", "counterexample.rounds")
+        scenario = _pick(item, "scenario", "counterexample.scenario")
         verdicts.append(
             Verdict(
                 combo=_combo(item, at),
                 property=str(_pick(item, "property", "invariant") or "?"),
                 verdict=_VERDICT_WORDS[word],
-                bound=bound,
+                bound=_bound(item, at),
                 seconds=_number(item, at, "seconds", "time_s"),
                 scenario=scenario if isinstance(scenario, dict) else None,
-                trace=tuple(t for t in trace if isinstance(t, dict)),
+                trace=_trace_rows(trace),
+                note=str(item.get("note") or ""),
             )
         )
     return [CheckResults(provenance_of(top, "check"), tuple(verdicts), path)]
 
 
+def _series(value: Any, at: str) -> tuple[float, ...]:
+    """Pool use per round: fractions, or objects carrying the fraction as ``used``."""
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        out = [v.get("used") if isinstance(v, dict) else v for v in value]
+        if all(isinstance(x, int | float) and not isinstance(x, bool) for x in out):
+            return tuple(out)
+    raise ResultsError(f"{at}: 'pool_use_by_round' must be a list of fractions.")
+
+
 def _bench_run(item: Mapping[str, Any], at: str) -> BenchRun:
-    metrics = {**item, **(item.get("metrics") or {})}
-    series = _pick(metrics, "pool_use_by_round", "pool_utilisation_by_round")
-    if series is not None and not (
-        isinstance(series, list) and all(isinstance(x, int | float) for x in series)
-    ):
-        raise ResultsError(f"{at}: 'pool_use_by_round' must be a list of fractions.")
+    m = {**item, **(item.get("metrics") or {})}
     return BenchRun(
         combo=_combo(item, at),
-        completed=_count(metrics, at, "completed"),
-        rejected=_count(metrics, at, "rejected"),
-        pending=_count(metrics, at, "pending"),
-        crashed_at_round=_int(metrics, at, "crashed_at_round", "crash_round"),
-        tokens_per_s=_number(metrics, at, "tokens_per_s", "prompt_tokens_per_s"),
-        ttft_p50_s=_number(metrics, at, "ttft_p50_s"),
-        ttft_p99_s=_number(metrics, at, "ttft_p99_s"),
-        rounds=_int(metrics, at, "rounds"),
-        peak_pool_use=_number(metrics, at, "peak_pool_use", "peak_pool_utilisation"),
-        scheduler_share=_number(metrics, at, "scheduler_share"),
-        mfu=_number(metrics, at, "mfu"),
-        pool_use_by_round=tuple(series or ()),
+        completed=_count(m, at, "completed", "requests.completed"),
+        rejected=_count(m, at, "rejected", "requests.rejected"),
+        pending=_count(m, at, "pending", "requests.pending"),
+        crashed_at_round=_int(m, at, "crashed_at_round", "crash_round", "crash.round"),
+        tokens_per_s=_number(m, at, "tokens_per_s", "prompt_tokens_per_s"),
+        ttft_p50_s=_number(m, at, "ttft_p50_s", "ttft_s.p50"),
+        ttft_p99_s=_number(m, at, "ttft_p99_s", "ttft_s.p99"),
+        rounds=_int(m, at, "rounds"),
+        peak_pool_use=_number(
+            m, at, "peak_pool_use", "peak_pool_utilisation", "peak_kv_utilisation"
+        ),
+        scheduler_share=_number(m, at, "scheduler_share", "planning_share"),
+        mfu=_number(m, at, "mfu"),
+        pool_use_by_round=_series(_pick(m, "pool_use_by_round", "kv_utilisation"), at),
     )
 
 
@@ -233,7 +293,7 @@ def parse_bench(top: Mapping[str, Any], path: Path) -> list[BenchResults]:
     out = []
     for block in blocks:
         merged = {**top, **block}
-        name = _pick(merged, "workload")
+        name = _pick(merged, "workload.name", "workload")
         if not isinstance(name, str):
             raise ResultsError(f"{where}: every bench block needs a 'workload' name.")
         runs = [
@@ -252,6 +312,9 @@ ADAPTERS: dict[str, Callable[[Mapping[str, Any], Path], list[Any]]] = {
 
 def kind_of(top: Mapping[str, Any], path: Path) -> str:
     kind = top.get("kind")
+    schema = top.get("schema")
+    if kind is None and isinstance(schema, str) and schema.startswith("policykit."):
+        kind = schema.removeprefix("policykit.").split("/")[0]
     if kind is None:
         kind = "check" if "verdicts" in top else "bench" if "workload" in top else None
     if kind not in ADAPTERS:

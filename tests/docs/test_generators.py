@@ -211,3 +211,73 @@ def test_plots_are_reproducible(tmp_path: Path):
     a = comparisons.plots.bar_chart(tmp_path / "a.svg", ["x"], [1.0], title="t", xlabel="x")
     b = comparisons.plots.bar_chart(tmp_path / "b.svg", ["x"], [1.0], title="t", xlabel="x")
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_adapters_read_the_shapes_the_producers_are_converging_on(tmp_path: Path):
+    """The spec and harness work in progress write nested objects (``device: {type, name}``,
+    ``requests: {completed}``, ``ttft_s: {p50}``, the checker's short combo and ``K=..`` bounds,
+    a counterexample object); the adapters read those as well as the documented flat shape."""
+    check = {
+        "schema": "policykit.check/1",
+        "started": "2026-11-29T12:00:00+00:00",
+        "verdicts": [
+            {
+                "combo": "sglang+sglang+checkpoint:256",
+                "property": "no-oom",
+                "verdict": "violated",
+                "bound": "round 3",
+                "seconds": 0.4,
+                "note": "",
+                "counterexample": {
+                    "scenario": {"page_size": 64},
+                    "rounds": [{"round": 1, "entries": [{"id": "B"}, {"id": "C"}], "oom": None}],
+                },
+            },
+            {
+                "combo": "reserve-tail+sglang+page",
+                "property": "progress",
+                "verdict": "proved",
+                "bound": "K=4,N=3",
+                "seconds": 1.0,
+                "note": "bounded only",
+            },
+        ],
+    }
+    bench = {
+        "schema": "policykit.bench/1",
+        "started": "2026-11-29T12:30:00+00:00",
+        "workload": {"name": "host-hit-heavy"},
+        "model": {"preset": "tiny"},
+        "device": {"type": "cuda", "name": "NVIDIA H200"},
+        "combos": [
+            {
+                "combo": "admission=sglang,chunking=sglang,alignment=checkpoint:256",
+                "policies": {"admission": "sglang", "alignment": "checkpoint:256"},
+                "crash": {"round": 7, "kind": "full-pool"},
+                "requests": {"completed": 5, "rejected": 0, "pending": 3},
+                "prompt_tokens_per_s": 1000.0,
+                "ttft_s": {"p50": 0.5, "p99": 0.9},
+                "peak_kv_utilisation": 1.0,
+                "planning_share": 0.02,
+                "kv_utilisation": [{"round": 1, "used": 0.5}, {"round": 2, "used": 1.0}],
+                "mfu": 0.51,
+            }
+        ],
+    }
+    (tmp_path / "c.json").write_text(json.dumps(check))
+    (tmp_path / "b.json").write_text(json.dumps(bench))
+    b, c = results.load_results_dir(tmp_path)
+    violated, bounded = c.verdicts
+    assert violated.combo == results.combo_key("admission=sglang,alignment=checkpoint:256")
+    assert (violated.bound, violated.scenario) == (3, {"page_size": 64})
+    assert violated.trace == ({"round": 1, "oom": None, "id": "B"}, {"id": "C"})
+    assert (bounded.bound, bounded.unbounded, bounded.note) == (4, False, "bounded only")
+    assert comparisons.verdict_cell(bounded) == (
+        '<span class="pk-proved" title="bounded only">✓ proved (to K=4)</span>'
+    )
+    run = b.runs[0]
+    assert (run.completed, run.pending, run.crashed_at_round) == (5, 3, 7)
+    assert (run.ttft_p50_s, run.ttft_p99_s, run.scheduler_share, run.mfu) == (0.5, 0.9, 0.02, 0.51)
+    assert run.pool_use_by_round == (0.5, 1.0)
+    assert b.workload == "host-hit-heavy"
+    assert (b.provenance.device, b.provenance.model) == ("NVIDIA H200 (cuda)", "tiny")
