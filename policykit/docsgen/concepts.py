@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from policykit.docsgen.markdown import GENERATED_BANNER, fence
 from policykit.docsgen.replay import replay, rounds_markdown, scenario_from
+from policykit.docsgen.results import now_utc
 from policykit.registry import PolicyRegistry
 
 #: docs-owned scenario of seed 001 (hybrid sliding-window); the seed 000 ones are bundled
@@ -72,11 +73,16 @@ def write_concept_tables(registry: PolicyRegistry, out: Path) -> list[Path]:
     """Write one page fragment per :data:`CONCEPT_RUNS` entry under ``out/concepts``."""
     folder = out / "concepts"
     folder.mkdir(parents=True, exist_ok=True)
+    stamp = f"Simulated on CPU (scheduler only, no model) by `policykit docs`, {now_utc()}."
     written = []
     for run in CONCEPT_RUNS:
         scenario = scenario_from(run.scenario)
         done = replay(scenario, run.combo, registry)
-        text = GENERATED_BANNER + rounds_markdown(done)
+        text = (
+            GENERATED_BANNER
+            + f"`--combo {run.combo}` · <small>{stamp}</small>\n\n"
+            + rounds_markdown(done)
+        )
         if run.show_cli:
             command, output = simulate_cli_output(run.scenario, run.combo)
             text += (
