@@ -28,6 +28,7 @@ from policykit.docsgen.results import (
     Verdict,
     combo_key,
     combo_parts,
+    now_utc,
 )
 from policykit.errors import PolicykitError
 from policykit.policy import EngineConfig
@@ -186,7 +187,7 @@ def replay_section(all_replays: list[ScenarioReplays], combos: list[str], plot_d
     provenance = Provenance(
         device="CPU (torch tensors; scheduler only, no model)",
         model=None,
-        date=_today(),
+        date=now_utc(),
         produced_by="`policykit docs` replaying the bundled scenarios through the scheduler",
     )
     rows = []
@@ -300,12 +301,6 @@ def bench_section(bench: BenchResults, plot_dir: Path) -> str:
 
 
 # --- the page -----------------------------------------------------------------------------------
-def _today() -> str:
-    from policykit.docsgen.results import now_utc
-
-    return now_utc()
-
-
 def write_comparisons(registry: PolicyRegistry, results: list[Results], out: Path) -> list[Path]:
     """Write ``out/comparisons/index.md``, its plots and one page per violation trace."""
     folder = out / "comparisons"

@@ -76,6 +76,7 @@ class CheckResults:
     provenance: Provenance
     verdicts: tuple[Verdict, ...]
     source: Path
+    kind = "check"
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class BenchResults:
     workload: str
     runs: tuple[BenchRun, ...]
     source: Path
+    kind = "bench"
 
 
 Results = CheckResults | BenchResults

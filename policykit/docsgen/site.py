@@ -223,9 +223,7 @@ def make_docs(
         results = load_results_dir(results_dir)
     else:
         results = run_producers(out / "results", report)
-    report.results = [
-        (str(r.source), type(r).__name__.removesuffix("Results").lower()) for r in results
-    ]
+    report.results = [(str(r.source), r.kind) for r in results]
     generate(registry, out, results, report)
     if build:
         report.site = (site or config.parent / "site").resolve()
