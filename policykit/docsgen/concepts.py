@@ -66,7 +66,8 @@ def simulate_cli_output(scenario: str, combo: str) -> tuple[str, str]:
         raise RuntimeError(f"policykit {shlex.join(args)} failed: {result.output}")
     shown = scenario if not Path(scenario).is_absolute() else Path(scenario).name
     command = "policykit " + shlex.join(["simulate", shown, "--combo", combo])
-    return command, result.output.rstrip() + f"\n$ echo $?\n{result.exit_code}"
+    lines = [line.rstrip() for line in result.output.rstrip().splitlines()]
+    return command, "\n".join(lines) + f"\n$ echo $?\n{result.exit_code}"
 
 
 def write_concept_tables(registry: PolicyRegistry, out: Path) -> list[Path]:
