@@ -1,0 +1,138 @@
+"""Running a scenario under a combo, and rendering the run as Markdown.
+
+The concept pages, the scenario-replay comparison and the counterexample traces all show a run
+the same way: the round table of ``policykit simulate`` (one row per scheduling decision, like
+seed 000's A/B/C table) followed by the outcome. They all get it from here, from a real
+:class:`~policykit.scheduler.Scheduler` run on CPU tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from policykit.docsgen.markdown import esc, fence, table
+from policykit.plan import EntryKind
+from policykit.registry import Combo, PolicyRegistry
+from policykit.scenario import Scenario, build_node, load_scenario, parse_scenario
+from policykit.scheduler import RunResult, Scheduler
+
+#: how many rounds a docs replay may take; the bundled scenarios settle in a handful
+MAX_ROUNDS = 200
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One finished run, with the pool size needed to turn free slots into utilisation."""
+
+    scenario: Scenario
+    result: RunResult
+    pool_tokens: int
+
+    @property
+    def pool_use_by_round(self) -> tuple[float, ...]:
+        """Fraction of the KV pool in use after each round (the OOM round counts as full)."""
+        out = []
+        for record in self.result.rounds:
+            if self.result.oom is not None and record.plan.round == self.result.oom.round:
+                out.append(1.0)
+            else:
+                out.append(1.0 - record.free_tokens_after / self.pool_tokens)
+        return tuple(out)
+
+    @property
+    def outcome(self) -> str:
+        """One short phrase: how the run ended."""
+        r = self.result
+        total = len(self.scenario.requests)
+        if r.oom is not None:
+            return f"OOM in round {r.oom.round}"
+        return f"{len(r.completed)}/{total} completed" + (
+            f", {len(r.pending)} pending" if r.pending else ""
+        )
+
+
+def scenario_from(source: str | Path | dict) -> Scenario:
+    """A scenario from a bundled name, a path, or an already decoded JSON object."""
+    if isinstance(source, dict):
+        return parse_scenario(source, source="the exported counterexample")
+    from policykit.cli.simulate import resolve_scenario_path
+
+    return load_scenario(resolve_scenario_path(str(source)))
+
+
+def replay(
+    scenario: Scenario,
+    combo: Combo | str,
+    registry: PolicyRegistry,
+    *,
+    max_rounds: int = MAX_ROUNDS,
+) -> Replay:
+    """Run ``scenario`` to its end (or ``max_rounds``) under ``combo`` on CPU tensors."""
+    chosen = (
+        combo
+        if isinstance(combo, Combo)
+        else registry.resolve(scenario.combo, combo, config=scenario.config.engine)
+    )
+    node = build_node(scenario, device="cpu")
+    result = Scheduler(node, chosen).run(max_rounds=max_rounds)
+    return Replay(scenario, result, node.pool.total_tokens)
+
+
+def rounds_markdown(run: Replay) -> str:
+    """The round table of ``policykit simulate`` as a Markdown table, then the outcome."""
+    result = run.result
+    rows: list[list[object]] = []
+    for record in result.rounds:
+        plan = record.plan
+        marks = {m.request_id: m for m in plan.marks}
+        oom_here = result.oom is not None and result.oom.round == plan.round
+        first = len(rows)
+        for entry in plan.entries:
+            mark = marks.get(entry.request_id) if entry.kind is not EntryKind.DEFERRED else None
+            rows.append(
+                [
+                    "",
+                    entry.request_id,
+                    f"[{entry.start}, {entry.end})" if entry.tokens else "-",
+                    entry.tokens,
+                    entry.kind.value,
+                    entry.load_back or "",
+                    "" if mark is None else mark.rem_total_tokens,
+                    "" if mark is None else mark.cur_rem_tokens,
+                    "",
+                ]
+            )
+        for rej in plan.rejected:
+            rows.append(["", rej.request_id, "-", "", f"rejected {rej.verdict}", "", "", "", ""])
+        if len(rows) == first:
+            rows.append(["", "(nothing to do)", "", "", "", "", "", "", ""])
+        rows[first][0] = plan.round
+        rows[-1][-1] = "**OOM**" if oom_here else record.free_tokens_after
+    headers = (
+        "round",
+        "request",
+        "chunk [start, end)",
+        "tokens",
+        "kind",
+        "load-back",
+        "rem_total_tokens",
+        "cur_rem_tokens",
+        "free after",
+    )
+    out = table(headers, rows, right=(0, 2, 3, 5, 6, 7, 8))
+    return out + "\n" + outcome_markdown(run)
+
+
+def outcome_markdown(run: Replay) -> str:
+    """An admonition with the verdict: the OOM message, or the completed/pending lists."""
+    r = run.result
+    lists = (
+        f"    completed: {esc(', '.join(r.completed) or '-')} · "
+        f"pending: {esc(', '.join(r.pending) or '-')}\n"
+    )
+    if r.oom is not None:
+        who = f" while placing {r.oom.request}" if r.oom.request else ""
+        body = "\n".join("    " + line for line in fence(r.oom.message, "text").splitlines())
+        return f'!!! failure "OOM in round {r.oom.round}{who}"\n{body}\n\n{lists}'
+    return f'!!! success "No OOM after {len(r.rounds)} rounds (stopped: {r.stopped_by})"\n{lists}'

@@ -1,0 +1,284 @@
+"""The page generators, one by one, on the real registry and real scheduler runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from policykit.cli import COMMANDS
+from policykit.docsgen import comparisons, concepts, markdown, policies, results
+from policykit.docsgen.cli_reference import cli_page
+from policykit.docsgen.markdown import Provenance
+from policykit.plugin_manager import make_plugin_manager
+from policykit.policy import KINDS
+from policykit.registry import PolicyRegistry
+
+from .conftest import FIXTURES, REPO
+
+PROV = Provenance("CPU", None, "2026-11-29", "a test")
+
+
+def registry() -> PolicyRegistry:
+    return PolicyRegistry.from_plugins(make_plugin_manager())
+
+
+# --- markdown helpers ---------------------------------------------------------------------------
+def test_table_cells_cannot_break_rows():
+    text = markdown.table(("a", "b"), [("x|y", "two\nlines")])
+    assert text.splitlines()[2] == r"| x\|y | two lines |"
+
+
+def test_fence_outlasts_backticks_in_the_code():
+    assert markdown.fence("a ```` b", "text").startswith("`````text\n")
+
+
+# --- policy reference ---------------------------------------------------------------------------
+def test_policy_reference_documents_every_registered_policy():
+    reg = registry()
+    page = policies.policies_page(reg, PROV)
+    for kind in KINDS:
+        assert f"\n## {kind}\n" in page
+    for entry in reg.entries():
+        assert f"{{ #{policies.anchor(entry.kind, entry.name)} }}" in page
+        assert entry.doc in page  # the full docstring, not only its summary
+        assert f"Source of `{entry.cls.__qualname__}`" in page
+        assert policies.source_location(entry.cls) in page
+    # relative to the package's parent: stable across checkouts and virtual environments
+    assert re.search(r"`(policykit/)?plugins/admission\.py:\d+`", page)
+
+
+def test_policy_reference_lists_an_installed_third_party_policy(example_plugin):
+    page = policies.policies_page(registry(), PROV)
+    assert "{ #admission-watermark }" in page
+    assert "policykit-example-policy 0.1.0" in page
+    assert "`policykit_example_policy/__init__.py:" in page
+    assert "Reserve-tail admission that keeps a watermark" in page
+
+
+# --- CLI reference ------------------------------------------------------------------------------
+def test_cli_reference_has_every_command():
+    page = cli_page()
+    for name in COMMANDS:
+        assert f"## `policykit {name}`" in page
+        assert f"Usage: policykit {name} [OPTIONS]" in page
+
+
+# --- concept tables from real runs --------------------------------------------------------------
+@pytest.fixture(scope="module")
+def concept_tables(tmp_path_factory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("generated")
+    concepts.write_concept_tables(registry(), out)
+    return {p.stem: p.read_text() for p in (out / "concepts").glob("*.md")}
+
+
+def test_concept_tables_reproduce_the_incident(concept_tables):
+    keim = concept_tables["1keim-sglang"]
+    assert "|  | 1keim | [86784, 89088) | 2304 | truncated | 73792 | 18303 | 18304 |" in keim
+    assert "OOM in round 4 while placing 1keim" in keim
+    assert "Try to allocate 2056 tokens." in keim
+    # the literal terminal output of `policykit simulate`, with its exit code
+    assert "$ policykit simulate seed-incident-1keim --combo admission=sglang," in keim
+    assert keim.rstrip().endswith("$ echo $?\n    1\n    ```")
+    assert "No OOM" in concept_tables["1keim-reserve-tail"]
+
+
+def test_concept_tables_tell_abc_and_swa(concept_tables):
+    assert "| 1 | A | [0, 1088) | 1088 | whole |" in concept_tables["abc-sglang-page"]
+    assert "|  | B | [0, 3008) | 3008 | truncated |" in concept_tables["abc-sglang-page"]
+    assert "OOM in round 4 while placing B" in concept_tables["abc-sglang-checkpoint"]
+    assert "rejected NO_TOKEN" in concept_tables["abc-reserve-tail-checkpoint"]
+    assert "Available swa tokens" in concept_tables["swa-sglang"]
+    assert "No OOM" in concept_tables["swa-swa-reserve"]
+
+
+def test_every_concept_table_is_included_by_a_page(concept_tables):
+    pages = "".join(p.read_text() for p in (REPO / "docs" / "concepts").glob("*.md"))
+    for slug in concept_tables:
+        assert f'--8<-- "generated/concepts/{slug}.md"' in pages
+
+
+# --- results adapters ---------------------------------------------------------------------------
+def test_fixture_results_load_through_the_adapters():
+    loaded = results.load_results_dir(FIXTURES / "results")
+    check = next(r for r in loaded if isinstance(r, results.CheckResults))
+    bench = next(r for r in loaded if isinstance(r, results.BenchResults))
+    assert {v.verdict for v in check.verdicts} == {"proved", "violated", "unknown"}
+    assert sum(v.unbounded for v in check.verdicts) == 3
+    no_evict = next(r for r in bench.runs if "no-evict" in r.combo)
+    assert (no_evict.completed, no_evict.tokens_per_s, no_evict.peak_pool_use) == (2, 9100, 0.61)
+    assert bench.provenance.model == "tiny"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json", "is not JSON"),
+        ("[1]", "must hold one JSON object"),
+        ('{"kind": "lint"}', "cannot tell which command wrote it"),
+        (
+            '{"kind": "check", "results": [{"combo": "planner=x", "verdict": "proved"}]}',
+            "names the kind 'planner', which does not exist",
+        ),
+        (
+            '{"kind": "check", "results": [{"combo": {}, "verdict": "fine"}]}',
+            "expected one of proved, violated, unknown",
+        ),
+        ('{"kind": "bench", "runs": []}', "needs a 'workload' name"),
+        (
+            '{"kind": "bench", "workload": "w", "runs": [{"combo": {}, "tokens_per_s": "fast"}]}',
+            "'tokens_per_s' must be a number",
+        ),
+    ],
+)
+def test_bad_results_files_get_a_clear_error(tmp_path: Path, content: str, message: str):
+    path = tmp_path / "r.json"
+    path.write_text(content)
+    with pytest.raises(results.ResultsError, match=re.escape(message)):
+        results.load_results_file(path)
+
+
+# --- comparison page ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("generated")
+    comparisons.write_comparisons(registry(), results.load_results_dir(FIXTURES / "results"), out)
+    return out / "comparisons"
+
+
+def _section_rows(page: str, heading: str) -> list[str]:
+    section = page.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| `")]
+
+
+def test_verdict_matrix_has_one_row_per_registered_combination(comparison: Path):
+    page = (comparison / "index.md").read_text()
+    combos = comparisons.registered_combos(registry())
+    rows = _section_rows(page, "Formal verdicts")
+    # + the fixture's watermark combination, which is not registered without the plugin
+    assert len(rows) == len(combos) + 1
+    assert sum("(not registered here)" in r for r in rows) == 1
+    for combo in combos:
+        cells = "| " + " | ".join(comparisons._combo_cells(combo)) + " |"
+        assert sum(r.startswith(cells) for r in rows) == 1, combo
+    assert '<span class="pk-proved">✓ proved (unbounded)</span>' in page
+    assert '<span class="pk-proved">✓ proved (to K=8)</span>' in page
+    assert '<span class="pk-unknown">? unknown</span>' in page and "— not checked" in page
+
+
+def test_each_violation_links_to_its_rendered_trace(comparison: Path):
+    page = (comparison / "index.md").read_text()
+    checks = results.load_results_dir(FIXTURES / "results")[1]
+    violated = [v for v in checks.verdicts if v.verdict == "violated"]
+    assert len(violated) == 2
+    for v in violated:
+        link = f"traces/{comparisons.trace_slug(v)}.md"
+        assert f"]({link})" in page
+        trace = (comparison / link).read_text()
+        assert "## Replayed by the scheduler" in trace
+        assert "OOM in round 4" in trace  # the exported scenario really crashes
+        assert json.loads(trace.split("```json\n", 1)[1].split("\n```", 1)[0]) == v.scenario
+
+
+def test_harness_tables_and_plots(comparison: Path):
+    page = (comparison / "index.md").read_text()
+    assert "### Workload `host-hit-heavy`" in page
+    assert "Measured on **cpu**, model preset `tiny`, 2026-11-29T12:30:00Z" in page
+    assert "**round 9**" in page and "15,200" in page and "41.0" in page
+    for name in (
+        "bench-host-hit-heavy-throughput.svg",
+        "bench-host-hit-heavy-ttft.svg",
+        "bench-host-hit-heavy-pool.svg",
+        "replay-seed-abc-pool.svg",
+    ):
+        assert f"](plots/{name})" in page
+        root = ET.parse(comparison / "plots" / name).getroot()
+        assert root.tag.endswith("svg")
+
+
+def test_replay_table_covers_every_combination_and_scenario(comparison: Path):
+    page = (comparison / "index.md").read_text()
+    rows = _section_rows(page, "Scenario replays")
+    assert len(rows) == len(comparisons.registered_combos(registry()))
+    sglang_ckpt = next(r for r in rows if r.startswith("| `sglang` | `sglang` | `checkpoint:256`"))
+    assert sglang_ckpt.count("OOM in round 4") == 2  # seed-abc and the 1keim incident
+    assert "Provenance" in page.split("## Scenario replays", 1)[1]
+
+
+def test_plots_are_reproducible(tmp_path: Path):
+    a = comparisons.plots.bar_chart(tmp_path / "a.svg", ["x"], [1.0], title="t", xlabel="x")
+    b = comparisons.plots.bar_chart(tmp_path / "b.svg", ["x"], [1.0], title="t", xlabel="x")
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_adapters_read_the_shapes_the_producers_are_converging_on(tmp_path: Path):
+    """The spec and harness work in progress write nested objects (``device: {type, name}``,
+    ``requests: {completed}``, ``ttft_s: {p50}``, the checker's short combo and ``K=..`` bounds,
+    a counterexample object); the adapters read those as well as the documented flat shape."""
+    check = {
+        "schema": "policykit.check/1",
+        "started": "2026-11-29T12:00:00+00:00",
+        "verdicts": [
+            {
+                "combo": "sglang+sglang+checkpoint:256",
+                "property": "no-oom",
+                "verdict": "violated",
+                "bound": "round 3",
+                "seconds": 0.4,
+                "note": "",
+                "counterexample": {
+                    "scenario": {"page_size": 64},
+                    "rounds": [{"round": 1, "entries": [{"id": "B"}, {"id": "C"}], "oom": None}],
+                },
+            },
+            {
+                "combo": "reserve-tail+sglang+page",
+                "property": "progress",
+                "verdict": "proved",
+                "bound": "K=4,N=3",
+                "seconds": 1.0,
+                "note": "bounded only",
+            },
+        ],
+    }
+    bench = {
+        "schema": "policykit.bench/1",
+        "started": "2026-11-29T12:30:00+00:00",
+        "workload": {"name": "host-hit-heavy"},
+        "model": {"preset": "tiny"},
+        "device": {"type": "cuda", "name": "NVIDIA H200"},
+        "combos": [
+            {
+                "combo": "admission=sglang,chunking=sglang,alignment=checkpoint:256",
+                "policies": {"admission": "sglang", "alignment": "checkpoint:256"},
+                "crash": {"round": 7, "kind": "full-pool"},
+                "requests": {"completed": 5, "rejected": 0, "pending": 3},
+                "prompt_tokens_per_s": 1000.0,
+                "ttft_s": {"p50": 0.5, "p99": 0.9},
+                "peak_kv_utilisation": 1.0,
+                "planning_share": 0.02,
+                "kv_utilisation": [{"round": 1, "used": 0.5}, {"round": 2, "used": 1.0}],
+                "mfu": 0.51,
+            }
+        ],
+    }
+    (tmp_path / "c.json").write_text(json.dumps(check))
+    (tmp_path / "b.json").write_text(json.dumps(bench))
+    b, c = results.load_results_dir(tmp_path)
+    violated, bounded = c.verdicts
+    assert violated.combo == results.combo_key("admission=sglang,alignment=checkpoint:256")
+    assert (violated.bound, violated.scenario) == (3, {"page_size": 64})
+    assert violated.trace == ({"round": 1, "oom": None, "id": "B"}, {"id": "C"})
+    assert (bounded.bound, bounded.unbounded, bounded.note) == (4, False, "bounded only")
+    assert comparisons.verdict_cell(bounded) == (
+        '<span class="pk-proved" title="bounded only">✓ proved (to K=4)</span>'
+    )
+    run = b.runs[0]
+    assert (run.completed, run.pending, run.crashed_at_round) == (5, 3, 7)
+    assert (run.ttft_p50_s, run.ttft_p99_s, run.scheduler_share, run.mfu) == (0.5, 0.9, 0.02, 0.51)
+    assert run.pool_use_by_round == (0.5, 1.0)
+    assert b.workload == "host-hit-heavy"
+    assert (b.provenance.device, b.provenance.model) == ("NVIDIA H200 (cuda)", "tiny")
