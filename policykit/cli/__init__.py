@@ -16,6 +16,7 @@ from policykit.errors import PolicykitError
 
 #: command name -> "module:attribute"
 COMMANDS: dict[str, str] = {
+    "bench": "policykit.cli.bench:bench",
     "policies": "policykit.cli.policies:policies",
     "simulate": "policykit.cli.simulate:simulate",
 }
