@@ -87,9 +87,15 @@ def fill_kv(node: PrefillNode, store: PrefixKV) -> None:
             host.kv = store.host(req.tokens[: host.end], host.start)
 
 
-def build_workload_node(workload: Workload, store: PrefixKV) -> PrefillNode:
+def build_workload_node(
+    workload: Workload, store: PrefixKV, *, with_kv: bool = True
+) -> PrefillNode:
     """A fresh node for ``workload``: pool with the model's KV buffers, resident prefixes in the
-    radix cache (pinned ones locked) and the host tier, and every request queued."""
+    radix cache (pinned ones locked) and the host tier, and every request queued.
+
+    ``with_kv=False`` skips computing the resident prefixes' KV: the layout and every decision
+    are the same, only the values are not (for timing the planner and the forward alone).
+    """
     model = store.model
     page = workload.page_size
     config = NodeConfig(
@@ -123,5 +129,6 @@ def build_workload_node(workload: Workload, store: PrefixKV) -> PrefillNode:
             if node.host.lookup(toks[:end], device) is None:
                 node.host.put(toks[:end], device)
         node.add(Request(spec.id, toks, arrival_round=spec.arrival_round))
-    fill_kv(node, store)
+    if with_kv:
+        fill_kv(node, store)
     return node

@@ -298,6 +298,10 @@ GENERATORS: dict[str, Callable[[int, int], Workload]] = {
     "mixed": mixed,
     "seed-incident": seed_incident,
 }
+#: smallest pool that keeps a generator's shape (below it the seed-incident scaling rounds the
+#: long request's pieces away and nothing interesting happens)
+MIN_POOL_TOKENS: dict[str, int] = {"seed-incident": 8192}
+_DEFAULT_MIN_POOL = 2048
 
 
 def check_pool(pool_tokens: int, page_size: int = PAGE_SIZE) -> int:
@@ -321,10 +325,11 @@ def generate(name: str, pool_tokens: int, seed: int = 0) -> Workload:
             f"There is no workload named {name!r}. Named workloads: {', '.join(GENERATORS)}; "
             "or give the path of a JSONL trace (.jsonl) or a scenario file (.json)."
         ) from None
-    if pool < 16 * PAGE_SIZE:
+    least = MIN_POOL_TOKENS.get(name, _DEFAULT_MIN_POOL)
+    if pool < least:
         raise WorkloadError(
-            f"The {name!r} workload needs a pool of at least {16 * PAGE_SIZE} tokens to keep its "
-            f"shape; --pool-tokens {pool_tokens} is too small."
+            f"The {name!r} workload needs a pool of at least {least} tokens to keep its shape; "
+            f"--pool-tokens {pool_tokens} is too small."
         )
     return make(pool, seed)
 
