@@ -7,6 +7,7 @@ ones cost in throughput and time to first token.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def _short(policies: dict[str, str]) -> str:
-    return " ".join(v for k, v in policies.items() if k != "allocator-phase" or v != "default")
+    return "/".join(v for k, v in policies.items() if k != "allocator-phase" or v != "default")
 
 
 def results_table(result: dict[str, Any]) -> Table:
@@ -55,7 +56,7 @@ def results_table(result: dict[str, Any]) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    table.add_column("admission chunking alignment", no_wrap=True)
+    table.add_column("admission/chunking/alignment", no_wrap=True)
     table.add_column("status", no_wrap=True)
     for name, justify in (
         ("done/rej/def/pend", "right"),
@@ -213,7 +214,9 @@ def bench(
     if json_out == "-":
         click.echo(json.dumps(result, indent=2))
         return
-    Console().print(results_table(result))
+    # a table this wide is unreadable folded to 80 columns when the output is not a terminal
+    out = Console() if sys.stdout.isatty() else Console(width=200)
+    out.print(results_table(result))
     if json_out is not None:
         path = Path(json_out)
         try:

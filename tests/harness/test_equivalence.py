@@ -58,3 +58,46 @@ def test_every_combo_computes_the_dense_logits(
     assert {"chunked", "prefix-hit:dev", "prefix-hit:cold2", "load-back:host"} <= paths
     assert {"prefix-hit:both", "load-back:both"} <= paths
     assert checked >= 5 * len(combos)
+
+
+def test_scenario_files_run_on_real_kv(tmp_path, registry: PolicyRegistry, store: PrefixKV) -> None:
+    """A scenario's cached prefix, host run and in-progress request all carry the dense KV."""
+    import json
+
+    from policykit.harness.runner import from_scenario
+
+    path = tmp_path / "s.json"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "kv-paths",
+                "page_size": 64,
+                "chunked_prefill_size": 256,
+                "pool": {"free_tokens": 1536, "evictable_tokens": 128},
+                "kv_release_rounds": 1,
+                "requests": [
+                    {"id": "mid", "prompt_tokens": 500, "chunked": True, "computed_tokens": 300},
+                    {
+                        "id": "dev",
+                        "prompt_tokens": 300,
+                        "device_prefix_tokens": 128,
+                        "host_prefix_tokens": 100,
+                    },
+                    {
+                        "id": "pin",
+                        "prompt_tokens": 200,
+                        "device_prefix_tokens": 64,
+                        "device_prefix_pinned": True,
+                    },
+                ],
+            }
+        )
+    )
+    bench = from_scenario(path)
+    run = run_combo(bench, registry.resolve(None), store, keep_logits=True)
+    assert set(run.logits) == {"mid", "dev", "pin"}
+    node = bench.make_node(store)
+    model = store.model
+    for rid, logits in run.logits.items():
+        ref = model.dense(model.token_ids(node.requests[rid].tokens)).logits
+        assert float((logits - ref).abs().max() / ref.abs().max()) < REL, rid
