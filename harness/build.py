@@ -23,7 +23,10 @@ from policykit.request import Request, State
 class PrefixKV:
     """Dense-forward KV of token prefixes, computed once per workload and shared by every combo.
 
-    Host copies live in pinned memory on CUDA, so a load-back is a DMA, not a pageable copy.
+    KV of positions ``[0, n)`` depends only on the first ``n`` tokens (causal attention), so a
+    prefix's KV is the dense forward of the prefix alone. Device prefixes are kept on the device
+    (each combo's fresh pool is filled from them); host runs are kept only as host copies, in
+    pinned memory on CUDA so that a load-back is a DMA, not a pageable copy.
     """
 
     def __init__(self, model: Decoder) -> None:
@@ -42,8 +45,9 @@ class PrefixKV:
         key = (tuple(tokens), start)
         if key not in self._host:
             pin = self.model.device.type == "cuda"
+            dense = self._dense.get(key[0]) or self.model.dense(self.model.token_ids(key[0])).kv
             self._host[key] = [
-                (_to_host(k[start:], pin), _to_host(v[start:], pin)) for k, v in self.dense(tokens)
+                (_to_host(k[start:], pin), _to_host(v[start:], pin)) for k, v in dense
             ]
         return self._host[key]
 
@@ -73,16 +77,12 @@ def fill_kv(node: PrefillNode, store: PrefixKV) -> None:
         cached, _, pages = node.cache.match(req.tokens)
         host = node.host.lookup(req.tokens, cached)
         on_device = req.seq_len if req.state is State.CHUNKED else cached
-        end = max(on_device, 0 if host is None else host.end)
-        if end == 0:
-            continue
-        kv = store.dense(req.tokens[:end])
         if on_device:
             table = req.pages if req.state is State.CHUNKED else pages
             slots = pool.slots(table, 0, on_device)
-            for layer, (k, v) in enumerate(kv):
-                pool.k[layer][slots] = k[:on_device]
-                pool.v[layer][slots] = v[:on_device]
+            for layer, (k, v) in enumerate(store.dense(req.tokens[:on_device])):
+                pool.k[layer][slots] = k
+                pool.v[layer][slots] = v
         if host is not None and host.kv is None:
             host.kv = store.host(req.tokens[: host.end], host.start)
 

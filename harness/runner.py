@@ -28,6 +28,7 @@ from policykit.harness.metrics import (
     percentile,
     summarise_rounds,
     ttfts,
+    watermark,
 )
 from policykit.harness.model import Decoder
 from policykit.harness.workloads import Workload, generate, load_trace
@@ -77,7 +78,6 @@ def from_scenario(path: Path) -> BenchInput:
         fill_kv(node, store)
         return node
 
-    total = scenario.free_tokens + scenario.evictable_tokens
     summary = {
         "name": scenario.name,
         "description": scenario.description,
@@ -89,7 +89,6 @@ def from_scenario(path: Path) -> BenchInput:
         "kv_release_rounds": scenario.kv_release_rounds,
         "requests": len(scenario.requests),
         "prompt_tokens": sum(r.prompt_tokens for r in scenario.requests),
-        "free_plus_evictable_tokens": total,
     }
     return BenchInput(
         scenario.name,
@@ -165,8 +164,6 @@ def run_combo(
         }
     row = _row(bench, combo, node, result, forward, crash)
     if device.type == "cuda":
-        from policykit.harness.metrics import watermark
-
         row["watermark"] = watermark(device)
         torch.cuda.empty_cache()
     return ComboRun(row, forward.logits, node.pool.total_tokens)
