@@ -7,7 +7,7 @@ whose transfer to decode completed. It does not decide anything: deciding is the
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -79,6 +79,9 @@ class PrefillNode:
         self.waiting: deque[Request] = deque()
         self.chunked: Request | None = None
         self.held: deque[Request] = deque()
+        #: whether a held request's KV has reached the decode node; the harness replaces this
+        #: with a check of its real copy, so slots are never freed under an in-flight transfer
+        self.transfer_done: Callable[[Request], bool] = lambda req: True
 
     # -- requests --------------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -230,7 +233,11 @@ class PrefillNode:
         if delay is None:
             return []
         released = []
-        while self.held and self.held[0].finished_round + delay <= round_no:
+        while (
+            self.held
+            and self.held[0].finished_round + delay <= round_no
+            and self.transfer_done(self.held[0])
+        ):
             req = self.held.popleft()
             self.release(req)
             released.append(req)

@@ -1,0 +1,114 @@
+"""What a benchmark run reports per combination, computed from the run's records.
+
+Time in the simulation is the wall time of its rounds laid end to end: round ``r`` starts when
+round ``r - 1`` ended. *TTFT* of a request is the time from the start of its arrival round to the
+end of the round whose forward produced its first token (its last-position logits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from policykit.plan import EntryKind
+from policykit.scheduler import RunResult
+
+#: NVIDIA H100/H200 SXM dense bf16 tensor-core peak, TFLOP/s (no sparsity); the H200 shares
+#: the H100's compute, only memory differs (NVIDIA H200 product brief)
+H200_BF16_DENSE_TFLOPS = 989.0
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (``q`` in [0, 100]); ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    lo = int(rank)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+def round_times(result: RunResult) -> tuple[dict[int, float], dict[int, float]]:
+    """Start and end time (seconds since the run began) of every round."""
+    start, end, clock = {}, {}, 0.0
+    for record in result.rounds:
+        start[record.plan.round] = clock
+        clock += record.round_seconds
+        end[record.plan.round] = clock
+    return start, end
+
+
+def ttfts(result: RunResult, arrivals: dict[str, int], first: dict[str, int]) -> list[float]:
+    """TTFT of every request that produced its first token."""
+    start, end = round_times(result)
+    out = []
+    for rid, done in first.items():
+        arrived = max(arrivals[rid], 1)  # a request there from the beginning arrives in round 1
+        out.append(end[done] - start[arrived])
+    return out
+
+
+def deferred_requests(result: RunResult) -> list[str]:
+    """Requests whose in-progress chunk was deferred at least once."""
+    seen: dict[str, None] = {}
+    for record in result.rounds:
+        for entry in record.plan.entries:
+            if entry.kind is EntryKind.DEFERRED:
+                seen[entry.request_id] = None
+    return list(seen)
+
+
+def kv_utilisation(result: RunResult, total: int) -> list[dict[str, float]]:
+    """Per round after commit: share of the pool in use (anything not free) and share held by
+    requests (in use minus evictable cached prefix, which a new allocation could reclaim)."""
+    return [
+        {
+            "round": r.plan.round,
+            "used": (total - r.free_tokens_after) / total,
+            "held": (total - r.free_tokens_after - r.evictable_tokens_after) / total,
+        }
+        for r in result.rounds
+    ]
+
+
+def is_torch_oom(exc: BaseException) -> bool:
+    """A torch out-of-memory error, possibly wrapped: seed 002 walks ``__cause__`` and
+    ``__context__`` because engines re-raise allocation failures as their own errors."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, torch.OutOfMemoryError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def watermark(device: torch.device) -> dict[str, int] | None:
+    """Caching-allocator watermark from ``torch.cuda.memory_stats`` (DESIGN §1, seed 002):
+    ``alloc`` (live tensors), ``reserved`` (segments held from the driver), ``frag_gap =
+    reserved - alloc`` and ``max_alloc`` (peak live), in bytes. ``None`` off CUDA."""
+    if device.type != "cuda":
+        return None
+    stats = torch.cuda.memory_stats(device)
+    alloc = int(stats.get("allocated_bytes.all.current", 0))
+    reserved = int(stats.get("reserved_bytes.all.current", 0))
+    return {
+        "alloc": alloc,
+        "reserved": reserved,
+        "frag_gap": reserved - alloc,
+        "max_alloc": int(stats.get("allocated_bytes.all.peak", 0)),
+    }
+
+
+def summarise_rounds(result: RunResult) -> dict[str, Any]:
+    plan = sum(r.plan_seconds for r in result.rounds)
+    wall = sum(r.round_seconds for r in result.rounds)
+    return {
+        "plan_seconds": plan,
+        "wall_seconds": wall,
+        "planning_share": plan / wall if wall > 0 else None,
+    }

@@ -1,0 +1,262 @@
+"""Run one workload through policy combinations on the real model, and collect the results.
+
+Each combination gets a fresh node (same workload, same pool size, same resident prefixes) and
+runs until it is idle, hits ``max_rounds`` or crashes. A crash is what an engine would do: the
+pool could not place a planned batch (:class:`PrefillOutOfMemory`) or torch ran out of device
+memory; the combination is marked *crashed at round R* and the next one runs. The results
+follow one versioned schema (:data:`SCHEMA`, documented in ``docs/harness.md``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from policykit.harness.build import PrefixKV, attach_kv, build_workload_node, fill_kv
+from policykit.harness.engine import ModelForward
+from policykit.harness.handoff import DecodeHandoff
+from policykit.harness.metrics import (
+    H200_BF16_DENSE_TFLOPS,
+    deferred_requests,
+    is_torch_oom,
+    kv_utilisation,
+    percentile,
+    summarise_rounds,
+    ttfts,
+    watermark,
+)
+from policykit.harness.model import Decoder
+from policykit.harness.workloads import Workload, generate, load_trace
+
+from policykit.node import NodeConfig, PrefillNode
+from policykit.plugin_manager import PolicykitPluginManager
+from policykit.registry import Combo
+from policykit.scenario import build_node, load_scenario
+from policykit.scheduler import RoundRecord, Scheduler
+
+SCHEMA = "policykit.bench/1"
+
+
+@dataclass(frozen=True)
+class BenchInput:
+    """A workload ready to lay out on a fresh node for each combination."""
+
+    name: str
+    summary: dict[str, Any]
+    config: NodeConfig
+    arrivals: dict[str, int]
+    make_node: Callable[[PrefixKV], PrefillNode]
+
+
+def from_workload(workload: Workload) -> BenchInput:
+    return BenchInput(
+        workload.name,
+        workload.summary(),
+        NodeConfig(
+            page_size=workload.page_size,
+            chunked_prefill_size=workload.chunked_prefill_size,
+            max_prefill_tokens=workload.max_prefill_tokens,
+            kv_release_rounds=workload.kv_release_rounds,
+        ),
+        {r.id: r.arrival_round for r in workload.requests},
+        lambda store: build_workload_node(workload, store),
+    )
+
+
+def from_scenario(path: Path) -> BenchInput:
+    """A core scenario file run on the model: its own pool, cache and host layout, real KV."""
+    scenario = load_scenario(path)
+
+    def make(store: PrefixKV) -> PrefillNode:
+        node = build_node(scenario, device=store.model.device)
+        attach_kv(node.pool, store.model)
+        fill_kv(node, store)
+        return node
+
+    summary = {
+        "name": scenario.name,
+        "description": scenario.description,
+        "source": str(path),
+        "page_size": scenario.page_size,
+        "chunked_prefill_size": scenario.chunked_prefill_size,
+        "max_prefill_tokens": scenario.max_prefill_tokens,
+        "pool_tokens": None,  # filled in from the node: the scenario fixes it
+        "kv_release_rounds": scenario.kv_release_rounds,
+        "requests": len(scenario.requests),
+        "prompt_tokens": sum(r.prompt_tokens for r in scenario.requests),
+    }
+    return BenchInput(
+        scenario.name,
+        summary,
+        scenario.config,
+        {r.id: r.arrival_round for r in scenario.requests},
+        make,
+    )
+
+
+def resolve_input(arg: str, pool_tokens: int, seed: int = 0) -> BenchInput:
+    """``arg`` is a workload name, a ``.jsonl`` trace, or a scenario file / bundled name."""
+    path = Path(arg)
+    if path.suffix == ".jsonl":
+        return from_workload(load_trace(path, pool_tokens))
+    if path.suffix == ".json" or (not path.suffix and path.exists()):
+        return from_scenario(path)
+    from policykit.cli.simulate import bundled_scenarios
+
+    bundled = bundled_scenarios()
+    if arg in bundled:
+        return from_scenario(bundled[arg])
+    return from_workload(generate(arg, pool_tokens, seed))
+
+
+@dataclass
+class ComboRun:
+    """One combination's outcome: the JSON row, plus the logits when asked to keep them."""
+
+    row: dict[str, Any]
+    logits: dict[str, torch.Tensor]
+    pool_tokens: int
+
+
+def run_combo(
+    bench: BenchInput,
+    combo: Combo,
+    store: PrefixKV,
+    *,
+    pm: PolicykitPluginManager | None = None,
+    keep_logits: bool = False,
+    max_rounds: int = 10_000,
+    on_round: Callable[[RoundRecord], None] | None = None,
+) -> ComboRun:
+    model = store.model
+    device = model.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    node = bench.make_node(store)
+    handoff = DecodeHandoff(node)
+    forward = ModelForward(model, handoff, keep_logits=keep_logits)
+    scheduler = Scheduler(node, combo, pm=pm, forward=forward)
+    crash: dict[str, Any] | None = None
+    try:
+        result = scheduler.run(max_rounds=max_rounds, on_round=on_round)
+    except Exception as exc:
+        if not is_torch_oom(exc):
+            raise
+        result = scheduler.result
+        result.stopped_by = "oom"
+        crash = {
+            "round": scheduler.round_no,
+            "kind": "torch",
+            "request": None,
+            "message": " ".join(str(exc).split())[:400],
+        }
+    if result.oom is not None:
+        crash = {
+            "round": result.oom.round,
+            "kind": f"{result.oom.pool}-pool",
+            "request": result.oom.request,
+            "message": result.oom.message,
+        }
+    row = _row(bench, combo, node, result, forward, crash)
+    if device.type == "cuda":
+        row["watermark"] = watermark(device)
+        torch.cuda.empty_cache()
+    return ComboRun(row, forward.logits, node.pool.total_tokens)
+
+
+def _row(bench, combo, node, result, forward, crash) -> dict[str, Any]:
+    stats = forward.stats
+    total = node.pool.total_tokens
+    completed = set(result.completed)
+    first = {rid: r for rid, r in stats.first_token_round.items() if rid in completed}
+    times = ttfts(result, bench.arrivals, first)
+    rounds = summarise_rounds(result)
+    wall = rounds["wall_seconds"]
+    prompt = sum(node.requests[rid].prompt_tokens for rid in completed)
+    util = kv_utilisation(result, total)
+    cuda = node.pool.device.type == "cuda"
+    tflops = stats.flops / stats.seconds / 1e12 if stats.seconds > 0 else None
+    if crash is not None:
+        status = "crashed"
+    elif result.pending or result.stopped_by == "max_rounds":
+        status = "incomplete"
+    else:
+        status = "completed"
+    return {
+        "combo": str(combo),
+        "policies": combo.as_dict(),
+        "status": status,
+        "crash": crash,
+        "requests": {
+            "total": len(node.requests),
+            "completed": len(result.completed),
+            "rejected": len(result.rejected),
+            "deferred": len(deferred_requests(result)),
+            "pending": len(result.pending),
+        },
+        "rounds": len(result.rounds),
+        "prompt_tokens_completed": prompt,
+        "prompt_tokens_per_s": prompt / wall if wall > 0 else None,
+        "computed_tokens": stats.tokens,
+        "computed_tokens_per_s": stats.tokens / wall if wall > 0 else None,
+        "ttft_s": {"p50": percentile(times, 50), "p99": percentile(times, 99)},
+        "peak_kv_utilisation": max((u["used"] for u in util), default=0.0),
+        "peak_kv_held": max((u["held"] for u in util), default=0.0),
+        "kv_utilisation": util,
+        **rounds,
+        "forward_seconds": stats.seconds,
+        "flops": stats.flops,
+        "tflops": tflops,
+        "mfu": tflops / H200_BF16_DENSE_TFLOPS if cuda and tflops is not None else None,
+        "handoff_bytes": forward.handoff.bytes_sent,
+        "watermark": None,
+    }
+
+
+def run_bench(
+    bench: BenchInput,
+    combos: Iterable[Combo],
+    model: Decoder,
+    *,
+    pm: PolicykitPluginManager | None = None,
+    max_rounds: int = 10_000,
+    on_combo_start: Callable[[Combo], None] | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
+) -> dict[str, Any]:
+    """Every combination in turn; the whole result as one :data:`SCHEMA` document."""
+    t0 = time.perf_counter()
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    store = PrefixKV(model)
+    rows = []
+    summary = dict(bench.summary)
+    for combo in combos:
+        if on_combo_start is not None:
+            on_combo_start(combo)
+        run = run_combo(bench, combo, store, pm=pm, max_rounds=max_rounds, on_round=on_round)
+        rows.append(run.row)
+        summary["pool_tokens"] = run.pool_tokens
+    device = model.device
+    p = model.preset
+    return {
+        "schema": SCHEMA,
+        "started": started,
+        "wall_seconds": time.perf_counter() - t0,
+        "workload": summary,
+        "model": {
+            "preset": p.name,
+            "dtype": str(model.dtype).removeprefix("torch."),
+            "matmul_params": p.matmul_params,
+            "kv_bytes_per_token": p.kv_bytes_per_token(torch.finfo(model.dtype).bits // 8),
+        },
+        "device": {
+            "type": device.type,
+            "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        },
+        "peak_tflops": H200_BF16_DENSE_TFLOPS if device.type == "cuda" else None,
+        "combos": rows,
+    }

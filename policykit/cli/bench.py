@@ -1,0 +1,228 @@
+"""``policykit bench``: a workload through policy combinations on a real model.
+
+The comparison a user picks a policy by: which combinations crash (and when), and what the safe
+ones cost in throughput and time to first token.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from policykit.cli.common import load_registry
+from policykit.errors import PolicykitError
+from policykit.registry import Combo, PolicyRegistry
+
+DEFAULT_POOL_TOKENS = 8192
+
+
+def _combos(registry: PolicyRegistry, text: str, config) -> list[Combo]:
+    if text.strip() == "all":
+        return list(registry.all_combos(config))
+    combos = [registry.resolve(part, config=config) for part in text.split(";") if part.strip()]
+    if not combos:
+        raise PolicykitError(
+            f"--combos {text!r} names no combination; write 'all' or COMBO;COMBO, for example "
+            "'admission=sglang,alignment=checkpoint:256;admission=reserve-tail'."
+        )
+    return combos
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:,.0f}"
+
+
+def _short(policies: dict[str, str]) -> str:
+    return "/".join(v for k, v in policies.items() if k != "allocator-phase" or v != "default")
+
+
+def results_table(result: dict[str, Any]) -> Table:
+    w = result["workload"]
+    cuda = result["device"]["type"] == "cuda"
+    table = Table(
+        title=(
+            f"{w['name']}: {w['requests']} requests, {w['prompt_tokens']:,} prompt tokens, "
+            f"pool {w['pool_tokens']:,} tokens — {result['model']['preset']} on "
+            f"{result['device']['name']}"
+        ),
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("admission/chunking/alignment", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for name, justify in (
+        ("done/rej/def/pend", "right"),
+        ("rounds", "right"),
+        ("prompt tok/s", "right"),
+        ("TTFT p50 ms", "right"),
+        ("TTFT p99 ms", "right"),
+        ("peak KV", "right"),
+        ("plan share", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    if cuda:
+        for name in ("TFLOP/s", "MFU", "reserved GiB", "frag GiB"):
+            table.add_column(name, justify="right")
+    for row in result["combos"]:
+        req = row["requests"]
+        if row["crash"] is not None:
+            status = Text(f"crashed at round {row['crash']['round']}", style="bold red")
+        elif row["status"] == "completed":
+            status = Text("completed", style="green")
+        else:
+            status = Text(row["status"], style="yellow")
+        cells = [
+            _short(row["policies"]),
+            status,
+            f"{req['completed']}/{req['rejected']}/{req['deferred']}/{req['pending']}",
+            str(row["rounds"]),
+            "-" if row["prompt_tokens_per_s"] is None else f"{row['prompt_tokens_per_s']:,.0f}",
+            _ms(row["ttft_s"]["p50"]),
+            _ms(row["ttft_s"]["p99"]),
+            f"{row['peak_kv_utilisation']:.0%}",
+            "-" if row["planning_share"] is None else f"{row['planning_share']:.2%}",
+        ]
+        if cuda:
+            mark = row["watermark"] or {}
+            cells += [
+                "-" if row["tflops"] is None else f"{row['tflops']:.0f}",
+                "-" if row["mfu"] is None else f"{row['mfu']:.0%}",
+                f"{mark.get('reserved', 0) / 2**30:.1f}",
+                f"{mark.get('frag_gap', 0) / 2**30:.2f}",
+            ]
+        table.add_row(*cells)
+    return table
+
+
+@click.command()
+@click.option(
+    "--workload",
+    required=True,
+    help="A named workload (long-prompts, host-hit-heavy, shared-prefix, mixed, "
+    "seed-incident), a JSONL trace (.jsonl) or a scenario file / bundled scenario name.",
+)
+@click.option(
+    "--combos",
+    default="all",
+    show_default=True,
+    help="'all', or combinations separated by ';' (KIND=POLICY,... each).",
+)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--model", "preset", default="tiny", show_default=True, help="Model preset.")
+@click.option(
+    "--pool-tokens",
+    type=int,
+    default=DEFAULT_POOL_TOKENS,
+    show_default=True,
+    help="KV pool size in tokens (whole 64-token pages); named workloads and traces are sized "
+    "to it, scenario files bring their own.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Workload and weight seed.")
+@click.option(
+    "--cpu-threads",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="torch intra-op threads on the CPU. One by default: the tiny model's operations are "
+    "too small to gain from more, and on a busy machine OpenMP spin-waits made a run 4x slower.",
+)
+@click.option("--max-rounds", type=click.IntRange(min=1), default=10_000, show_default=True)
+@click.option(
+    "--json",
+    "json_out",
+    default=None,
+    metavar="OUT",
+    help="Write the results (schema policykit.bench/1) to OUT; '-' prints them instead of the "
+    "table.",
+)
+def bench(
+    workload: str,
+    combos: str,
+    device: str,
+    preset: str,
+    pool_tokens: int,
+    seed: int,
+    cpu_threads: int,
+    max_rounds: int,
+    json_out: str | None,
+) -> None:
+    """Run WORKLOAD through policy combinations on a real model and compare them.
+
+    Each combination gets a fresh node; a pool or torch out-of-memory marks it crashed at that
+    round and the next one runs. Exit code 0 when the benchmark ran (crashes are results); 2 on
+    bad input.
+    """
+    import torch
+
+    from policykit.devices import resolve_device
+    from policykit.harness.model import Decoder
+    from policykit.harness.presets import get_preset
+    from policykit.harness.runner import resolve_input, run_bench
+
+    shape = get_preset(preset)
+    if json_out not in (None, "-") and not Path(json_out).parent.is_dir():
+        raise PolicykitError(
+            f"--json {json_out!r}: the folder {str(Path(json_out).parent)!r} does not exist."
+        )
+    dev = resolve_device(device)
+    if dev.type == "cpu":
+        torch.set_num_threads(cpu_threads)
+    bench_input = resolve_input(workload, pool_tokens, seed)
+    pm, registry = load_registry()
+    chosen = _combos(registry, combos, bench_input.config.engine)
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        console.print(f"building {preset} on {dev} and laying out {bench_input.name} ...")
+        model = Decoder(shape, dev, seed=seed)
+        task = progress.add_task("combos", total=len(chosen))
+        current = {"combo": ""}
+
+        def start(combo: Combo) -> None:
+            if current["combo"]:
+                progress.advance(task)
+            current["combo"] = _short(combo.as_dict())
+            progress.update(task, description=current["combo"])
+
+        def on_round(record) -> None:
+            progress.update(task, description=f"{current['combo']} — round {record.plan.round}")
+
+        result = run_bench(
+            bench_input,
+            chosen,
+            model,
+            pm=pm,
+            max_rounds=max_rounds,
+            on_combo_start=start,
+            on_round=on_round,
+        )
+        progress.advance(task)
+    if json_out == "-":
+        click.echo(json.dumps(result, indent=2))
+        return
+    # a table this wide is unreadable folded to 80 columns when the output is not a terminal
+    out = Console() if sys.stdout.isatty() else Console(width=200)
+    out.print(results_table(result))
+    if json_out is not None:
+        path = Path(json_out)
+        try:
+            path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise PolicykitError(
+                f"Cannot write the results to {json_out!r}: {exc.strerror}."
+            ) from None
+        console.print(f"results written to {path}")
