@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
 from policykit.harness.model import Decoder, LayerKV
 from policykit.harness.workloads import Workload, WorkloadError
-
 from policykit.node import NodeConfig, PrefillNode
 from policykit.pool import TokenPool, pages_for
 from policykit.request import Request, State

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+
 from policykit.harness.handoff import DecodeHandoff
 from policykit.harness.model import Chunk, Decoder
-
 from policykit.node import PrefillNode
 from policykit.plan import Plan
 

@@ -19,14 +19,15 @@ import time
 from typing import Any
 
 import torch
+
 from policykit.harness.metrics import H200_BF16_DENSE_TFLOPS, watermark
 from policykit.harness.model import Chunk, Decoder
 from policykit.harness.presets import get_preset
 from policykit.harness.runner import from_workload, run_bench
 from policykit.harness.workloads import generate
-
 from policykit.pool import TokenPool
 from policykit.registry import registry_from
+from policykit.watermark import Watermark
 
 #: max |chunked - dense| / max |dense| over the logits for bf16 on CUDA (justified in
 #: docs/harness.md: bf16 keeps 8 significant bits, so every stored activation and every K/V
@@ -115,8 +116,7 @@ def _print_row(workload: str, row: dict[str, Any]) -> None:
 def _fmt_watermark(mark: dict[str, int] | None) -> str:
     if mark is None:
         return "n/a (CPU)"
-    gib = 2**30
-    return " ".join(f"{k}={v / gib:.2f}GiB" for k, v in mark.items())
+    return Watermark(mark["alloc"], mark["reserved"], mark["max_alloc"]).format()
 
 
 if __name__ == "__main__":

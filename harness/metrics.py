@@ -12,8 +12,11 @@ from typing import Any
 
 import torch
 
+from policykit.allocator import torch_allocator
+from policykit.oom_chain import find_cuda_oom
 from policykit.plan import EntryKind
 from policykit.scheduler import RunResult
+from policykit.watermark import read_watermark
 
 #: NVIDIA H100/H200 SXM dense bf16 tensor-core peak, TFLOP/s (no sparsity); the H200 shares
 #: the H100's compute, only memory differs (NVIDIA H200 product brief)
@@ -75,32 +78,22 @@ def kv_utilisation(result: RunResult, total: int) -> list[dict[str, float]]:
 
 
 def is_torch_oom(exc: BaseException) -> bool:
-    """A torch out-of-memory error, possibly wrapped: seed 002 walks ``__cause__`` and
-    ``__context__`` because engines re-raise allocation failures as their own errors."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, torch.OutOfMemoryError):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    """A torch out-of-memory error anywhere in ``exc``'s chain (seed 002: engines re-raise
+    allocation failures as their own errors)."""
+    return find_cuda_oom(exc) is not None
 
 
 def watermark(device: torch.device) -> dict[str, int] | None:
-    """Caching-allocator watermark from ``torch.cuda.memory_stats`` (DESIGN §1, seed 002):
-    ``alloc`` (live tensors), ``reserved`` (segments held from the driver), ``frag_gap =
-    reserved - alloc`` and ``max_alloc`` (peak live), in bytes. ``None`` off CUDA."""
+    """Caching-allocator watermark in bytes (``alloc``, ``reserved``, ``frag_gap``,
+    ``max_alloc``) from one ``memory_stats()`` call; ``None`` off CUDA."""
     if device.type != "cuda":
         return None
-    stats = torch.cuda.memory_stats(device)
-    alloc = int(stats.get("allocated_bytes.all.current", 0))
-    reserved = int(stats.get("reserved_bytes.all.current", 0))
+    mark = read_watermark(torch_allocator())
     return {
-        "alloc": alloc,
-        "reserved": reserved,
-        "frag_gap": reserved - alloc,
-        "max_alloc": int(stats.get("allocated_bytes.all.peak", 0)),
+        "alloc": mark.alloc,
+        "reserved": mark.reserved,
+        "frag_gap": mark.frag_gap,
+        "max_alloc": mark.max_alloc,
     }
 
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from policykit.harness.presets import ModelPreset
 from torch.nn.attention.bias import causal_lower_right
 
+from policykit.harness.presets import ModelPreset
 from policykit.pool import KVLayout, TokenPool
 
 #: token ids in policykit are arbitrary ints (workloads make them unique per prefix group); the

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from policykit.harness.build import PrefixKV, attach_kv, build_workload_node, fill_kv
 from policykit.harness.engine import ModelForward
 from policykit.harness.handoff import DecodeHandoff
@@ -32,7 +33,6 @@ from policykit.harness.metrics import (
 )
 from policykit.harness.model import Decoder
 from policykit.harness.workloads import Workload, generate, load_trace
-
 from policykit.node import NodeConfig, PrefillNode
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
@@ -137,6 +137,7 @@ def run_combo(
     device = model.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    combo.allocator_phase.on_init()  # before the pool's buffers are allocated
     node = bench.make_node(store)
     handoff = DecodeHandoff(node)
     forward = ModelForward(model, handoff, keep_logits=keep_logits)

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+
 from policykit.harness.allocator_model import LARGE_BUFFER, MIB, AllocatorModel
 from policykit.harness.fragmentation import Workload, main, run_all
 

@@ -7,13 +7,13 @@ import logging
 import threading
 
 import pytest
+
+from policykit.cli.common import load_registry
 from policykit.plugins.allocator_phase import (
     DefaultAllocator,
     ExpandableFromStart,
     PhasedExpandable,
 )
-
-from policykit.cli.common import load_registry
 
 from .fakes import GIB, FakeAllocator
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from policykit.harness.build import PrefixKV
 from policykit.harness.model import Decoder
 from policykit.harness.presets import get_preset
 from policykit.harness.workloads import RequestSpec, Workload
-
 from policykit.registry import PolicyRegistry, registry_from
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from policykit.harness.build import PrefixKV, build_workload_node
 from policykit.harness.metrics import H200_BF16_DENSE_TFLOPS
 from policykit.harness.model import Chunk
 from policykit.harness.presets import get_preset
 from policykit.harness.workloads import generate
-
 from policykit.node import PrefillNode
 from policykit.plan import Plan
 from policykit.planner import Planner

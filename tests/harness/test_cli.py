@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from policykit.harness.runner import SCHEMA
 
 from policykit.cli import main
+from policykit.harness.runner import SCHEMA
 
 FAST = ["--model", "tiny", "--device", "cpu", "--pool-tokens", "2048"]
 TWO = "admission=sglang,alignment=checkpoint:256;admission=reserve-tail,alignment=checkpoint:256"

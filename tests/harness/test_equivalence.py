@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from policykit.harness.build import PrefixKV
 from policykit.harness.runner import from_workload, run_combo
 from policykit.harness.workloads import Workload
-
 from policykit.plan import EntryKind
 from policykit.registry import PolicyRegistry
 

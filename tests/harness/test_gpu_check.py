@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from policykit.harness import gpu_check
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from policykit.harness.build import PrefixKV, build_workload_node
 from policykit.harness.engine import ModelForward
 from policykit.harness.handoff import DecodeHandoff
 from policykit.harness.runner import from_workload, run_combo
 from policykit.harness.workloads import RequestSpec, Workload
-
 from policykit.registry import PolicyRegistry
 from policykit.scheduler import Scheduler
 

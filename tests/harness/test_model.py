@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 import torch
+
 from policykit.harness.model import Chunk, Decoder
 from policykit.harness.presets import PRESETS, get_preset
-
 from policykit.pool import TokenPool
 
 REL = 1e-4

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from policykit.harness.build import PrefixKV
 from policykit.harness.runner import from_workload, resolve_input, run_combo
 from policykit.harness.workloads import (
@@ -14,7 +15,6 @@ from policykit.harness.workloads import (
     generate,
     load_trace,
 )
-
 from policykit.registry import PolicyRegistry
 
 
