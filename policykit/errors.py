@@ -29,7 +29,40 @@ class PolicyError(PolicykitError):
 
     The message names the policy and where it came from (built-in or the distribution that
     registered it), so a misbehaving third-party policy is identified without a debugger.
+    ``request_id`` names the request the policy was deciding on: the scheduler fails that
+    request and keeps serving the others (a policy broken for one shape of input should not
+    take the node down).
     """
+
+    def __init__(self, message: str, *, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+class PlanError(PolicykitError):
+    """A plan handed to ``commit`` does not match the node (unknown request, wrong state,
+    token range that is not the request's next one).
+
+    Plans are data and may come from elsewhere (a replay, another pipeline rank); they are
+    checked before anything is allocated, so a bad one changes nothing.
+    """
+
+
+class RequestFault(Exception):
+    """A fault confined to one request (its host-tier copy failed, say).
+
+    The scheduler rolls the round back, fails ``request_id`` with this message as the reason,
+    and plans the round again without it. Not a :class:`PolicykitError`: it is a runtime fault,
+    not bad input.
+    """
+
+    def __init__(self, message: str, *, request_id: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+class LoadBackError(RequestFault):
+    """Copying a request's host-tier prefix back to the device failed."""
 
 
 class PrefillOutOfMemory(Exception):

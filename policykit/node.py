@@ -9,15 +9,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
-from policykit.errors import PrefillOutOfMemory
-from policykit.host_tier import HostTier
-from policykit.plan import Entry, Plan
+from policykit.errors import LoadBackError, PlanError, PrefillOutOfMemory
+from policykit.host_tier import HostEntry, HostTier
+from policykit.plan import Entry, EntryKind, Plan
 from policykit.policy import EngineConfig
 from policykit.pool import TokenPool, extend_pages, pages_for
-from policykit.prefix_cache import PrefixCache
+from policykit.prefix_cache import Node, PrefixCache
 from policykit.request import Request, State
 
 #: KV a prefill node keeps per request for generated tokens: the first token only
@@ -43,6 +44,32 @@ class NodeConfig:
             chunked_prefill_size=self.chunked_prefill_size,
             hybrid_swa=self.sliding_window is not None,
         )
+
+
+_NO_PAGES = torch.empty(0, dtype=torch.int64)
+
+
+@dataclass
+class _Staged:
+    """What a commit took for one entry, held apart from the request until nothing can fail."""
+
+    req: Request
+    entry: Entry
+    prefix_node: Node | None = None
+    prefix_pages: torch.Tensor = _NO_PAGES
+    load_pages: torch.Tensor = _NO_PAGES
+    host_entry: HostEntry | None = None
+    extend_pages: torch.Tensor = _NO_PAGES
+    swa_pages: torch.Tensor | None = None
+
+
+def _concat(head: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
+    """``torch.cat`` that skips the copy when one side is empty (most rounds: one side is)."""
+    if not tail.numel():
+        return head
+    if not head.numel():
+        return tail
+    return torch.cat([head, tail])
 
 
 def _first_over(needs: list[tuple[Entry, int]], available: int) -> str | None:
@@ -116,70 +143,159 @@ class PrefillNode:
 
     # -- commit ----------------------------------------------------------------------------
     def commit(self, plan: Plan) -> None:
-        """Allocate what ``plan`` decided, in the engine's order.
+        """Allocate what ``plan`` decided, in the engine's order, all or nothing.
 
         Locks first (so a load-back's eviction cannot take a prefix the plan counted on), then
-        host load-backs, then one ``alloc_extend`` over the whole batch. Raises
-        :class:`PrefillOutOfMemory` when the pool cannot pay; allocation is all-or-nothing, so
-        the pool stays consistent for inspection.
+        host load-backs, then one ``alloc_extend`` over the whole batch. Every step that can
+        fail only touches the cache and the pools, and logs its inverse; the requests are
+        updated once nothing can fail any more. So when anything raises part-way
+        (:class:`PrefillOutOfMemory`, a :class:`~policykit.errors.LoadBackError`, a fault in
+        the allocator) the pools, the cache and the requests are left exactly as before the
+        round and the error propagates.
         """
-        batch = plan.batch
-        new = [e for e in batch if e.kind.is_new]
-        for entry in new:
-            self._lock_prefix(self.requests[entry.request_id], entry)
-        for entry in new:
-            if entry.load_back:
-                self._load_back(self.requests[entry.request_id], entry)
-        self._alloc_extend(batch)
-        for entry in batch:
-            self._advance(self.requests[entry.request_id], entry, plan.round)
+        self.check_plan(plan)
+        undo: list[Callable[[], None]] = []
+        try:
+            staged = self._stage(plan.batch, undo)
+        except BaseException:
+            for step in reversed(undo):
+                step()
+            raise
+        for s in staged:
+            self._apply(s, plan.round)
 
-    def _lock_prefix(self, req: Request, entry: Entry) -> None:
-        matched, last, pages = self.cache.match(req.tokens)
-        if matched != entry.cached:
-            raise RuntimeError(
-                f"plan/commit mismatch: {req.id} planned a {entry.cached}-token cached prefix, "
-                f"the cache now has {matched}"
+    def check_plan(self, plan: Plan) -> None:
+        """Raise :class:`PlanError` unless every entry is the named request's next step."""
+        seen: set[str] = set()
+        stays = 0
+        for e in plan.entries:
+            req = self.requests.get(e.request_id)
+            where = f"The plan of round {plan.round} gives {e.request_id!r} [{e.start}, {e.end})"
+            if req is None:
+                raise PlanError(f"{where}, but no such request is on this node.")
+            if e.request_id in seen:
+                raise PlanError(f"{where} twice.")
+            seen.add(e.request_id)
+            if e.kind.is_new:
+                ok = (
+                    req.state is State.WAITING
+                    and e.cached >= 0
+                    and e.load_back >= 0
+                    and e.start == e.cached + e.load_back
+                )
+            else:
+                ok = req is self.chunked and e.start == req.seq_len
+            if not ok:
+                raise PlanError(
+                    f"{where} as a {e.kind.value} chunk, but it is {req.state.value} with "
+                    f"{req.seq_len} tokens on the device."
+                )
+            last = e.end == req.prompt_tokens
+            if e.kind is EntryKind.DEFERRED:
+                ok = e.end == e.start
+            else:
+                ok = e.start < e.end <= req.prompt_tokens and last == e.kind.finishes
+            if not ok:
+                raise PlanError(
+                    f"{where} as a {e.kind.value} chunk of its {req.prompt_tokens}-token prompt."
+                )
+            stays += not e.kind.finishes
+        if self.chunked is not None and self.chunked.id not in seen:
+            raise PlanError(
+                f"The plan of round {plan.round} leaves out the in-progress request "
+                f"{self.chunked.id!r}."
+            )
+        if stays > 1:
+            raise PlanError(
+                f"The plan of round {plan.round} leaves {stays} requests in progress; a prefill "
+                "node has at most one."
+            )
+
+    def _stage(self, batch: Iterable[Entry], undo: list[Callable[[], None]]) -> list[_Staged]:
+        staged = [_Staged(self.requests[e.request_id], e) for e in batch]
+        new = [s for s in staged if s.entry.kind.is_new]
+        for s in new:
+            self._lock_prefix(s, undo)
+        for s in new:
+            if s.entry.load_back:
+                self._load_back(s, undo)
+        self._alloc_extend(staged, undo)
+        return staged
+
+    def _lock_prefix(self, s: _Staged, undo: list[Callable[[], None]]) -> None:
+        matched, last, pages = self.cache.match(s.req.tokens)
+        if matched != s.entry.cached:
+            raise PlanError(
+                f"The plan gives {s.req.id!r} a {s.entry.cached}-token cached prefix; the cache "
+                f"now has {matched}."
             )
         self.cache.lock(last)
-        req.prefix_node, req.prefix_pages, req.cached_len = last, pages, matched
-        req.seq_len = matched
-        if self.waiting and self.waiting[0] is req:
-            self.waiting.popleft()
-        else:
-            self.waiting.remove(req)
+        undo.append(lambda: self.cache.unlock(last))
+        s.prefix_node, s.prefix_pages = last, pages
 
-    def _take_pages(self, num_pages: int, tokens: int, request: str) -> torch.Tensor:
-        short = num_pages - self.pool.free_pages
-        if short > 0:
-            self.cache.evict(short * self.pool.page_size)
+    def _alloc(
+        self,
+        pool: TokenPool,
+        num_pages: int,
+        undo: list[Callable[[], None]],
+        *,
+        tokens: int,
+        request: str | None,
+    ) -> torch.Tensor:
+        """Take pages (evicting cached prefix first if the full pool is short), logging both."""
+        evictable = 0
+        if pool is self.pool:
+            short = num_pages - pool.free_pages
+            if short > 0:
+                self._evict(short * pool.page_size, undo)
+            evictable = self.cache.evictable_tokens
         try:
-            return self.pool.alloc(num_pages, tokens=tokens, evictable=self.cache.evictable_tokens)
+            pages = pool.alloc(num_pages, tokens=tokens, evictable=evictable)
         except PrefillOutOfMemory as err:
-            err.request = request
+            err.request = err.request or request
             raise
+        undo.append(lambda: pool.free(pages))
+        return pages
 
-    def _load_back(self, req: Request, entry: Entry) -> None:
-        host = self.host.lookup(req.tokens, req.seq_len)
-        if host is None or host.end - req.seq_len < entry.load_back:
-            raise RuntimeError(f"plan/commit mismatch: {req.id}'s host prefix is gone")
-        pages = self._take_pages(
-            pages_for(entry.load_back, self.pool.page_size), entry.load_back, req.id
+    def _evict(self, tokens: int, undo: list[Callable[[], None]]) -> None:
+        evicted: list[Node] = []
+        try:
+            self.cache.evict(tokens, evicted)
+        finally:
+            undo.extend(partial(self.cache.unevict, leaf) for leaf in evicted)
+
+    def _load_back(self, s: _Staged, undo: list[Callable[[], None]]) -> None:
+        req, n = s.req, s.entry.load_back
+        start = s.entry.cached
+        host = self.host.lookup(req.tokens, start)
+        if host is None or host.end - start < n:
+            raise PlanError(f"The plan loads back {n} tokens for {req.id!r}; the host has fewer.")
+        s.load_pages = self._alloc(
+            self.pool, pages_for(n, self.pool.page_size), undo, tokens=n, request=req.id
         )
-        req.own_pages = pages
-        start = req.seq_len
-        req.seq_len += entry.load_back
-        req.host_entry = host
+        s.host_entry = host
         if host.kv is not None and self.pool.k:
-            slots = self.pool.slots(req.pages, start, req.seq_len)
-            offset = start - host.start
-            for layer, (k, v) in enumerate(host.kv):
-                self.pool.k[layer][slots] = k[offset : offset + entry.load_back].to(slots.device)
-                self.pool.v[layer][slots] = v[offset : offset + entry.load_back].to(slots.device)
+            try:
+                self.copy_from_host(host, torch.cat([s.prefix_pages, s.load_pages]), start, n)
+            except Exception as exc:
+                raise LoadBackError(
+                    f"Copying {req.id!r}'s {n}-token host-tier prefix to the device failed: "
+                    f"{type(exc).__name__}: {exc}",
+                    request_id=req.id,
+                ) from exc
 
-    def _alloc_extend(self, batch: Iterable[Entry]) -> None:
+    def copy_from_host(self, host: HostEntry, pages: torch.Tensor, start: int, n: int) -> None:
+        """Copy KV positions ``[start, start + n)`` of ``host`` into the slots of ``pages``."""
+        slots = self.pool.slots(pages, start, start + n)
+        offset = start - host.start
+        assert host.kv is not None
+        for layer, (k, v) in enumerate(host.kv):
+            self.pool.k[layer][slots] = k[offset : offset + n].to(slots.device)
+            self.pool.v[layer][slots] = v[offset : offset + n].to(slots.device)
+
+    def _alloc_extend(self, staged: list[_Staged], undo: list[Callable[[], None]]) -> None:
         page = self.config.page_size
-        needs = [(e, extend_pages(e.end, e.start, page)) for e in batch]
+        needs = [(s.entry, extend_pages(s.entry.end, s.entry.start, page)) for s in staged]
         total_pages = sum(n for _, n in needs)
         extend_tokens = sum(e.tokens for e, _ in needs)
         if self.swa_pool is not None:
@@ -194,7 +310,7 @@ class PrefillNode:
                 )
         short = total_pages - self.pool.free_pages
         if short > 0:
-            self.cache.evict(short * page)
+            self._evict(short * page, undo)
         if total_pages > self.pool.free_pages:
             raise PrefillOutOfMemory(
                 tokens=extend_tokens,
@@ -202,11 +318,27 @@ class PrefillNode:
                 evictable=self.cache.evictable_tokens,
                 request=_first_over(needs, self.pool.free_pages),
             )
-        for entry, n in needs:
-            req = self.requests[entry.request_id]
-            req.own_pages = torch.cat([req.own_pages, self.pool.alloc(n)])
+        for s, (entry, n) in zip(staged, needs, strict=True):
+            rid = entry.request_id
+            s.extend_pages = self._alloc(self.pool, n, undo, tokens=entry.tokens, request=rid)
             if self.swa_pool is not None:
-                req.swa_pages = torch.cat([req.swa_pages, self.swa_pool.alloc(entry.tokens)])
+                s.swa_pages = self._alloc(
+                    self.swa_pool, entry.tokens, undo, tokens=entry.tokens, request=rid
+                )
+
+    def _apply(self, s: _Staged, round_no: int) -> None:
+        """Record a staged entry on its request (nothing here can fail)."""
+        req, entry = s.req, s.entry
+        if entry.kind.is_new:
+            self.waiting.remove(req)
+            req.prefix_node, req.prefix_pages = s.prefix_node, s.prefix_pages
+            req.cached_len = entry.cached
+            req.own_pages = s.load_pages
+            req.host_entry = s.host_entry
+        req.own_pages = _concat(req.own_pages, s.extend_pages)
+        if s.swa_pages is not None:
+            req.swa_pages = _concat(req.swa_pages, s.swa_pages)
+        self._advance(req, entry, round_no)
 
     def _advance(self, req: Request, entry: Entry, round_no: int) -> None:
         req.seq_len = entry.end
@@ -239,11 +371,18 @@ class PrefillNode:
             and self.transfer_done(self.held[0])
         ):
             req = self.held.popleft()
-            self.release(req)
+            self._release(req)
             released.append(req)
         return released
 
     def release(self, req: Request) -> None:
+        """Release a held request's KV now (its transfer to decode completed early)."""
+        if req.state is not State.HELD:
+            raise ValueError(f"{req.id!r} is {req.state.value}, not holding finished KV")
+        self.held.remove(req)
+        self._release(req)
+
+    def _release(self, req: Request) -> None:
         """Hand a finished request's KV to the prefix cache and drop its lock.
 
         Whole pages become cached (evictable) prefix, unless the cache already has those tokens;
@@ -255,8 +394,12 @@ class PrefillNode:
         already = self.cache.insert(req.tokens[:aligned], table) if aligned else 0
         own_start = req.cached_len // page
         dup_end = max(already // page, own_start)
-        to_free = [table[own_start:dup_end], table[aligned // page :]]
-        self.pool.free(torch.cat(to_free))
+        self.pool.free(_concat(table[own_start:dup_end], table[aligned // page :]))
+        self._drop_kv(req)
+        req.state = State.DONE
+
+    def _drop_kv(self, req: Request) -> None:
+        """Unlock the request's prefix and forget its pages (already returned or cached)."""
         if req.prefix_node is not None:
             self.cache.unlock(req.prefix_node)
         if self.swa_pool is not None:
@@ -265,7 +408,30 @@ class PrefillNode:
         req.prefix_pages = req.prefix_pages[:0]
         req.swa_pages = req.swa_pages[:0]
         req.prefix_node = None
-        req.state = State.DONE
+        req.host_entry = None
+
+    # -- ending a request early ------------------------------------------------------------
+    def reject(self, req: Request, reason: str) -> None:
+        """Refuse a waiting request for good (it can never fit), with ``reason``."""
+        if req.state is not State.WAITING:
+            raise ValueError(f"only a waiting request can be rejected; {req.id!r} is {req.state}")
+        self.waiting.remove(req)
+        req.state, req.reason = State.REJECTED, reason
+
+    def fail(self, req: Request, reason: str) -> None:
+        """Fail a waiting or in-progress request cleanly: its KV goes back to the free list
+        (a half-computed prompt is not worth caching), its prefix lock is dropped."""
+        if req.state is State.WAITING:
+            self.waiting.remove(req)
+        elif req.state is State.CHUNKED:
+            self.pool.free(req.own_pages)
+            self._drop_kv(req)
+            self.chunked = None
+        else:
+            raise ValueError(
+                f"only a waiting or in-progress request can fail; {req.id!r} is {req.state.value}"
+            )
+        req.state, req.reason = State.FAILED, reason
 
     # -- introspection ---------------------------------------------------------------------
     def pending_releases(self) -> bool:

@@ -57,10 +57,15 @@ class LedgerMark:
     rem_chunk_tokens: int
 
 
+#: verdict of a request that cannot be admitted even on an idle node: it is refused for good
+NEVER = "NEVER"
+
+
 @dataclass(frozen=True)
 class Rejection:
     request_id: str
-    verdict: str  # NO_TOKEN or OTHER
+    verdict: str  # NO_TOKEN or OTHER (not this round), or NEVER
+    reason: str | None = None  # why NEVER
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 from policykit.errors import PolicyError
 from policykit.ledger import Budget, Ledger, ceil_paged
 from policykit.node import FIRST_TOKENS, PrefillNode
-from policykit.plan import Entry, EntryKind, LedgerMark, Plan, Rejection
+from policykit.plan import NEVER, Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.policy import AdmitView, AlignView, ChunkView, Policy, TailView
 from policykit.pool import pages_for
 from policykit.registry import Combo
@@ -36,27 +36,46 @@ class Observer:
     def reject(self, request_id: str, verdict: str, ledger: Ledger) -> None: ...
 
 
-def ask(policy: Policy, method: Callable[..., Any], view: Any) -> Any:
-    """Call a policy, turning its exceptions into a :class:`PolicyError` that names it."""
+def describe(policy: Policy) -> str:
+    """``The chunking policy 'defer' (built-in)``: who to blame, for error messages."""
+    return f"The {policy.kind} policy {policy.spec!r} ({policy.source})"
+
+
+def ask(policy: Policy, method: Callable[..., Any], view: Any, request_id: str) -> Any:
+    """Call a policy, turning its exceptions into a :class:`PolicyError` that names it, its
+    distribution and the request it was deciding on."""
     try:
         return method(view)
     except PolicyError:
         raise
     except Exception as exc:
         raise PolicyError(
-            f"The {policy.kind} policy {policy.spec!r} raised {type(exc).__name__}: {exc} "
-            f"(while deciding on {view})."
+            f"{describe(policy)} raised {type(exc).__name__}: {exc} "
+            f"(while deciding on request {request_id!r}: {view}).",
+            request_id=request_id,
         ) from exc
 
 
-def _check_chunk(policy: Policy, chunk: Any, remaining: int) -> int:
+def _check_chunk(policy: Policy, chunk: Any, remaining: int, request_id: str) -> int:
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 0 <= chunk <= remaining:
         raise PolicyError(
-            f"The {policy.kind} policy {policy.spec!r} returned the chunk length {chunk!r} for "
-            f"a request with {remaining} tokens left; a chunk length is an int in "
-            f"[0, {remaining}]."
+            f"{describe(policy)} returned the chunk length {chunk!r} for request "
+            f"{request_id!r} with {remaining} tokens left; a chunk length is an int in "
+            f"[0, {remaining}].",
+            request_id=request_id,
         )
     return chunk
+
+
+def _admits(policy: Policy, view: AdmitView, request_id: str) -> bool:
+    verdict = ask(policy, policy.admit, view, request_id)
+    if not isinstance(verdict, bool):
+        raise PolicyError(
+            f"{describe(policy)} answered {verdict!r} to whether request "
+            f"{request_id!r} may enter; an admission verdict is True or False.",
+            request_id=request_id,
+        )
+    return verdict
 
 
 class Planner:
@@ -99,6 +118,11 @@ class Planner:
                 stop = state.value
                 break
             verdict = self._admit(req, ledger, locked, entries)
+            if isinstance(verdict, Budget) and (reason := self.never_fits(req)) is not None:
+                # Refused for good: skip it rather than block the queue behind it forever.
+                rejected.append(Rejection(req.id, NEVER, reason))
+                self.observer.reject(req.id, NEVER, ledger)
+                continue
             if isinstance(verdict, Budget):
                 rejected.append(Rejection(req.id, verdict.value))
                 self.observer.reject(req.id, verdict.value, ledger)
@@ -127,8 +151,9 @@ class Planner:
             page_size=page,
             hybrid_swa=ledger.hybrid_swa,
         )
+        chunking = combo.chunking
         chunk = _check_chunk(
-            combo.chunking, ask(combo.chunking, combo.chunking.resume_chunk, view), req.remaining
+            chunking, ask(chunking, chunking.resume_chunk, view, req.id), req.remaining, req.id
         )
         start = req.seq_len
         if chunk == 0:
@@ -136,9 +161,9 @@ class Planner:
         if chunk == req.remaining:
             ledger.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
             return Entry(req.id, start, start + chunk, EntryKind.FINAL)
-        end = self._align(start, start + chunk, page)
+        end = self._align(req.id, start, start + chunk, page)
         ledger.charge_chunk(end - start, first_tokens=0)
-        self._reserve_tail(req.prompt_tokens - end, ledger)
+        self._reserve_tail(req.id, req.prompt_tokens - end, ledger)
         return Entry(req.id, start, end, EntryKind.RESUMED)
 
     # -- a waiting request -----------------------------------------------------------------
@@ -163,14 +188,14 @@ class Planner:
             )
 
         adm = combo.admission
-        if not ask(adm, adm.admit, admit_view()):
+        if not _admits(adm, admit_view(), req.id):
             return Budget.NO_TOKEN
         # Locking the matched prefix takes it out of the evictable pool: check again.
         newly = [n for n in node.cache.unlocked_on_path(last) if n.id not in locked]
         lock_cost = sum(len(n) for n in newly)
         saved = ledger.baseline
         ledger.lower_baseline(lock_cost)
-        if lock_cost and not ask(adm, adm.admit, admit_view()):
+        if lock_cost and not _admits(adm, admit_view(), req.id):
             ledger.baseline = saved
             return Budget.NO_TOKEN
         ledger.lower_baseline(pages_for(host_len, page) * page)  # load-back allocates now
@@ -191,7 +216,9 @@ class Planner:
             hybrid_swa=ledger.hybrid_swa,
         )
         chunking = combo.chunking
-        chunk = _check_chunk(chunking, ask(chunking, chunking.new_chunk, view), compute)
+        chunk = _check_chunk(
+            chunking, ask(chunking, chunking.new_chunk, view, req.id), compute, req.id
+        )
         if chunk == 0 or (chunk < compute and self._has_chunked(entries)):
             # No room to start it, or it would be a second in-progress request.
             ledger.baseline = saved
@@ -201,30 +228,80 @@ class Planner:
         if chunk == compute:
             ledger.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
             return Entry(req.id, start, start + chunk, EntryKind.WHOLE, cached, host_len)
-        end = self._align(start, start + chunk, page)
+        end = self._align(req.id, start, start + chunk, page)
         ledger.charge_chunk(end - start, first_tokens=0)
-        self._reserve_tail(req.prompt_tokens - end, ledger)
+        self._reserve_tail(req.id, req.prompt_tokens - end, ledger)
         return Entry(req.id, start, end, EntryKind.TRUNCATED, cached, host_len)
 
+    # -- liveness --------------------------------------------------------------------------
+    def never_fits(self, req: Request) -> str | None:
+        """Why ``req`` can never run here, or None if an idle node would take it.
+
+        Asks this round's policies about the best case the node can ever offer: nothing else
+        admitted or held, every unpinned cached prefix evicted, the whole compute budget free.
+        Pinned prefixes (locked for holders outside the node) never come back, so they are not
+        counted as memory, but a request whose prompt starts with one gets it for free. Assumes
+        that policies admit no less when more is free.
+        """
+        node, cfg, page = self.node, self.node.config, self.node.config.page_size
+        capacity = node.pool.total_tokens - node.cache.pinned_tokens
+        pinned = node.cache.pinned_prefix(req.tokens)
+        host = node.host.lookup(req.tokens, pinned)
+        host_len = 0 if host is None else host.end - pinned
+        remaining = req.prompt_tokens - pinned
+        idle = AdmitView(
+            prompt_tokens=req.prompt_tokens,
+            remaining_tokens=remaining,
+            host_prefix_tokens=host_len,
+            first_tokens=FIRST_TOKENS,
+            page_size=page,
+            rem_total_tokens=capacity,
+            cur_rem_tokens=capacity,
+        )
+        where = f"even on an idle node ({capacity} tokens could ever be free"
+        where += f", {pinned} of its prompt cached and pinned)" if pinned else ")"
+        adm = self.combo.admission
+        if not _admits(adm, idle, req.id):
+            return f"{describe(adm)} refuses its {req.prompt_tokens}-token prompt {where}."
+        after_load = capacity - pages_for(host_len, page) * page
+        swa_total = None if node.swa_pool is None else node.swa_pool.total_tokens
+        view = ChunkView(
+            remaining_tokens=remaining - host_len,
+            rem_chunk_tokens=cfg.chunked_prefill_size,
+            rem_total_tokens=after_load,
+            rem_swa_tokens=after_load if swa_total is None else swa_total,
+            page_size=page,
+            hybrid_swa=swa_total is not None,
+        )
+        chunking = self.combo.chunking
+        chunk = ask(chunking, chunking.new_chunk, view, req.id)
+        if _check_chunk(chunking, chunk, view.remaining_tokens, req.id) == 0:
+            return f"{describe(chunking)} never gives it a first chunk {where}."
+        return None
+
     # -- shared ----------------------------------------------------------------------------
-    def _align(self, start: int, end: int, page: int) -> int:
+    def _align(self, request_id: str, start: int, end: int, page: int) -> int:
         policy = self.combo.alignment
-        aligned = ask(policy, policy.align_end, AlignView(start=start, end=end, page_size=page))
+        view = AlignView(start=start, end=end, page_size=page)
+        aligned = ask(policy, policy.align_end, view, request_id)
         if isinstance(aligned, bool) or not isinstance(aligned, int) or not start < aligned <= end:
             raise PolicyError(
-                f"The alignment policy {policy.spec!r} moved the end of chunk [{start}, {end}) "
-                f"to {aligned!r}; an aligned end must be an int in ({start}, {end}]."
+                f"{describe(policy)} moved the end of request {request_id!r}'s "
+                f"chunk [{start}, {end}) to {aligned!r}; an aligned end must be an int in "
+                f"({start}, {end}].",
+                request_id=request_id,
             )
         return aligned
 
-    def _reserve_tail(self, tail: int, ledger: Ledger) -> None:
+    def _reserve_tail(self, request_id: str, tail: int, ledger: Ledger) -> None:
         policy = self.combo.admission
         view = TailView(tail_tokens=tail, first_tokens=FIRST_TOKENS, page_size=ledger.page_size)
-        reserve = ask(policy, policy.tail_reserve, view)
+        reserve = ask(policy, policy.tail_reserve, view, request_id)
         if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
             raise PolicyError(
-                f"The admission policy {policy.spec!r} reserved {reserve!r} tokens for a "
-                f"{tail}-token tail; a reservation is a non-negative int."
+                f"{describe(policy)} reserved {reserve!r} tokens for request "
+                f"{request_id!r}'s {tail}-token tail; a reservation is a non-negative int.",
+                request_id=request_id,
             )
         ledger.reserve(reserve)
 

@@ -50,6 +50,9 @@ class Policy:
     kind: ClassVar[str]
     name: ClassVar[str]
     parameter: ClassVar[Parameter | None] = None
+    #: where the policy came from ("built-in" or "distribution version"); the registry sets it
+    #: so that an error raised while the policy decides can name who to ask
+    source: str = "not from the registry"
 
     def __init__(self, arg: Any = None) -> None:
         self.arg = arg

@@ -130,6 +130,20 @@ class TokenPool:
         self._free[self._num_free : self._num_free + n] = pages.to(self.device)
         self._num_free += n
 
+    def reclaim(self, pages: torch.Tensor) -> None:
+        """Take back ``pages`` that the last :meth:`free` returned (a commit's rollback).
+
+        Frees push onto the top of the free stack, so undoing them in reverse order finds each
+        run exactly on top: the free list ends bit-for-bit as it was before the round.
+        """
+        n = int(pages.numel())
+        if n == 0:
+            return
+        top = self._free[self._num_free - n : self._num_free]
+        if n > self._num_free or not torch.equal(top, pages.to(self.device)):
+            raise RuntimeError(f"{self.name} pool: reclaim of pages that are not the last freed")
+        self._num_free -= n
+
     def free_page_ids(self) -> torch.Tensor:
         """A copy of the free list (for invariant checks)."""
         return self._free[: self._num_free].clone()

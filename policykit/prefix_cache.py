@@ -24,7 +24,7 @@ Tokens = Sequence[int]
 class Node:
     """One edge of the radix tree: a run of page-aligned tokens and the pages holding their KV."""
 
-    __slots__ = ("children", "id", "key", "last_access", "lock_ref", "pages", "parent")
+    __slots__ = ("children", "id", "key", "last_access", "lock_ref", "pages", "parent", "pins")
     _ids = itertools.count()
 
     def __init__(self, key: tuple[int, ...], pages: torch.Tensor, parent: Node | None) -> None:
@@ -34,6 +34,8 @@ class Node:
         self.parent = parent
         self.children: dict[tuple[int, ...], Node] = {}
         self.lock_ref = 0
+        #: locks held by nobody on this node (requests outside the simulation): never released
+        self.pins = 0
         self.last_access = 0
 
     def __len__(self) -> int:
@@ -57,6 +59,8 @@ class PrefixCache:
         self.root.lock_ref = 1  # the root is never evicted
         self.evictable_tokens = 0
         self.protected_tokens = 0
+        #: tokens locked for good by :meth:`pin`: the pool can never pay with them
+        self.pinned_tokens = 0
         self._clock = itertools.count(1)
 
     # -- lookup ----------------------------------------------------------------------------
@@ -100,6 +104,7 @@ class PrefixCache:
         assert parent is not None
         upper = Node(child.key[:at], child.pages[: at // self.page_size], parent)
         upper.lock_ref = child.lock_ref
+        upper.pins = child.pins
         upper.last_access = child.last_access
         parent.children[child.key[: self.page_size]] = upper
         child.key = child.key[at:]
@@ -119,6 +124,34 @@ class PrefixCache:
                 self.evictable_tokens -= len(n)
                 self.protected_tokens += len(n)
             n.lock_ref += 1
+
+    def pin(self, node: Node) -> None:
+        """Lock the path to ``node`` on behalf of holders outside the node, for good.
+
+        Kept apart from request locks so that liveness checks know which memory will never
+        come back (a prompt that only fits with it can never run).
+        """
+        self.lock(node)
+        for n in node.path():
+            if n.pins == 0:
+                self.pinned_tokens += len(n)
+            n.pins += 1
+
+    def pinned_prefix(self, tokens: Tokens) -> int:
+        """Length of the pinned part of ``tokens``' cached prefix (a lock makes a whole path,
+        so pinned nodes form the head of it). Does not touch access times or split nodes."""
+        page, node, matched = self.page_size, self.root, 0
+        limit = len(tokens) // page * page
+        while matched < limit:
+            child = node.children.get(tuple(tokens[matched : matched + page]))
+            if child is None or child.pins == 0:
+                break
+            common = self._common_pages(child.key, tokens, matched, limit)
+            matched += common
+            if common < len(child):
+                break
+            node = child
+        return matched
 
     def unlock(self, node: Node) -> None:
         for n in node.path():
@@ -147,8 +180,12 @@ class PrefixCache:
             self.evictable_tokens += len(leaf)
         return matched
 
-    def evict(self, tokens: int) -> int:
-        """Free least-recently-used unlocked leaves until ``tokens`` slots were released."""
+    def evict(self, tokens: int, journal: list[Node] | None = None) -> int:
+        """Free least-recently-used unlocked leaves until ``tokens`` slots were released.
+
+        Each evicted leaf is appended to ``journal`` (if given) so that a failed commit can put
+        it back with :meth:`unevict`.
+        """
         leaves = [n for n in self._nodes() if not n.children and n.lock_ref == 0]
         freed = 0
         while freed < tokens and leaves:
@@ -160,9 +197,19 @@ class PrefixCache:
             self.pool.free(leaf.pages)
             self.evictable_tokens -= len(leaf)
             freed += len(leaf)
+            if journal is not None:
+                journal.append(leaf)
             if parent is not self.root and not parent.children and parent.lock_ref == 0:
                 leaves.append(parent)
         return freed
+
+    def unevict(self, leaf: Node) -> None:
+        """Undo the eviction of ``leaf`` (the most recent one not yet undone)."""
+        parent = leaf.parent
+        assert parent is not None
+        self.pool.reclaim(leaf.pages)
+        parent.children[leaf.key[: self.page_size]] = leaf
+        self.evictable_tokens += len(leaf)
 
     def _nodes(self) -> Iterator[Node]:
         stack = list(self.root.children.values())

@@ -192,6 +192,7 @@ class PolicyRegistry:
             raise ComboError(
                 f"The {kind} policy {spec!r} ({entry.source}) could not be created: {exc}"
             ) from exc
+        policy.source = str(entry.source)
         if config is not None:
             try:
                 policy.validate(config)

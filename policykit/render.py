@@ -89,6 +89,8 @@ def print_run(result: RunResult, *, title: str, console: Console | None = None) 
     if result.rejected:
         for rid, reason in result.rejected.items():
             console.print(f"rejected:  {rid}: {reason}")
+    for rid, reason in result.failed.items():
+        console.print(Text(f"failed:    {rid}: {reason}", style="red"))
     if result.starved:
         for rid, waited in result.starved.items():
             console.print(Text(f"starved:   {rid} waited {waited} rounds", style="yellow"))

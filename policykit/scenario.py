@@ -337,7 +337,7 @@ def build_node(scenario: Scenario, device: str | torch.device = "cpu") -> Prefil
             cache.insert(prefix, pool.alloc(spec.device_prefix_tokens // page))
             if spec.device_prefix_pinned:
                 _, last, _ = cache.match(prefix)
-                cache.lock(last)  # held by requests outside the scenario
+                cache.pin(last)  # held by requests outside the scenario
     filler = scenario.evictable_tokens - sum(
         s.device_prefix_tokens for s in scenario.requests if not s.device_prefix_pinned
     )

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from policykit.errors import PrefillOutOfMemory
+from policykit.errors import PolicyError, PrefillOutOfMemory, RequestFault
 from policykit.ledger import Ledger
 from policykit.node import PrefillNode
-from policykit.plan import Entry, Plan
+from policykit.plan import NEVER, Entry, EntryKind, Plan
 from policykit.planner import Observer, Planner
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
@@ -47,6 +47,8 @@ class RoundRecord:
     arrived: list[str]
     plan_seconds: float
     round_seconds: float
+    #: requests failed this round (a policy or load-back fault), in order
+    failed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         p = self.plan
@@ -80,6 +82,7 @@ class RoundRecord:
             "evictable_tokens_after": self.evictable_tokens_after,
             "released": self.released,
             "arrived": self.arrived,
+            "failed": self.failed,
         }
         if self.swa_free_tokens_after is not None:
             out["swa_free_tokens_after"] = self.swa_free_tokens_after
@@ -94,6 +97,7 @@ class RunResult:
     completed: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
     starved: dict[str, int] = field(default_factory=dict)
     stopped_by: str = "idle"
 
@@ -105,6 +109,7 @@ class RunResult:
             "completed": self.completed,
             "pending": self.pending,
             "rejected": [{"id": k, "reason": v} for k, v in self.rejected.items()],
+            "failed": [{"id": k, "reason": v} for k, v in self.failed.items()],
             "starved": [{"id": k, "waited_rounds": v} for k, v in self.starved.items()],
             "stopped_by": self.stopped_by,
         }
@@ -139,12 +144,17 @@ class Scheduler:
         pm: PolicykitPluginManager | None = None,
         forward: Forward | None = None,
         starvation_rounds: int = 1000,
+        history: bool = True,
     ) -> None:
         self.node = node
         self.combo = combo
         self.pm = pm
         self.forward = forward
         self.starvation_rounds = starvation_rounds
+        #: keep every round's record in the result (off for soak runs: memory stays flat)
+        self.history = history
+        #: the in-progress request and how many rounds in a row it has been deferred
+        self._deferred: tuple[str, int] | None = None
         self._observer = _HookObserver(pm)
         self.planner = Planner(node, combo, self._observer)
         self.round_no = 0
@@ -161,36 +171,86 @@ class Scheduler:
             self._serving = True
             self.combo.allocator_phase.on_serving()
 
+    def use(self, combo: Combo) -> None:
+        """Switch policies between rounds (the next round plans under ``combo``)."""
+        self.combo = self.planner.combo = combo
+
     def step(self) -> RoundRecord:
-        """Run one round. Raises :class:`PrefillOutOfMemory` when the batch cannot be placed;
-        the round is recorded (with its plan) before the error propagates."""
+        """Run one round.
+
+        A fault confined to one request (a :class:`PolicyError` naming it, a
+        :class:`RequestFault`) rolls the round back, fails that request with the error as its
+        reason, and plans the round again without it: the others keep being served. Raises
+        :class:`PrefillOutOfMemory` when the batch cannot be placed (fatal, as in the engine);
+        the round is recorded (with its plan) and the node rolled back to how it was before the
+        round, before the error propagates.
+        """
         node = self.node
         self.round_no += 1
         r = self._observer.round_no = self.round_no
         t0 = time.perf_counter()
         released = [q.id for q in node.release_due(r)]
         arrived = [q.id for q in node.arrive(r)]
-        ledger = self.planner.open_ledger()
-        if self.pm is not None:
-            self.pm.hook.policykit_round_start(round_no=r, ledger=ledger)
-        t1 = time.perf_counter()
-        plan = self.planner.plan(r, ledger)
-        t2 = time.perf_counter()
-        record = RoundRecord(plan, 0, 0, None, released, arrived, t2 - t1, 0.0)
-        self.result.rounds.append(record)
-        try:
-            node.commit(plan)
-            if self.forward is not None and plan.batch:
-                self.forward(plan, node)
-        finally:
-            record.free_tokens_after = node.pool.free_tokens
-            record.evictable_tokens_after = node.cache.evictable_tokens
-            if node.swa_pool is not None:
-                record.swa_free_tokens_after = node.swa_pool.free_tokens
-            record.round_seconds = time.perf_counter() - t0
+        failed: list[str] = []
+        while True:
+            ledger = self.planner.open_ledger()
+            if self.pm is not None:
+                self.pm.hook.policykit_round_start(round_no=r, ledger=ledger)
+            t1 = time.perf_counter()
+            try:
+                plan = self.planner.plan(r, ledger)
+            except (PolicyError, RequestFault) as err:
+                self._fail(err, failed)
+                continue
+            t2 = time.perf_counter()
+            for rej in plan.rejected:
+                if rej.verdict == NEVER:
+                    node.reject(node.requests[rej.request_id], rej.reason or "")
+            record = RoundRecord(plan, 0, 0, None, released, arrived, t2 - t1, 0.0, failed)
+            try:
+                node.commit(plan)
+                if self.forward is not None and plan.batch:
+                    self.forward(plan, node)
+            except (PolicyError, RequestFault) as err:
+                self._fail(err, failed)
+                continue
+            except PrefillOutOfMemory:
+                self._record(record, t0)
+                raise
+            break
+        self._record(record, t0)
+        self._track_deferrals(plan)
         if self.pm is not None:
             self.pm.hook.policykit_round_end(round_no=r, plan=plan)
         return record
+
+    def _fail(self, err: PolicyError | RequestFault, failed: list[str]) -> None:
+        """Fail the request a fault names, or re-raise a fault that names none."""
+        req = self.node.requests.get(err.request_id) if err.request_id is not None else None
+        if req is None or req.state not in (State.WAITING, State.CHUNKED):
+            raise err
+        self.node.fail(req, str(err))
+        failed.append(req.id)
+
+    def _record(self, record: RoundRecord, t0: float) -> None:
+        node = self.node
+        record.free_tokens_after = node.pool.free_tokens
+        record.evictable_tokens_after = node.cache.evictable_tokens
+        if node.swa_pool is not None:
+            record.swa_free_tokens_after = node.swa_pool.free_tokens
+        record.round_seconds = time.perf_counter() - t0
+        if self.history:
+            self.result.rounds.append(record)
+
+    def _track_deferrals(self, plan: Plan) -> None:
+        """Count consecutive rounds the in-progress request was deferred (for starvation)."""
+        deferred = [e.request_id for e in plan.entries if e.kind is EntryKind.DEFERRED]
+        if not deferred:
+            self._deferred = None
+        elif self._deferred is not None and self._deferred[0] == deferred[0]:
+            self._deferred = (deferred[0], self._deferred[1] + 1)
+        else:
+            self._deferred = (deferred[0], 1)
 
     def idle(self, record: RoundRecord) -> bool:
         """Nothing can change any more after this round."""
@@ -248,9 +308,26 @@ class Scheduler:
         result.rejected = {
             q.id: q.reason or "" for q in node.requests.values() if q.state is State.REJECTED
         }
-        for q in node.requests.values():
-            if (
-                q.state is State.WAITING
-                and self.round_no - q.arrival_round >= self.starvation_rounds
-            ):
-                result.starved[q.id] = self.round_no - q.arrival_round
+        result.failed = {
+            q.id: q.reason or "" for q in node.requests.values() if q.state is State.FAILED
+        }
+        result.starved = self.starved()
+
+    def starved(self) -> dict[str, int]:
+        """Requests that waited more than ``starvation_rounds`` rounds: for their first chunk
+        (still waiting, or served late), or deferred that many rounds in a row while in
+        progress. Value: the rounds waited."""
+        out: dict[str, int] = {}
+        for q in self.node.requests.values():
+            if q.state is State.FUTURE:
+                continue
+            first = q.first_scheduled_round
+            arrived = max(q.arrival_round, 1)  # round 1 is the first
+            waited = (self.round_no if first is None else first) - arrived
+            if q.state in (State.REJECTED, State.FAILED) and first is None:
+                continue
+            if waited > self.starvation_rounds:
+                out[q.id] = waited
+        if self._deferred is not None and self._deferred[1] > self.starvation_rounds:
+            out[self._deferred[0]] = max(out.get(self._deferred[0], 0), self._deferred[1])
+        return out

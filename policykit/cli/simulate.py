@@ -43,8 +43,22 @@ def resolve_scenario_path(arg: str) -> Path:
 )
 @click.option("--max-rounds", type=click.IntRange(min=1), default=100_000, show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="Where the KV pool lives.")
+@click.option(
+    "--starvation-rounds",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    help="Report requests that waited more than this many rounds.",
+)
 @json_option
-def simulate(scenario: str, combo: str | None, max_rounds: int, device: str, as_json: bool) -> None:
+def simulate(
+    scenario: str,
+    combo: str | None,
+    max_rounds: int,
+    device: str,
+    starvation_rounds: int,
+    as_json: bool,
+) -> None:
     """Replay SCENARIO (a JSON file, or a bundled name such as seed-incident-1keim).
 
     Exit code 0: no OOM (requests that never fit are listed as pending); 1: the simulated
@@ -57,7 +71,8 @@ def simulate(scenario: str, combo: str | None, max_rounds: int, device: str, as_
     pm, registry = load_registry()
     chosen = registry.resolve(sc.combo, combo, config=sc.config.engine)
     node = build_node(sc, device=resolve_device(device))
-    result = Scheduler(node, chosen, pm=pm).run(max_rounds=max_rounds)
+    sched = Scheduler(node, chosen, pm=pm, starvation_rounds=starvation_rounds)
+    result = sched.run(max_rounds=max_rounds)
     if as_json:
         echo_json({"scenario": sc.name, **result.to_dict()})
     else:
