@@ -112,12 +112,18 @@ class PrefillNode:
 
     # -- requests --------------------------------------------------------------------------
     def add(self, request: Request) -> None:
-        """Queue a request; it joins the waiting queue in its arrival round."""
+        """Queue a request; it joins the waiting queue in its arrival round (requests of the
+        same round in the order they were added)."""
         if request.id in self.requests:
             raise ValueError(f"duplicate request id {request.id!r}")
         self.requests[request.id] = request
         request.state = State.FUTURE
-        self.future.append(request)
+        # Keep the future queue in arrival order (stable): ``arrive`` only looks at its head,
+        # so a later arrival added first must not hold back an earlier one.
+        at = len(self.future)
+        while at and self.future[at - 1].arrival_round > request.arrival_round:
+            at -= 1
+        self.future.insert(at, request)
 
     def arrive(self, round_no: int) -> list[Request]:
         """Move requests whose arrival round has come into the waiting queue."""
@@ -223,6 +229,8 @@ class PrefillNode:
         return staged
 
     def _lock_prefix(self, s: _Staged, undo: list[Callable[[], None]]) -> None:
+        if not s.entry.cached:
+            return  # computed afresh, even if the cache has some of it
         matched, last, pages = self.cache.match(s.req.tokens)
         if matched != s.entry.cached:
             raise PlanError(

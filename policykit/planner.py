@@ -27,6 +27,9 @@ from policykit.pool import pages_for
 from policykit.registry import Combo
 from policykit.request import Request
 
+#: ``_admit_with``'s verdict when the request fitted until its cached prefix was locked
+_LOCK_REFUSED = object()
+
 
 class Observer:
     """Receives planning events; the scheduler forwards them to the plugins' observer hooks."""
@@ -170,8 +173,22 @@ class Planner:
     def _admit(
         self, req: Request, ledger: Ledger, locked: set[int], entries: list[Entry]
     ) -> Entry | Budget:
+        verdict = self._admit_with(req, ledger, locked, entries, reuse=True)
+        if verdict is _LOCK_REFUSED:
+            # Locking its own cached prefix made it not fit (a policy that gives no credit for
+            # the prefix pays for it twice). Computing the prompt afresh may fit; otherwise
+            # the request would wait forever, since an idle node never evicts that prefix.
+            verdict = self._admit_with(req, ledger, locked, entries, reuse=False)
+        return Budget.NO_TOKEN if verdict is _LOCK_REFUSED else verdict
+
+    def _admit_with(
+        self, req: Request, ledger: Ledger, locked: set[int], entries: list[Entry], *, reuse: bool
+    ) -> Entry | Budget | object:
         node, combo, page = self.node, self.combo, ledger.page_size
-        cached, last, _ = node.cache.match(req.tokens)
+        if reuse:
+            cached, last, _ = node.cache.match(req.tokens)
+        else:
+            cached, last = 0, node.cache.root
         host = node.host.lookup(req.tokens, cached)
         host_len = 0 if host is None else host.end - cached
         remaining = req.prompt_tokens - cached
@@ -197,7 +214,7 @@ class Planner:
         ledger.lower_baseline(lock_cost)
         if lock_cost and not _admits(adm, admit_view(), req.id):
             ledger.baseline = saved
-            return Budget.NO_TOKEN
+            return _LOCK_REFUSED
         ledger.lower_baseline(pages_for(host_len, page) * page)  # load-back allocates now
         compute = remaining - host_len
         if (

@@ -16,7 +16,7 @@ from policykit.errors import PolicyError, PrefillOutOfMemory, RequestFault
 from policykit.ledger import Ledger
 from policykit.node import PrefillNode
 from policykit.plan import NEVER, Entry, EntryKind, Plan
-from policykit.planner import Observer, Planner
+from policykit.planner import Observer, Planner, describe
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
 from policykit.request import State
@@ -220,6 +220,7 @@ class Scheduler:
             break
         self._record(record, t0)
         self._track_deferrals(plan)
+        self._fail_if_stuck(plan, record)
         if self.pm is not None:
             self.pm.hook.policykit_round_end(round_no=r, plan=plan)
         return record
@@ -241,6 +242,25 @@ class Scheduler:
         record.round_seconds = time.perf_counter() - t0
         if self.history:
             self.result.rounds.append(record)
+
+    def _fail_if_stuck(self, plan: Plan, record: RoundRecord) -> None:
+        """Fail the in-progress request when it was deferred on an otherwise empty node.
+
+        Memory only comes back when held KV is released; with nothing held and nothing else
+        computed, the next round sees the same ledger and defers it again, forever, while its
+        KV blocks everyone behind it. Failing it frees that KV for them.
+        """
+        req = self.node.chunked
+        if req is None or plan.batch or self.node.held:
+            return
+        chunking = self.combo.chunking
+        self.node.fail(
+            req,
+            f"{describe(chunking)} deferred it on a node with nothing else running or held, so "
+            f"no memory can come back for it: with {req.remaining} of its {req.prompt_tokens} "
+            "tokens left it would wait forever.",
+        )
+        record.failed.append(req.id)
 
     def _track_deferrals(self, plan: Plan) -> None:
         """Count consecutive rounds the in-progress request was deferred (for starvation)."""

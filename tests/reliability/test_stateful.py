@@ -1,0 +1,184 @@
+"""A hypothesis state machine drives a whole node: arrivals, rounds, KV releases, evictions,
+load-backs, pins, cancellations, injected allocator faults and policy switches between rounds,
+in any order. After every step every bookkeeping invariant must hold (``node_invariants``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from faults import FlakyPool
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+from node_invariants import check_node, check_plan
+
+from policykit.errors import PrefillOutOfMemory
+from policykit.node import NodeConfig, PrefillNode
+from policykit.plugin_manager import make_plugin_manager
+from policykit.pool import TokenPool
+from policykit.registry import PolicyRegistry
+from policykit.request import Request, State
+from policykit.scheduler import Scheduler
+
+REGISTRY = PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))
+#: shared prompt heads, so prefixes get cached, matched, split and locked by several requests
+STEMS = [tuple(range(s * 10_000, s * 10_000 + 1000)) for s in range(3)]
+_unique = itertools.count(1 << 30)
+
+
+class NodeMachine(RuleBasedStateMachine):
+    @initialize(
+        page=st.sampled_from([1, 4, 16]),
+        pages=st.integers(4, 64),
+        chunk_pages=st.integers(1, 12),
+        release=st.none() | st.integers(0, 3),
+        window=st.none() | st.integers(1, 64),
+        swa_pages=st.integers(2, 200),
+        max_prefill=st.none() | st.integers(1, 16),
+        data=st.data(),
+    )
+    def build(self, page, pages, chunk_pages, release, window, swa_pages, max_prefill, data):
+        config = NodeConfig(
+            page_size=page,
+            chunked_prefill_size=chunk_pages * page,
+            max_prefill_tokens=None if max_prefill is None else max_prefill * page,
+            kv_release_rounds=release,
+            sliding_window=window,
+        )
+        self.pool = FlakyPool(pages * page, page)
+        swa = None if window is None else TokenPool(swa_pages * page, 1, name="swa")
+        self.node = PrefillNode(config, self.pool, swa_pool=swa)
+        self.combos = [str(c) for c in REGISTRY.all_combos(config.engine)]
+        combo = data.draw(st.sampled_from(self.combos), label="combo")
+        self.sched = Scheduler(
+            self.node, REGISTRY.resolve(combo, config=config.engine), history=False
+        )
+        self.ids = itertools.count()
+
+    @rule(
+        stem=st.integers(0, len(STEMS) - 1),
+        shared=st.integers(0, 60),
+        own=st.integers(0, 80),
+        delay=st.integers(0, 2),
+        host=st.integers(0, 60),
+    )
+    def arrive(self, stem, shared, own, delay, host):
+        """A request whose prompt is ``shared`` + ``own`` percent of the pool (so some never
+        fit), starting with a shared stem; ``host`` percent of it may be on the host tier."""
+        total = self.pool.total_tokens
+        head = STEMS[stem][: shared * total // 100]
+        tokens = head + tuple(itertools.islice(_unique, max(own * total // 100, 1)))
+        req = Request(f"r{next(self.ids)}", tokens, arrival_round=self.sched.round_no + 1 + delay)
+        host_len = host * total // 100
+        if 0 < host_len < len(tokens):
+            # a host copy of the head: a hit when nothing of it is cached on the device
+            self.node.host.put(tokens[:host_len], 0)
+        self.node.add(req)
+
+    @rule(rounds=st.integers(1, 4))
+    def run_rounds(self, rounds):
+        for _ in range(rounds):
+            self.round()
+
+    def round(self):
+        try:
+            record = self.sched.step()
+        except PrefillOutOfMemory:
+            event("round: out of memory, rolled back")
+            return
+        event(f"round: stop {record.plan.stop}")
+        check_plan(record.plan)
+        plan = record.plan
+        for label, happened in (
+            ("round: batch", bool(plan.batch)),
+            ("round: load-back", any(e.load_back for e in plan.batch)),
+            ("round: cached prefix", any(e.cached for e in plan.batch)),
+            ("round: deferred", len(plan.entries) > len(plan.batch)),
+            ("round: never fits", any(r.verdict == "NEVER" for r in plan.rejected)),
+        ):
+            if happened:
+                event(label)
+
+    @precondition(lambda self: self.node.held)
+    @rule(data=st.data())
+    def release(self, data):
+        req = data.draw(st.sampled_from(list(self.node.held)), label="release")
+        self.node.release(req)
+
+    @rule(percent=st.integers(1, 50))
+    def evict(self, percent):
+        self.node.cache.evict(percent * self.pool.total_tokens // 100)
+
+    @rule(stem=st.integers(0, len(STEMS) - 1), length=st.integers(1, 40))
+    def pin(self, stem, length):
+        """Requests outside the node lock ``length`` percent of the pool's worth of a stem."""
+        matched, last, _ = self.node.cache.match(
+            STEMS[stem][: length * self.pool.total_tokens // 100]
+        )
+        if matched:
+            self.node.cache.pin(last)
+
+    @precondition(lambda self: self.node.waiting or self.node.chunked)
+    @rule(data=st.data())
+    def cancel(self, data):
+        live = list(self.node.waiting) + ([self.node.chunked] if self.node.chunked else [])
+        req = data.draw(st.sampled_from(live), label="cancel")
+        self.node.fail(req, "cancelled by the client")
+
+    @rule(call=st.integers(1, 4))
+    def arm_allocator_fault(self, call):
+        self.pool.fail_on(call)
+
+    @rule(data=st.data())
+    def switch_policies(self, data):
+        combo = data.draw(st.sampled_from(self.combos), label="switch to")
+        self.sched.use(REGISTRY.resolve(combo, config=self.node.config.engine))
+
+    @invariant()
+    def books_balance(self):
+        check_node(self.node)
+
+    def teardown(self):
+        """Liveness: once faults stop and every transfer completes, the queue drains. Every
+        request ends served, rejected with a reason or failed with one; none waits forever."""
+        if not hasattr(self, "node"):
+            return
+        event(f"rounds run: {self.sched.round_no // 10 * 10}+")
+        node = self.node
+        self.pool.fail_on(0)  # disarm
+        for _ in range(DRAIN_ROUNDS):
+            if not (node.future or node.waiting or node.chunked):
+                break
+            for req in list(node.held):
+                node.release(req)
+            try:
+                self.sched.step()
+            except PrefillOutOfMemory:
+                event("drain: out of memory (the combo is unsafe)")
+                return
+            check_node(node)
+        stuck = [q.id for q in node.requests.values() if q.state in (State.WAITING, State.CHUNKED)]
+        assert not stuck, (
+            f"{stuck} still not served after {DRAIN_ROUNDS} idle rounds: "
+            f"{[(q.id, q.state.value, q.seq_len, q.prompt_tokens) for q in node.requests.values()]}"
+            f" last plan {self.sched.planner.plan(0)} free {node.pool.free_tokens} evictable "
+            f"{node.cache.evictable_tokens} pinned {node.cache.pinned_tokens} "
+            f"combo {self.sched.combo}"
+        )
+        assert not node.future
+
+
+#: rounds a drained node may take to finish everything (requests x chunks, generously)
+DRAIN_ROUNDS = 400
+
+NodeMachine.TestCase.settings = settings(
+    settings.default, max_examples=max(200, settings.default.max_examples), stateful_step_count=50
+)
+TestNodeMachine = NodeMachine.TestCase
