@@ -303,8 +303,8 @@ class Planner:
         aligned = ask(policy, policy.align_end, view, request_id)
         if isinstance(aligned, bool) or not isinstance(aligned, int) or not start < aligned <= end:
             raise PolicyError(
-                f"{describe(policy)} moved the end of request {request_id!r}'s "
-                f"chunk [{start}, {end}) to {aligned!r}; an aligned end must be an int in "
+                f"{describe(policy)} moved the end of the chunk [{start}, {end}) of request "
+                f"{request_id!r} to {aligned!r}; an aligned end must be an int in "
                 f"({start}, {end}].",
                 request_id=request_id,
             )
@@ -316,8 +316,8 @@ class Planner:
         reserve = ask(policy, policy.tail_reserve, view, request_id)
         if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
             raise PolicyError(
-                f"{describe(policy)} reserved {reserve!r} tokens for request "
-                f"{request_id!r}'s {tail}-token tail; a reservation is a non-negative int.",
+                f"{describe(policy)} reserved {reserve!r} tokens for the {tail}-token tail of "
+                f"request {request_id!r}; a reservation is a non-negative int.",
                 request_id=request_id,
             )
         ledger.reserve(reserve)

@@ -1,0 +1,43 @@
+"""Fixtures for the reliability tests: small nodes with requests, built from real parts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# The helper modules (invariants, fault injectors) sit beside the tests.
+sys.path.insert(0, str(Path(__file__).parent))
+
+import pytest
+from node_invariants import fingerprint
+
+from policykit.plugin_manager import make_plugin_manager
+from policykit.registry import PolicyRegistry
+from policykit.scenario import build_node, load_scenario
+from policykit.scheduler import Scheduler
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "policykit" / "scenarios"
+
+
+@pytest.fixture
+def run_bundled():
+    """Run a bundled scenario round by round; also return the node's fingerprint taken right
+    before the last round's commit (what a failed commit must restore)."""
+
+    def run(name: str, combo: str):
+        registry = PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))
+        sc = load_scenario(SCENARIOS / f"{name}.json")
+        node = build_node(sc)
+        sched = Scheduler(node, registry.resolve(combo, config=sc.config.engine))
+        commit = node.commit
+        before = []
+
+        def remember_then_commit(plan):
+            before[:] = [fingerprint(node)]
+            commit(plan)
+
+        node.commit = remember_then_commit
+        result = sched.run()
+        return node, result, before[0]
+
+    return run
