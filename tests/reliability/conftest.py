@@ -16,6 +16,17 @@ from policykit.registry import PolicyRegistry
 from policykit.scenario import build_node, load_scenario
 from policykit.scheduler import Scheduler
 
+
+def pytest_collection_modifyitems(config, items):
+    """Soak tests run only when asked for (``pytest -m soak``)."""
+    if "soak" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="long soak: run with -m soak")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
 SCENARIOS = Path(__file__).resolve().parents[2] / "policykit" / "scenarios"
 
 
