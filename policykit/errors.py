@@ -7,6 +7,15 @@ derived from :class:`PolicykitError` is a bug in policykit and is allowed to sur
 
 from __future__ import annotations
 
+from typing import Any
+
+
+def quote(value: Any, limit: int = 60) -> str:
+    """``repr`` cut to ``limit`` characters: an error message quotes bad input, not all of it
+    (a 5000-digit parameter makes an unreadable paragraph)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
 
 class PolicykitError(Exception):
     """Base class of every error caused by input, configuration or a plugin."""

@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from policykit.errors import ComboError, PluginError
+from policykit.errors import ComboError, PluginError, quote
 from policykit.plugin_manager import PluginSource, PolicykitPluginManager
 from policykit.policy import KINDS, POLICY_BASES, EngineConfig, Policy
 
@@ -83,16 +83,16 @@ def parse_combo(text: str) -> dict[str, str]:
         kind, spec = kind.strip(), spec.strip()
         if not sep or not spec:
             raise ComboError(
-                f"The combo part {part!r} is not of the form KIND=POLICY; write for example "
+                f"The combo part {quote(part)} is not of the form KIND=POLICY; write for example "
                 "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256."
             )
         if kind not in KINDS:
             raise ComboError(
-                f"The combo names the kind {kind!r}, which does not exist; the kinds are "
+                f"The combo names the kind {quote(kind)}, which does not exist; the kinds are "
                 f"{', '.join(KINDS)}."
             )
         if kind in out:
-            raise ComboError(f"The combo gives the kind {kind!r} twice.")
+            raise ComboError(f"The combo gives the kind {quote(kind)} twice.")
         out[kind] = spec
     return out
 
@@ -137,14 +137,14 @@ class PolicyRegistry:
             raise PluginError(f"{where} registered {policy_cls.__name__} with no valid kind.")
         if not isinstance(name, str) or not name or any(c in name for c in ",=: "):
             raise PluginError(
-                f"{where} registered {policy_cls.__name__} with the name {name!r}; a policy "
+                f"{where} registered {policy_cls.__name__} with the name {quote(name)}; a policy "
                 "name is a non-empty string without spaces, commas, '=' or ':'."
             )
         key = (kind, name)
         if key in self._entries:
             other = self._entries[key].source
             raise PluginError(
-                f"{where} registered the {kind} policy {name!r}, which {other.plugin_name!r} "
+                f"{where} registered the {kind} policy {quote(name)}, which {other.plugin_name!r} "
                 f"({other}) already registered."
             )
         self._entries[key] = PolicyEntry(policy_cls, source)
@@ -159,7 +159,7 @@ class PolicyRegistry:
         except KeyError:
             known = ", ".join(e.name for e in self.entries(kind)) or "none"
             raise ComboError(
-                f"There is no {kind} policy named {name!r}. Registered {kind} policies: "
+                f"There is no {kind} policy named {quote(name)}. Registered {kind} policies: "
                 f"{known}. Run `policykit policies` to see them all."
             ) from None
 
@@ -170,13 +170,15 @@ class PolicyRegistry:
         param = entry.cls.parameter
         if param is None:
             if sep:
-                raise ComboError(f"The {kind} policy {name!r} takes no parameter, got {spec!r}.")
+                raise ComboError(
+                    f"The {kind} policy {quote(name)} takes no parameter, got {quote(spec)}."
+                )
             arg = None
         elif not sep:
             if param.required:
                 raise ComboError(
-                    f"The {kind} policy {name!r} needs a parameter: write {name}:<{param.name}> "
-                    f"({param.doc})."
+                    f"The {kind} policy {quote(name)} needs a parameter: write "
+                    f"{name}:<{param.name}> ({param.doc})."
                 )
             arg = param.default
         else:
@@ -184,20 +186,23 @@ class PolicyRegistry:
                 arg = param.parse(raw.strip())
             except (TypeError, ValueError):
                 raise ComboError(
-                    f"The parameter of {kind} policy {name!r} must be {param.doc}; got {raw!r}."
+                    f"The parameter of {kind} policy {quote(name)} must be {param.doc}; got "
+                    f"{quote(raw)}."
                 ) from None
         try:
             policy = entry.cls(arg)
         except Exception as exc:
             raise ComboError(
-                f"The {kind} policy {spec!r} ({entry.source}) could not be created: {exc}"
+                f"The {kind} policy {quote(spec)} ({entry.source}) could not be created: {exc}"
             ) from exc
         policy.source = str(entry.source)
         if config is not None:
             try:
                 policy.validate(config)
             except ValueError as exc:
-                raise ComboError(f"The {kind} policy {spec!r} cannot run here: {exc}.") from None
+                raise ComboError(
+                    f"The {kind} policy {quote(spec)} cannot run here: {exc}."
+                ) from None
         return policy
 
     def resolve(
@@ -211,7 +216,7 @@ class PolicyRegistry:
             mapping = parse_combo(layer) if isinstance(layer, str) else dict(layer)
             for kind in mapping:
                 if kind not in KINDS:
-                    raise ComboError(f"The combo names the unknown kind {kind!r}.")
+                    raise ComboError(f"The combo names the unknown kind {quote(kind)}.")
             chosen.update(mapping)
         made = {kind: self.make(kind, spec, config) for kind, spec in chosen.items()}
         return Combo(

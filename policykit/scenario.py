@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from policykit.errors import ScenarioError
+from policykit.errors import ScenarioError, quote
 from policykit.node import NodeConfig, PrefillNode
 from policykit.pool import TokenPool, pages_for
 from policykit.request import Request, State
@@ -24,7 +25,11 @@ from policykit.request import Request, State
 #: request ``i``'s token ids start at ``(i + 1) * _ID_STRIDE``: no two requests share a token
 #: unless a workload says so, and the evictable filler uses the range below the first request
 _ID_STRIDE = 1 << 40
-_MAX_TOKENS = 1 << 34
+#: beyond any real context length or KV pool (16Mi tokens); also what keeps a typo such as an
+#: extra zero from building a pool or a prompt that takes minutes and gigabytes to lay out
+_MAX_TOKENS = 1 << 24
+#: all prompts together (each is laid out as a tuple of token ids)
+_MAX_TOTAL_PROMPT = 1 << 25
 
 _TOP = {
     "name",
@@ -137,11 +142,14 @@ def _int(
     if value is None and nullable:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ScenarioError(f"{where}: {key!r} must be an integer, got {value!r}.")
+        raise ScenarioError(f"{where}: {key!r} must be an integer, got {quote(value)}.")
     if value < minimum:
         raise ScenarioError(f"{where}: {key!r} must be at least {minimum}, got {value}.")
     if value > _MAX_TOKENS:
-        raise ScenarioError(f"{where}: {key!r} = {value} is beyond any real pool (max 2^34).")
+        raise ScenarioError(
+            f"{where}: {key!r} = {value} is beyond any real context or pool (max 2^24 = "
+            f"{_MAX_TOKENS})."
+        )
     return value
 
 
@@ -149,9 +157,16 @@ def _unknown(obj: dict, allowed: set[str], where: str) -> None:
     extra = sorted(set(obj) - allowed)
     if extra:
         raise ScenarioError(
-            f"{where} has unknown field(s) {', '.join(map(repr, extra))}; allowed fields are "
+            f"{where} has unknown field(s) {', '.join(map(quote, extra[:5]))}; allowed fields are "
             f"{', '.join(sorted(allowed))}."
         )
+
+
+def _text(obj: dict, key: str, default: str, where: str) -> str:
+    value = obj.get(key, default)
+    if not isinstance(value, str):
+        raise ScenarioError(f"{where}: {key!r} must be a string, got {quote(value)}.")
+    return value
 
 
 def _object(value: Any, where: str) -> dict:
@@ -195,10 +210,18 @@ def parse_scenario(data: Any, *, source: str = "the scenario") -> Scenario:
     if not isinstance(raw_requests, list):
         raise ScenarioError(f"{source}: 'requests' must be a list of request objects.")
     requests = [_parse_request(r, i, page, source) for i, r in enumerate(raw_requests)]
+    total = sum(r.prompt_tokens for r in requests)
+    if total > _MAX_TOTAL_PROMPT:
+        raise ScenarioError(
+            f"{source}: the prompts add up to {total} tokens, more than a scenario may hold "
+            f"(2^25 = {_MAX_TOTAL_PROMPT})."
+        )
     ids = [r.id for r in requests]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
     if dupes:
-        raise ScenarioError(f"{source}: request id(s) {', '.join(map(repr, dupes))} appear twice.")
+        raise ScenarioError(
+            f"{source}: request id(s) {', '.join(map(quote, dupes[:5]))} appear twice."
+        )
     chunked = [r.id for r in requests if r.chunked]
     if len(chunked) > 1:
         raise ScenarioError(
@@ -219,8 +242,8 @@ def parse_scenario(data: Any, *, source: str = "the scenario") -> Scenario:
         free_tokens=free,
         evictable_tokens=evictable,
         requests=tuple(requests),
-        name=str(top.get("name", "scenario")),
-        description=str(top.get("description", "")),
+        name=_text(top, "name", "scenario", source),
+        description=_text(top, "description", "", source),
         max_prefill_tokens=max_prefill,
         kv_release_rounds=release,
         swa_free_tokens=swa_free,
@@ -235,9 +258,9 @@ def _parse_request(raw: Any, index: int, page: int, source: str) -> RequestSpec:
     _unknown(obj, _REQ, where)
     rid = obj.get("id")
     if not isinstance(rid, str | int) or isinstance(rid, bool) or str(rid).strip() == "":
-        raise ScenarioError(f"{where}: 'id' must be a non-empty string, got {rid!r}.")
+        raise ScenarioError(f"{where}: 'id' must be a non-empty string, got {quote(rid)}.")
     rid = str(rid)
-    where = f"{source}: request {rid!r}"
+    where = f"{source}: request {quote(rid)}"
     prompt = _int(obj, "prompt_tokens", where, minimum=1)
     device = _int(obj, "device_prefix_tokens", where, default=0)
     host = _int(obj, "host_prefix_tokens", where, default=0)
@@ -247,7 +270,7 @@ def _parse_request(raw: Any, index: int, page: int, source: str) -> RequestSpec:
     chunked = obj.get("chunked", False)
     for key, value in (("device_prefix_pinned", pinned), ("chunked", chunked)):
         if not isinstance(value, bool):
-            raise ScenarioError(f"{where}: {key!r} must be true or false, got {value!r}.")
+            raise ScenarioError(f"{where}: {key!r} must be true or false, got {quote(value)}.")
     if device % page:
         raise ScenarioError(
             f"{where}: 'device_prefix_tokens' = {device} is not a whole number of {page}-token "
