@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -347,6 +348,7 @@ _LINE = {
     "host_prefix_tokens",
 }
 TRACE_FORMAT = "policykit-trace"
+_MAX_TOKENS = 1 << 24
 TRACE_VERSION = 1
 
 
@@ -360,6 +362,8 @@ def _field_int(obj: dict, key: str, where: str, default: int | None, minimum: in
         raise WorkloadError(f"{where}: {key!r} must be an integer, got {value!r}.")
     if value < minimum:
         raise WorkloadError(f"{where}: {key!r} must be at least {minimum}, got {value}.")
+    if value > _MAX_TOKENS:  # laying out such a prompt would take minutes and gigabytes
+        raise WorkloadError(f"{where}: {key!r} = {value} is beyond any real context (max 2^24).")
     return value
 
 
@@ -429,6 +433,10 @@ def load_trace(path: str | Path, pool_tokens: int) -> Workload:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{where} is not valid JSON: {exc.msg}.") from None
+        except ValueError as exc:  # e.g. an integer with more digits than int() accepts
+            raise WorkloadError(f"{where} is not valid JSON: {exc}.") from None
+        except RecursionError:
+            raise WorkloadError(f"{where} is nested too deeply to be a request.") from None
         if isinstance(obj, dict) and "format" in obj:
             if requests or header:
                 raise WorkloadError(f"{where}: the header must be the first line.")
@@ -438,9 +446,10 @@ def load_trace(path: str | Path, pool_tokens: int) -> Workload:
     if not requests:
         raise WorkloadError(f"The trace {str(path)!r} has no requests.")
     ids = [r.id for r in requests]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
     if dupes:
-        raise WorkloadError(f"The trace {path.name!r} repeats request id(s) {', '.join(dupes)}.")
+        shown = ", ".join(dupes[:5]) + (f" and {len(dupes) - 5} more" if len(dupes) > 5 else "")
+        raise WorkloadError(f"The trace {path.name!r} repeats request id(s) {shown}.")
     chunk = header.get("chunked_prefill_size") or _chunk_budget(pool)
     return Workload(
         str(header.get("name") or path.stem),
