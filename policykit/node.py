@@ -287,7 +287,7 @@ class PrefillNode:
                 self.copy_from_host(host, torch.cat([s.prefix_pages, s.load_pages]), start, n)
             except Exception as exc:
                 raise LoadBackError(
-                    f"Copying {req.id!r}'s {n}-token host-tier prefix to the device failed: "
+                    f"Copying the {n}-token host-tier prefix of {req.id!r} to the device failed: "
                     f"{type(exc).__name__}: {exc}",
                     request_id=req.id,
                 ) from exc

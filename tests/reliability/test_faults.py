@@ -141,7 +141,10 @@ def test_a_failed_host_copy_fails_that_request_and_serves_the_others():
     record = sched.step()
     assert record.failed == ["x"]
     assert x.state is State.FAILED
-    assert "Copying 'x'" in x.reason and "host buffer unreadable" in x.reason
+    assert (
+        "Copying the 320-token host-tier prefix of 'x'" in x.reason
+        and "host buffer unreadable" in x.reason
+    )
     assert [(e.request_id, e.load_back) for e in record.plan.batch] == [("y", 320), ("z", 0)]
     assert y.state is State.HELD and node.requests["z"].state is State.HELD
     # y's copy landed in its own slots
