@@ -209,8 +209,6 @@ class Scheduler:
             record = RoundRecord(plan, 0, 0, None, released, arrived, t2 - t1, 0.0, failed)
             try:
                 node.commit(plan)
-                if self.forward is not None and plan.batch:
-                    self.forward(plan, node)
             except (PolicyError, RequestFault) as err:
                 self._fail(err, failed)
                 continue
@@ -218,7 +216,12 @@ class Scheduler:
                 self._record(record, t0)
                 raise
             break
-        self._record(record, t0)
+        try:
+            # After the commit: a fault here is the forward's (the harness's), not the plan's.
+            if self.forward is not None and plan.batch:
+                self.forward(plan, node)
+        finally:
+            self._record(record, t0)
         self._track_deferrals(plan)
         self._fail_if_stuck(plan, record)
         if self.pm is not None:

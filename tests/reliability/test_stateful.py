@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 
-from faults import FlakyPool
+from faults import FlakyPool, registry_with_misbehaving
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -21,13 +21,20 @@ from node_invariants import check_node, check_plan
 
 from policykit.errors import PrefillOutOfMemory
 from policykit.node import NodeConfig, PrefillNode
-from policykit.plugin_manager import make_plugin_manager
 from policykit.pool import TokenPool
-from policykit.registry import PolicyRegistry
 from policykit.request import Request, State
 from policykit.scheduler import Scheduler
 
-REGISTRY = PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))
+REGISTRY = registry_with_misbehaving()
+#: third-party policies that raise or answer nonsense (see ``faults``): switching to one fails
+#: requests, which must leave the books as balanced as serving them
+MISBEHAVING_COMBOS = (
+    "admission=raising",
+    "admission=negative-tail",
+    "chunking=bad:negative",
+    "chunking=bad:beyond",
+    "alignment=backwards",
+)
 #: shared prompt heads, so prefixes get cached, matched, split and locked by several requests
 STEMS = [tuple(range(s * 10_000, s * 10_000 + 1000)) for s in range(3)]
 _unique = itertools.count(1 << 30)
@@ -55,7 +62,11 @@ class NodeMachine(RuleBasedStateMachine):
         self.pool = FlakyPool(pages * page, page)
         swa = None if window is None else TokenPool(swa_pages * page, 1, name="swa")
         self.node = PrefillNode(config, self.pool, swa_pool=swa)
-        self.combos = [str(c) for c in REGISTRY.all_combos(config.engine)]
+        self.combos = [
+            str(c)
+            for c in REGISTRY.all_combos(config.engine)
+            if c.admission.source == "built-in" and c.alignment.source == "built-in"
+        ]
         combo = data.draw(st.sampled_from(self.combos), label="combo")
         self.sched = Scheduler(
             self.node, REGISTRY.resolve(combo, config=config.engine), history=False
@@ -102,6 +113,7 @@ class NodeMachine(RuleBasedStateMachine):
             ("round: cached prefix", any(e.cached for e in plan.batch)),
             ("round: deferred", len(plan.entries) > len(plan.batch)),
             ("round: never fits", any(r.verdict == "NEVER" for r in plan.rejected)),
+            ("round: request failed", bool(record.failed)),
         ):
             if happened:
                 event(label)
@@ -140,6 +152,12 @@ class NodeMachine(RuleBasedStateMachine):
     def switch_policies(self, data):
         combo = data.draw(st.sampled_from(self.combos), label="switch to")
         self.sched.use(REGISTRY.resolve(combo, config=self.node.config.engine))
+
+    @rule(data=st.data())
+    def switch_to_misbehaving_policy(self, data):
+        bad = data.draw(st.sampled_from(MISBEHAVING_COMBOS), label="misbehaving")
+        combo = f"{self.sched.combo},{bad}"
+        self.sched.use(REGISTRY.resolve(*combo.split(","), config=self.node.config.engine))
 
     @invariant()
     def books_balance(self):
