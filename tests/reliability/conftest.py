@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-# The helper modules (invariants, fault injectors) sit beside the tests.
-sys.path.insert(0, str(Path(__file__).parent))
-
 import pytest
-from node_invariants import fingerprint
 
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
 from policykit.scenario import build_node, load_scenario
 from policykit.scheduler import Scheduler
+
+from .node_invariants import fingerprint
 
 
 def pytest_collection_modifyitems(config, items):

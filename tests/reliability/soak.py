@@ -3,7 +3,7 @@ evictions, round after round, checking that nothing leaks and memory stays flat.
 
 Run directly for figures::
 
-    python tests/reliability/soak.py --rounds 1000000
+    python -m tests.reliability.soak --rounds 1000000
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import resource
 import time
 from dataclasses import asdict, dataclass, field
 
-from node_invariants import check_node
-
 from policykit.errors import PrefillOutOfMemory
 from policykit.node import NodeConfig, PrefillNode
 from policykit.plugin_manager import make_plugin_manager
@@ -26,6 +24,8 @@ from policykit.pool import TokenPool
 from policykit.registry import PolicyRegistry
 from policykit.request import Request, State
 from policykit.scheduler import Scheduler
+
+from .node_invariants import check_node
 
 PAGE = 16
 #: combos the soak rotates through: the ones meant never to run out of memory

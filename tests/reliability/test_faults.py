@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from faults import BrokenHostCopyNode, FlakyPool, registry_with_misbehaving
-from node_invariants import check_node, fingerprint
 
 from policykit.errors import PlanError, PrefillOutOfMemory
 from policykit.node import NodeConfig, PrefillNode
@@ -19,6 +17,9 @@ from policykit.plan import Entry, EntryKind, Plan
 from policykit.pool import KVLayout
 from policykit.request import Request, State
 from policykit.scheduler import Scheduler
+
+from .faults import BrokenHostCopyNode, FlakyPool, registry_with_misbehaving
+from .node_invariants import check_node, fingerprint
 
 PAGE = 16
 REGISTRY = registry_with_misbehaving()

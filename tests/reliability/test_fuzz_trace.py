@@ -6,10 +6,11 @@ import json
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from policykit.harness.workloads import load_trace
-from test_fuzz_input import json_values, numbers
 
 from policykit.errors import PolicykitError
+from policykit.harness.workloads import load_trace
+
+from .test_fuzz_input import json_values, numbers
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 POOL = 64 * 1024

@@ -9,7 +9,6 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from node_invariants import check_node
 
 from policykit.cli import main
 from policykit.node import NodeConfig, PrefillNode
@@ -18,6 +17,8 @@ from policykit.pool import TokenPool
 from policykit.registry import PolicyRegistry
 from policykit.request import Request, State
 from policykit.scheduler import Scheduler
+
+from .node_invariants import check_node
 
 REGISTRY = PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))
 PAGE = 16

@@ -6,7 +6,8 @@ The short form runs in CI; the long form (a million rounds) with ``pytest -m soa
 from __future__ import annotations
 
 import pytest
-from soak import run_soak
+
+from .soak import run_soak
 
 MiB = 1 << 20
 

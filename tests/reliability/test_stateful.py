@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 
-from faults import FlakyPool, registry_with_misbehaving
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -17,13 +16,15 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from node_invariants import check_node, check_plan
 
 from policykit.errors import PrefillOutOfMemory
 from policykit.node import NodeConfig, PrefillNode
 from policykit.pool import TokenPool
 from policykit.request import Request, State
 from policykit.scheduler import Scheduler
+
+from .faults import FlakyPool, registry_with_misbehaving
+from .node_invariants import check_node, check_plan
 
 REGISTRY = registry_with_misbehaving()
 #: third-party policies that raise or answer nonsense (see ``faults``): switching to one fails
