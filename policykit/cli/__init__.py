@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "plan-memory": "policykit.cli.plan_memory:plan_memory",
     "policies": "policykit.cli.policies:policies",
     "simulate": "policykit.cli.simulate:simulate",
+    "sweep": "policykit.cli.sweep:sweep",
 }
 
 EXIT_USAGE = 2

@@ -1,0 +1,58 @@
+"""Unit functions policykit ships: what a worker runs for one unit of a sweep.
+
+``simulate_unit`` is the unit of ``policykit sweep``: one scenario under one combo, on the same
+core ``policykit simulate`` uses (scenario -> node -> scheduler with the registered policies).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policykit.plugin_manager import make_plugin_manager
+from policykit.registry import PolicyRegistry
+from policykit.scenario import Scenario, build_node, load_scenario, parse_scenario
+from policykit.scheduler import Scheduler
+
+
+def simulate_unit(args: dict[str, Any]) -> dict[str, Any]:
+    """Replay one scenario under one combo and summarise the run.
+
+    ``args``: ``scenario`` is a path, a bundled scenario name, or the scenario itself as a JSON
+    object (what ``policykit sweep`` sends, so that a remote node needs no copy of the file);
+    ``combo`` is a combo string layered over the scenario's own combo, as in ``simulate
+    --combo``; ``max_rounds`` is optional.
+
+    The summary keeps what a comparison needs (the outcome, which requests completed, token
+    totals) and leaves out the per-round trace, which ``policykit simulate --json`` prints for
+    any one unit worth a closer look.
+    """
+    scenario = _scenario(args["scenario"])
+    pm = make_plugin_manager()
+    registry = PolicyRegistry.from_plugins(pm)
+    combo = registry.resolve(scenario.combo, args.get("combo"), config=scenario.config.engine)
+    node = build_node(scenario)
+    run = Scheduler(node, combo, pm=pm).run(max_rounds=int(args.get("max_rounds", 100_000)))
+    entries = [e for r in run.rounds for e in r.plan.entries]
+    return {
+        "scenario": scenario.name,
+        "combo": combo.as_dict(),
+        "oom": None if run.oom is None else dict(run.oom.__dict__),
+        "completed": run.completed,
+        "pending": run.pending,
+        "rejected": sorted(run.rejected),
+        "rounds": len(run.rounds),
+        "stopped_by": run.stopped_by,
+        "tokens": {
+            "computed": sum(e.tokens for e in entries),
+            "cached": sum(e.cached for e in entries),
+            "load_back": sum(e.load_back for e in entries),
+        },
+    }
+
+
+def _scenario(spec: str | dict[str, Any]) -> Scenario:
+    if isinstance(spec, dict):
+        return parse_scenario(spec, source=f"scenario {spec.get('name', '?')!r}")
+    from policykit.cli.simulate import resolve_scenario_path
+
+    return load_scenario(resolve_scenario_path(spec))
