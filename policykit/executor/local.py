@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -29,6 +29,8 @@ from policykit.executor.base import Executor
 from policykit.executor.work import Attempt, Unit, perform
 
 _CONTEXT = multiprocessing.get_context("spawn")
+#: what a worker sends when it picks a unit up, before the attempt itself
+_STARTED = "started"
 
 
 def visible_gpus() -> list[str]:
@@ -54,6 +56,7 @@ def _worker_main(conn: Connection, gpu: str | None) -> None:
             return
         if unit is None:
             return
+        conn.send(_STARTED)  # the timeout runs from here, not from the worker's spawn
         conn.send(perform(unit, node=host, host=host))
 
 
@@ -63,7 +66,8 @@ class _Worker:
     process: BaseProcess
     conn: Connection
     unit: Unit | None = None
-    started: float = field(default=0.0)
+    #: when the worker picked its unit up (None: sent, but the worker is still starting)
+    started: float | None = None
 
 
 class LocalExecutor(Executor):
@@ -123,7 +127,7 @@ class LocalExecutor(Executor):
         if slot is None:
             raise RuntimeError("submit() without room; ask has_room() first")
         worker = self._pool.get(slot) or self._spawn(slot)
-        worker.unit, worker.started = unit, time.monotonic()
+        worker.unit, worker.started = unit, None
         worker.conn.send(unit.to_dict())
 
     # -- collecting -------------------------------------------------------------------------
@@ -132,10 +136,10 @@ class LocalExecutor(Executor):
         if not running:
             return []
         wait_for = wait_seconds
-        if self.timeout is not None:
-            now = time.monotonic()
-            first_deadline = min(w.started + self.timeout for w in running)
-            wait_for = max(0.0, min(wait_seconds, first_deadline - now))
+        started = [w.started for w in running if w.started is not None]
+        if self.timeout is not None and started:
+            first_deadline = min(started) + self.timeout
+            wait_for = max(0.0, min(wait_seconds, first_deadline - time.monotonic()))
         handles: list[Any] = [w.conn for w in running] + [w.process.sentinel for w in running]
         wait(handles, timeout=wait_for)
         ended: list[Attempt] = []
@@ -148,18 +152,24 @@ class LocalExecutor(Executor):
     def _check(self, worker: _Worker) -> Attempt | None:
         unit = worker.unit
         assert unit is not None
-        if worker.conn.poll():
-            try:
-                attempt = Attempt.from_dict(worker.conn.recv())
-            except (EOFError, OSError):
-                pass  # the worker died mid-send or after closing: judged below
-            else:
+        try:
+            while worker.conn.poll():
+                message = worker.conn.recv()
+                if message == _STARTED:
+                    worker.started = time.monotonic()
+                    continue
                 worker.unit = None
-                return attempt
+                return Attempt.from_dict(message)
+        except (EOFError, OSError):
+            pass  # the worker died mid-send or after closing: judged below
         if not worker.process.is_alive():
             worker.process.join()
             return self._retire(worker, _death_reason(worker.process.exitcode))
-        if self.timeout is not None and time.monotonic() - worker.started > self.timeout:
+        if (
+            self.timeout is not None
+            and worker.started is not None
+            and time.monotonic() - worker.started > self.timeout
+        ):
             self._kill(worker)
             return self._retire(worker, f"timed out after {self.timeout:g} s (worker killed)")
         return None

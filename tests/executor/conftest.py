@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policykit.cli.sweep import sweep_units
+from policykit.executor import SweepResults, Unit, open_executor, run_units
+from policykit.plugin_manager import make_plugin_manager
+from policykit.registry import PolicyRegistry
+from policykit.scenario import build_node, load_scenario
+from policykit.scheduler import Scheduler
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "policykit" / "scenarios"
+BUNDLED = ("seed-abc", "seed-incident-1keim")
+#: the incident's upstream combo (OOMs), its fix, and two others: outcomes differ between them
+COMBOS = ";".join(
+    [
+        "admission=sglang,chunking=sglang,alignment=checkpoint:256",
+        "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256",
+        "admission=no-evict,chunking=defer,alignment=page",
+        "admission=sglang,chunking=sglang,alignment=truncation:192",
+    ]
+)
+
+
+@pytest.fixture(scope="session")
+def registry() -> PolicyRegistry:
+    return PolicyRegistry.from_plugins(make_plugin_manager())
+
+
+@pytest.fixture(scope="session")
+def simulate_units(registry) -> list[Unit]:
+    """4 combos x the two bundled scenarios, built the way ``policykit sweep`` builds them."""
+    scenarios = [load_scenario(SCENARIOS / f"{name}.json") for name in BUNDLED]
+    return sweep_units(scenarios, COMBOS, registry, max_rounds=10_000)
+
+
+@pytest.fixture(scope="session")
+def local_sweep(simulate_units) -> SweepResults:
+    """The simulate units run once on two local workers; the Ray test compares against it."""
+    with open_executor("local", workers=2) as executor:
+        return run_units(simulate_units, executor)
+
+
+def direct(registry: PolicyRegistry, unit: Unit) -> dict[str, Any]:
+    """The unit's outcome computed in this process straight from the core, no executor."""
+    _, name, combo = unit.id.split("/", 2)
+    sc = load_scenario(SCENARIOS / f"{name}.json")
+    run = Scheduler(build_node(sc), registry.resolve(combo, config=sc.config.engine)).run()
+    entries = [e for r in run.rounds for e in r.plan.entries]
+    return {
+        "oom": None if run.oom is None else (run.oom.round, run.oom.request, run.oom.tokens),
+        "completed": run.completed,
+        "pending": run.pending,
+        "rounds": len(run.rounds),
+        "computed": sum(e.tokens for e in entries),
+        "load_back": sum(e.load_back for e in entries),
+    }
+
+
+def outcome(result: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a simulate unit's result that :func:`direct` computes."""
+    oom = result["oom"]
+    return {
+        "oom": None if oom is None else (oom["round"], oom["request"], oom["tokens"]),
+        "completed": result["completed"],
+        "pending": result["pending"],
+        "rounds": result["rounds"],
+        "computed": result["tokens"]["computed"],
+        "load_back": result["tokens"]["load_back"],
+    }
+
+
+def faulty(unit_id: str, function: str, **args: Any) -> Unit:
+    return Unit(unit_id, "test", f"faulty:{function}", args)

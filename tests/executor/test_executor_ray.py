@@ -1,0 +1,64 @@
+"""The Ray executor on a local cluster started in this process: same results as local.
+
+One ``ray.init`` serves the whole module (starting a cluster costs seconds); the executor joins
+it instead of starting its own. Skipped, saying why, where the ``ray`` extra is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import faulty
+
+ray = pytest.importorskip(
+    "ray", reason="the optional 'ray' extra is not installed (pip install 'policykit[ray]')"
+)
+
+from policykit.executor import Status, open_executor, run_units  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    here = str(Path(__file__).parent)  # so that Ray workers can import the faulty units
+    pythonpath = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+    )
+    yield ray.get_runtime_context().get_node_id()
+    ray.shutdown()
+
+
+def test_ray_sweep_equals_the_local_sweep_unit_by_unit(cluster, simulate_units, local_sweep):
+    with open_executor("ray") as executor:
+        on_ray = run_units(simulate_units, executor)
+    assert ray.is_initialized()  # joined the module's cluster and left it running
+    local = local_sweep
+    assert on_ray.all_ok and local.all_ok
+    assert on_ray.executor["name"] == "ray" and on_ray.executor["cpus"] == 2
+    for r, here in zip(on_ray.units, local.units, strict=True):
+        assert r.unit.id == here.unit.id
+        assert r.result == here.result  # OOM round, completed/pending, token totals: all of it
+        assert (r.executor, r.node) == ("ray", cluster)
+        assert r.host == ray.util.get_node_ip_address()
+
+
+def test_ray_retries_a_raising_and_a_crashed_unit_once_then_fails_them(cluster):
+    units = [
+        faulty("raises", "raise_unit", tag="r"),
+        faulty("exits", "exit_unit"),
+        faulty("fine", "sleep_unit", seconds=0),
+    ]
+    with open_executor("ray") as executor:
+        results = run_units(units, executor, retries=1)
+    raises, exits, fine = results.units
+    assert results.failed == ["raises", "exits"]
+    assert raises.attempts == 2 and raises.error.startswith("ValueError: unit r refuses")
+    assert exits.attempts == 2
+    assert all(e.startswith("WorkerCrashedError") for e in exits.errors), exits.errors
+    assert fine.status is Status.OK and fine.node == cluster
