@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 
 from policykit.errors import PolicykitError
 from policykit.executor.base import Executor, ExecutorUnavailable
 
 EXECUTORS = ("local", "ray")
-
-
-def default_workers() -> int:
-    """As many local workers as CPUs this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def require_ray() -> None:
@@ -39,7 +33,7 @@ def open_executor(
             raise PolicykitError("--ray-address only applies with --executor ray.")
         from policykit.executor.local import LocalExecutor
 
-        return LocalExecutor(workers or default_workers(), timeout=timeout)
+        return LocalExecutor(workers, timeout=timeout)
     if name == "ray":
         if workers is not None:
             raise PolicykitError(

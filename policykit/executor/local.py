@@ -33,6 +33,13 @@ _CONTEXT = multiprocessing.get_context("spawn")
 _STARTED = "started"
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def visible_gpus() -> list[str]:
     """CUDA devices this process may hand out, as ``CUDA_VISIBLE_DEVICES`` entries."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -43,11 +50,14 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def _worker_main(conn: Connection, gpu: str | None) -> None:
+def _worker_main(conn: Connection, gpu: str | None, threads: int) -> None:
     """Loop of one worker: receive a unit, perform it, send the attempt back."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if gpu is not None:  # before anything initialises CUDA
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    # before torch is imported: N workers x all-CPU thread pools would oversubscribe the CPUs
+    # (Ray sets the same variable for a one-CPU task); a value the user set is kept
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     host = socket.gethostname()
     while True:
         try:
@@ -71,7 +81,7 @@ class _Worker:
 
 
 class LocalExecutor(Executor):
-    """Up to ``workers`` units at a time, each in its own spawned process.
+    """Up to ``workers`` units at a time (default: one per usable CPU), each in its own process.
 
     With more than one visible GPU, worker slot ``i`` sees only GPU ``i mod n`` (through
     ``CUDA_VISIBLE_DEVICES``), so a GPU unit has a device to itself when ``workers <= n``.
@@ -79,8 +89,9 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def __init__(self, workers: int, *, timeout: float | None = None) -> None:
+    def __init__(self, workers: int | None = None, *, timeout: float | None = None) -> None:
         super().__init__(timeout=timeout)
+        workers = workers or usable_cpus()
         if workers < 1:
             raise ValueError("a local executor needs at least one worker")
         self.workers = workers
@@ -88,6 +99,7 @@ class LocalExecutor(Executor):
         gpus = visible_gpus()
         self._gpus = gpus if len(gpus) > 1 else []
         self._pool: dict[int, _Worker] = {}
+        self._threads = max(1, usable_cpus() // workers)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -115,7 +127,10 @@ class LocalExecutor(Executor):
         gpu = self._gpus[slot % len(self._gpus)] if self._gpus else None
         parent, child = _CONTEXT.Pipe()
         process = _CONTEXT.Process(
-            target=_worker_main, args=(child, gpu), name=f"policykit-worker-{slot}", daemon=True
+            target=_worker_main,
+            args=(child, gpu, self._threads),
+            name=f"policykit-worker-{slot}",
+            daemon=True,
         )
         process.start()
         child.close()
