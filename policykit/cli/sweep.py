@@ -29,6 +29,8 @@ from policykit.scenario import Scenario, load_scenario
 SIMULATE_TARGET = "policykit.executor.units:simulate_unit"
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
+#: failed or missing unit ids printed after the table; the results file has them all
+_LISTED = 5
 
 
 def sweep_units(
@@ -152,9 +154,13 @@ def _print_table(results: SweepResults) -> None:
         policies = " · ".join(parse_combo(combo).values())
         table.add_row(scenario, policies, _outcome(r), _rounds(r), r.host or "-", str(r.attempts))
     Console().print(table)
+    if results.interrupted:
+        click.echo("Interrupted: units that had not finished are listed as missing.", err=True)
     for label, ids in (("failed", results.failed), ("missing", results.missing)):
         if ids:
-            click.echo(f"{len(ids)} unit(s) {label}: {', '.join(ids)}", err=True)
+            shown = ", ".join(ids[:_LISTED])
+            more = f" and {len(ids) - _LISTED} more (all in --json)" if len(ids) > _LISTED else ""
+            click.echo(f"{len(ids)} unit(s) {label}: {shown}{more}", err=True)
 
 
 def _outcome(r: UnitResult) -> str:

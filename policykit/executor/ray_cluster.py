@@ -12,6 +12,7 @@ the unit and not its time in Ray's queue.
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
@@ -43,6 +44,8 @@ class RayExecutor(Executor):
         self.address = address
         self._owns_cluster = not ray.is_initialized()
         if self._owns_cluster:
+            if address is not None:
+                _check_reachable(address)
             try:
                 ray.init(
                     address=address,
@@ -121,3 +124,18 @@ class RayExecutor(Executor):
     def close(self) -> None:
         if self._owns_cluster:
             ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds on an address nobody listens at; ``ray.init`` retries for minutes."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", "local": Ray resolves these itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ExecutorUnavailable(
+            f"Nothing answers at the Ray address {address!r} ({exc.strerror or exc}). Check the "
+            "address (`ray status` on the head node prints it) and that this machine can reach "
+            "the head node's port."
+        ) from None

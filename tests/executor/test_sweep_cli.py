@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 
 import pytest
@@ -78,3 +79,14 @@ def test_ray_executor_without_ray_names_the_extra(monkeypatch):
     res = sweep("--scenarios", "seed-abc", "--combos", FIX, "--executor", "ray")
     assert res.exit_code == 2, res.output
     assert "pip install 'policykit[ray]'" in res.output
+
+
+def test_unreachable_ray_address_fails_fast_with_exit_2():
+    pytest.importorskip("ray", reason="the optional 'ray' extra is not installed")
+    with socket.socket() as s:  # a port that was free a moment ago: nobody listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    res = sweep("--scenarios", "seed-abc", "--executor", "ray", "--ray-address", address)
+    assert res.exit_code == 2, res.output
+    assert "Nothing answers at the Ray address" in res.output
