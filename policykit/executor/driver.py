@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Protocol
 
 from policykit.executor.base import Executor
@@ -43,6 +44,7 @@ def run_units(
     by_id = {u.id: u for u in units}
     results = {u.id: UnitResult(u, Status.MISSING, executor=executor.name) for u in units}
     queue: deque[Unit] = deque(units)
+    created = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()
     interrupted = False
     try:
@@ -66,6 +68,7 @@ def run_units(
     return SweepResults(
         executor=executor.describe(),
         units=[results[i] for i in ids],
+        created=created,
         wall_seconds=time.perf_counter() - started,
         interrupted=interrupted,
     )

@@ -24,9 +24,12 @@ class SweepResults:
 
     executor: dict[str, Any]
     units: list[UnitResult]
+    #: when the sweep started, ISO 8601 UTC
+    created: str = ""
     wall_seconds: float = 0.0
     #: the sweep was cancelled (Ctrl-C) before every unit got a final result
     interrupted: bool = False
+    #: top-level fields a command adds to the envelope (``kind``, ``device``, ``model``...)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def ids(self, status: Status) -> list[str]:
@@ -47,6 +50,7 @@ class SweepResults:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
+            "created": self.created,
             "executor": self.executor,
             "wall_seconds": self.wall_seconds,
             "interrupted": self.interrupted,
