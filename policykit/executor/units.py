@@ -22,9 +22,10 @@ def simulate_unit(args: dict[str, Any]) -> dict[str, Any]:
     ``combo`` is a combo string layered over the scenario's own combo, as in ``simulate
     --combo``; ``max_rounds`` is optional.
 
-    The summary keeps what a comparison needs (the outcome, which requests completed, token
-    totals) and leaves out the per-round trace, which ``policykit simulate --json`` prints for
-    any one unit worth a closer look.
+    The summary keeps what a comparison needs (the outcome, which requests completed, the
+    tokens computed, taken from cache and loaded back in the rounds that ran) and leaves out
+    the per-round trace, which ``policykit simulate --json`` prints for any one unit worth a
+    closer look.
     """
     scenario = _scenario(args["scenario"])
     pm = make_plugin_manager()
@@ -32,7 +33,9 @@ def simulate_unit(args: dict[str, Any]) -> dict[str, Any]:
     combo = registry.resolve(scenario.combo, args.get("combo"), config=scenario.config.engine)
     node = build_node(scenario)
     run = Scheduler(node, combo, pm=pm).run(max_rounds=int(args.get("max_rounds", 100_000)))
-    entries = [e for r in run.rounds for e in r.plan.entries]
+    # the round that ran out of memory planned its batch but computed nothing
+    ran = run.rounds[:-1] if run.oom is not None else run.rounds
+    entries = [e for r in ran for e in r.plan.batch]
     return {
         "scenario": scenario.name,
         "combo": combo.as_dict(),

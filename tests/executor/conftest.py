@@ -49,7 +49,8 @@ def direct(registry: PolicyRegistry, unit: Unit) -> dict[str, Any]:
     _, name, combo = unit.id.split("/", 2)
     sc = load_scenario(SCENARIOS / f"{name}.json")
     run = Scheduler(build_node(sc), registry.resolve(combo, config=sc.config.engine)).run()
-    entries = [e for r in run.rounds for e in r.plan.entries]
+    committed = [r for r in run.rounds if run.oom is None or r.plan.round != run.oom.round]
+    entries = [e for r in committed for e in r.plan.batch]
     return {
         "oom": None if run.oom is None else (run.oom.round, run.oom.request, run.oom.tokens),
         "completed": run.completed,
