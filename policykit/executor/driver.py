@@ -80,7 +80,7 @@ def _record(result: UnitResult, attempt: Attempt, retries: int) -> bool:
     if attempt.ok:
         result.status = Status.OK
         result.result = attempt.result
-        result.wall_seconds = attempt.wall_seconds
+        result.wall_seconds, result.cpu_seconds = attempt.wall_seconds, attempt.cpu_seconds
         return True
     result.errors.append(attempt.error or "unknown failure")
     if result.attempts > retries:

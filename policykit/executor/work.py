@@ -72,6 +72,9 @@ class Attempt:
     node: str | None = None
     host: str | None = None
     wall_seconds: float | None = None
+    #: CPU time of the worker process during the call: unlike wall time, not inflated by
+    #: other processes competing for the same cores
+    cpu_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -99,6 +102,7 @@ class UnitResult:
     node: str | None = None
     host: str | None = None
     wall_seconds: float | None = None
+    cpu_seconds: float | None = None
 
     @property
     def error(self) -> str | None:
@@ -119,6 +123,7 @@ class UnitResult:
             "node": self.node,
             "host": self.host,
             "wall_seconds": self.wall_seconds,
+            "cpu_seconds": self.cpu_seconds,
         }
 
 
@@ -145,15 +150,17 @@ def perform(unit: dict[str, Any], *, node: str | None = None, host: str | None =
     unit_id = unit["id"]
     try:
         func = resolve_target(unit["target"])
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         result = func(dict(unit["args"]))
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         if not isinstance(result, dict):
             raise TypeError(f"the unit function returned {type(result).__name__}, not a dict")
         json.dumps(result)  # a TypeError here says the result would not survive the merge
     except Exception as exc:
         return Attempt(unit_id, False, error=_reason(exc), node=node, host=host).to_dict()
-    return Attempt(unit_id, True, result=result, node=node, host=host, wall_seconds=wall).to_dict()
+    return Attempt(
+        unit_id, True, result, node=node, host=host, wall_seconds=wall, cpu_seconds=cpu
+    ).to_dict()
 
 
 def _reason(exc: BaseException) -> str:

@@ -2,7 +2,7 @@
 
 Not a test (pytest collects only ``test_*.py``): run it by hand and read the ratios::
 
-    .venv/bin/python tests/executor/measure_sweep.py [--requests 600]
+    .venv/bin/python tests/executor/measure_sweep.py [--requests 600] [--combos all]
 
 The bundled scenarios finish in ~40 ms a unit, less than starting a worker, so they cannot
 show scaling; this script generates two heavier scenarios (hundreds of requests arriving over
@@ -10,6 +10,13 @@ time, some with host-tier prefixes, KV released after 3 rounds) and sweeps 6 com
 Each configuration runs ``policykit sweep`` as a fresh process, as a user would, and must
 produce the same unit results as the others. ``--executor ray`` starts a local Ray cluster on
 every CPU of this machine (2 on the CI box).
+
+Columns: ``command s`` is the whole ``policykit sweep`` process (Python and torch start-up, and
+for Ray the cluster start); ``sweep s`` is the envelope's ``wall_seconds``, first submission to
+last result (local worker start-up included, Ray's cluster start not); ``unit wall s`` and
+``unit cpu s`` sum the units' own wall and CPU time. Where other processes compete for the
+cores, unit wall time grows while unit CPU time does not: compare the two before reading the
+ratios as the executors' doing.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ def heavy_scenario(name: str, requests: int, seed: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--combos", default=COMBOS, help="as for sweep (default: 6 combos)")
     opts = parser.parse_args()
     policykit = str(Path(sys.executable).with_name("policykit"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,7 +85,7 @@ def main() -> None:
         rows, outcomes = [], {}
         for label, extra in CONFIGS.items():
             out = Path(tmp) / "out.json"
-            cmd = [policykit, "sweep", "--scenarios", ",".join(paths), "--combos", COMBOS,
+            cmd = [policykit, "sweep", "--scenarios", ",".join(paths), "--combos", opts.combos,
                    *extra, "--json", str(out)]  # fmt: skip
             started = time.perf_counter()
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -85,17 +93,18 @@ def main() -> None:
             doc = json.loads(out.read_text())
             outcomes[label] = [(u["id"], u["result"]) for u in doc["units"]]
             busy = sum(u["wall_seconds"] for u in doc["units"])
-            rows.append((label, wall, doc["wall_seconds"], busy, len(doc["units"])))
+            cpu = sum(u["cpu_seconds"] for u in doc["units"])
+            rows.append((label, wall, doc["wall_seconds"], busy, cpu, len(doc["units"])))
     first = next(iter(outcomes.values()))
     same = all(o == first for o in outcomes.values())
     base_cmd, base_sweep = rows[0][1], rows[0][2]
-    print(f"{len(rows[0:1]) and rows[0][4]} units, load average {os.getloadavg()[0]:.1f}, "
+    print(f"{rows[0][5]} units, load average {os.getloadavg()[0]:.1f}, "
           f"results identical across executors: {same}")  # fmt: skip
-    print(f"{'config':18} {'command s':>10} {'sweep s':>9} {'unit-s':>8} {'ratio cmd':>10} "
-          f"{'ratio sweep':>12}")  # fmt: skip
-    for label, wall, sweep, busy, _ in rows:
-        print(f"{label:18} {wall:10.1f} {sweep:9.1f} {busy:8.1f} {base_cmd / wall:10.2f} "
-              f"{base_sweep / sweep:12.2f}")  # fmt: skip
+    print(f"{'config':18} {'command s':>10} {'sweep s':>9} {'unit wall s':>12} "
+          f"{'unit cpu s':>11} {'ratio cmd':>10} {'ratio sweep':>12}")  # fmt: skip
+    for label, wall, sweep, busy, cpu, _ in rows:
+        print(f"{label:18} {wall:10.1f} {sweep:9.1f} {busy:12.1f} {cpu:11.1f} "
+              f"{base_cmd / wall:10.2f} {base_sweep / sweep:12.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
