@@ -49,12 +49,7 @@ def run_units(
     interrupted = False
     try:
         while queue or executor.busy():
-            for unit in list(queue):
-                if not executor.has_room(unit):
-                    continue
-                queue.remove(unit)
-                results[unit.id].attempts += 1
-                executor.submit(unit)
+            _submit_while_room(queue, executor, results)
             for attempt in executor.collect(_POLL_SECONDS):
                 result = results[attempt.unit_id]
                 final = _record(result, attempt, retries)
@@ -72,6 +67,25 @@ def run_units(
         wall_seconds=time.perf_counter() - started,
         interrupted=interrupted,
     )
+
+
+def _submit_while_room(
+    queue: deque[Unit], executor: Executor, results: dict[str, UnitResult]
+) -> None:
+    """Start queued units in order while the executor has room for their kind (CPU or GPU);
+    a kind without room is not asked again this pass, so a long queue costs little."""
+    full: set[bool] = set()
+    for unit in list(queue):
+        if len(full) == 2:
+            break
+        if unit.gpu in full:
+            continue
+        if not executor.has_room(unit):
+            full.add(unit.gpu)
+            continue
+        queue.remove(unit)
+        results[unit.id].attempts += 1
+        executor.submit(unit)
 
 
 def _record(result: UnitResult, attempt: Attempt, retries: int) -> bool:

@@ -75,14 +75,17 @@ class RayExecutor(Executor):
         }
 
     def has_room(self, unit: Unit) -> bool:
-        units = [u for u, _ in self._running.values()]
         if unit.gpu:
             if self.gpus == 0:
                 raise ExecutorUnavailable(
                     f"The unit {unit.id!r} needs a GPU, and the Ray cluster has none."
                 )
-            return sum(u.gpu for u in units) < self.gpus and len(units) < self.cpus
-        return len(units) < self.cpus
+            return self._gpu_running < self.gpus and len(self._running) < self.cpus
+        return len(self._running) < self.cpus
+
+    @property
+    def _gpu_running(self) -> int:
+        return sum(unit.gpu for unit, _ in self._running.values())
 
     def busy(self) -> bool:
         return bool(self._running)

@@ -1,4 +1,4 @@
-"""Unit functions that misbehave on purpose, for the failure-handling tests.
+"""Unit functions that misbehave on purpose (and one that reports its worker's environment).
 
 Workers import this module by name (``faulty:...``): spawned local workers inherit the test
 process's ``sys.path``, and the Ray fixture puts this folder on the Ray workers' PYTHONPATH.
@@ -42,3 +42,8 @@ def flaky_unit(args: dict[str, Any]) -> dict[str, Any]:
 
 def not_a_dict_unit(args: dict[str, Any]) -> list[int]:
     return [1, 2, 3]
+
+
+def environment_unit(args: dict[str, Any]) -> dict[str, Any]:
+    """What the worker was given: its GPU and its thread budget."""
+    return {key: os.environ.get(key) for key in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")}

@@ -9,7 +9,7 @@ import pytest
 from conftest import direct, faulty, outcome
 
 from policykit.executor import SCHEMA, Status, Unit, open_executor, run_units
-from policykit.executor.local import LocalExecutor
+from policykit.executor.local import LocalExecutor, usable_cpus
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +115,18 @@ def test_unit_ids_must_be_unique(pool):
     unit = Unit("same", "test", "faulty:sleep_unit", {"seconds": 0})
     with pytest.raises(ValueError, match="unique"):
         run_units([unit, unit], pool)
+
+
+def test_each_worker_sees_one_gpu_and_a_share_of_the_cpus(monkeypatch):
+    """No GPU is needed: the executor only narrows CUDA_VISIBLE_DEVICES per worker slot."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    units = [faulty(f"u{i}", "environment_unit") for i in range(2)]
+    with LocalExecutor(2) as executor:
+        results = run_units(units, executor)
+    threads = str(max(1, usable_cpus() // 2))
+    assert [r.result for r in results.units] == [
+        {"CUDA_VISIBLE_DEVICES": "3", "OMP_NUM_THREADS": threads},
+        {"CUDA_VISIBLE_DEVICES": "5", "OMP_NUM_THREADS": threads},
+    ]
+    assert results.executor["gpus_per_worker"] is True
