@@ -2,6 +2,8 @@
 
 ``simulate_unit`` is the unit of ``policykit sweep``: one scenario under one combo, on the same
 core ``policykit simulate`` uses (scenario -> node -> scheduler with the registered policies).
+``bench_unit`` is one combination of one ``policykit bench`` workload on the real model, through
+the harness's own ``run_combo``: what ``bench --executor`` will hand out per combination.
 """
 
 from __future__ import annotations
@@ -59,3 +61,40 @@ def _scenario(spec: str | dict[str, Any]) -> Scenario:
     from policykit.cli.simulate import resolve_scenario_path
 
     return load_scenario(resolve_scenario_path(spec))
+
+
+def bench_unit(args: dict[str, Any]) -> dict[str, Any]:
+    """Run one combination of one workload on the harness model; return its results row.
+
+    ``args``: ``workload`` (a named workload, trace or scenario, as for ``bench --workload``),
+    ``combo``, and optionally ``model`` (preset, default ``tiny``), ``device`` (default
+    ``auto``: the GPU the executor gave this worker, else the CPU), ``pool_tokens``, ``seed``,
+    ``cpu_threads`` and ``max_rounds`` with ``bench``'s defaults. The row is the one
+    ``policykit bench`` writes under ``combos`` (schema ``policykit.bench/1``), plus the
+    workload's name and the device it ran on.
+    """
+    import torch
+
+    from policykit.devices import resolve_device
+    from policykit.harness.build import PrefixKV
+    from policykit.harness.model import Decoder
+    from policykit.harness.presets import get_preset
+    from policykit.harness.runner import resolve_input, run_combo
+
+    device = resolve_device(args.get("device", "auto"))
+    if device.type == "cpu":
+        torch.set_num_threads(int(args.get("cpu_threads", 1)))
+    seed = int(args.get("seed", 0))
+    bench = resolve_input(args["workload"], int(args.get("pool_tokens", 8192)), seed)
+    pm = make_plugin_manager()
+    combo = PolicyRegistry.from_plugins(pm).resolve(args["combo"], config=bench.config.engine)
+    model = Decoder(get_preset(args.get("model", "tiny")), device, seed=seed)
+    run = run_combo(
+        bench, combo, PrefixKV(model), pm=pm, max_rounds=int(args.get("max_rounds", 10_000))
+    )
+    return {
+        "workload": bench.name,
+        "pool_tokens": run.pool_tokens,
+        "device": str(device),
+        **run.row,
+    }

@@ -37,11 +37,51 @@ def simulate_units(registry) -> list[Unit]:
     return sweep_units(scenarios, COMBOS, registry, max_rounds=10_000)
 
 
+#: bench units: 2 combos x 2 harness workloads on the tiny model, on the CPU
+BENCH_WORKLOADS = ("host-hit-heavy", "seed-incident")
+BENCH_COMBOS = (
+    "admission=sglang,chunking=sglang,alignment=checkpoint:256",
+    "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256",
+)
+#: the fields of a bench row that do not depend on timing
+BENCH_OUTCOME = (
+    "combo",
+    "status",
+    "crash",
+    "requests",
+    "rounds",
+    "prompt_tokens_completed",
+    "computed_tokens",
+    "flops",
+    "handoff_bytes",
+    "peak_kv_utilisation",
+    "peak_kv_held",
+)
+
+
 @pytest.fixture(scope="session")
-def local_sweep(simulate_units) -> SweepResults:
-    """The simulate units run once on two local workers; the Ray test compares against it."""
+def bench_units() -> list[Unit]:
+    return [
+        Unit(
+            f"bench/{w}/{c}",
+            "bench",
+            "policykit.executor.units:bench_unit",
+            {"workload": w, "combo": c, "device": "cpu", "model": "tiny"},
+        )
+        for w in BENCH_WORKLOADS
+        for c in BENCH_COMBOS
+    ]
+
+
+def bench_outcome(row: dict[str, Any]) -> dict[str, Any]:
+    return {key: row[key] for key in BENCH_OUTCOME}
+
+
+@pytest.fixture(scope="session")
+def local_sweep(simulate_units, bench_units) -> SweepResults:
+    """Simulate and bench units run once on two local workers; the Ray test compares to it."""
     with open_executor("local", workers=2) as executor:
-        return run_units(simulate_units, executor)
+        return run_units([*simulate_units, *bench_units], executor)
 
 
 def direct(registry: PolicyRegistry, unit: Unit) -> dict[str, Any]:

@@ -6,7 +6,11 @@ import json
 import socket
 
 import pytest
-from conftest import direct, faulty, outcome
+import torch
+from conftest import BENCH_COMBOS, BENCH_WORKLOADS, bench_outcome, direct, faulty, outcome
+from policykit.harness.model import Decoder
+from policykit.harness.presets import get_preset
+from policykit.harness.runner import resolve_input, run_bench
 
 from policykit.executor import SCHEMA, Status, Unit, open_executor, run_units
 from policykit.executor.local import LocalExecutor, usable_cpus
@@ -19,22 +23,41 @@ def pool():
         yield executor
 
 
+UPSTREAM_INCIDENT = (
+    "simulate/seed-incident-1keim/"
+    "admission=sglang,chunking=sglang,alignment=checkpoint:256,allocator-phase=default"
+)
+
+
 def test_simulate_units_equal_the_core_run_in_process(local_sweep, simulate_units, registry):
-    results = local_sweep
-    assert results.all_ok and not results.interrupted
-    assert [r.unit.id for r in results.units] == [u.id for u in simulate_units]
-    for r in results.units:
+    assert local_sweep.all_ok and not local_sweep.interrupted
+    simulated = local_sweep.units[: len(simulate_units)]
+    assert [r.unit.id for r in simulated] == [u.id for u in simulate_units]
+    for r in simulated:
         assert outcome(r.result) == direct(registry, r.unit), r.unit.id
         assert (r.executor, r.attempts, r.errors) == ("local", 1, [])
         assert r.host == r.node == socket.gethostname()
-    ooms = [r.unit.id for r in results.units if r.result["oom"] is not None]
+    ooms = [r.unit.id for r in simulated if r.result["oom"] is not None]
     # the incident's upstream combo OOMs and its fix does not: the outcomes are not all alike
-    assert (
-        "simulate/seed-incident-1keim/"
-        + ("admission=sglang,chunking=sglang,alignment=checkpoint:256,allocator-phase=default")
-        in ooms
-    )
-    assert len(ooms) < len(results.units)
+    assert UPSTREAM_INCIDENT in ooms
+    assert len(ooms) < len(simulated)
+
+
+def test_bench_units_equal_the_harness_run_in_process(local_sweep, bench_units, registry):
+    """Each bench unit gives the row ``policykit bench`` computes for that combo in one go."""
+    rows = {r.unit.id: r.result for r in local_sweep.units[-len(bench_units) :]}
+    assert list(rows) == [u.id for u in bench_units]
+    torch.set_num_threads(1)
+    for workload in BENCH_WORKLOADS:
+        bench = resolve_input(workload, 8192, 0)
+        combos = [registry.resolve(c, config=bench.config.engine) for c in BENCH_COMBOS]
+        model = Decoder(get_preset("tiny"), torch.device("cpu"), seed=0)
+        expected = run_bench(bench, combos, model)["combos"]
+        got = [rows[f"bench/{workload}/{c}"] for c in BENCH_COMBOS]
+        assert [bench_outcome(r) for r in got] == [bench_outcome(r) for r in expected]
+    # the upstream combo crashes somewhere and the fix does not: outcomes are not all alike
+    statuses = {r["status"] for r in rows.values()}
+    assert "crashed" in statuses and len(statuses) > 1
 
 
 def test_raising_and_killed_units_are_retried_once_then_failed(pool, tmp_path):
