@@ -22,13 +22,15 @@ executors unit by unit; timings belong in the result only as measurements.
 
 Plugging a command in takes a unit function and a few lines, e.g. for bench::
 
-    units = [Unit(f"bench/{w}/{c}", "bench", "policykit.harness.runner:run_unit",
-                  {"workload": w, "combo": c}, gpu=True) for w in workloads for c in combos]
+    units = [Unit(f"bench/{w}/{c}", "bench", "policykit.executor.units:bench_unit",
+                  {"workload": w, "combo": c, "model": preset}, gpu=on_gpu)
+             for w in workloads for c in combos]
     with open_executor(name, workers=workers, ray_address=address) as executor:
-        with SweepProgress(len(units)) as progress:
+        with SweepProgress(len(units), label="bench") as progress:
             results = run_units(units, executor, listener=progress)
 
-:func:`policykit.executor.units.simulate_unit` is the unit ``policykit sweep`` runs.
+:mod:`policykit.executor.units` holds the units policykit ships: ``simulate_unit`` (what
+``policykit sweep`` runs) and ``bench_unit`` (one harness combination on the model).
 """
 
 from policykit.executor.base import Executor, ExecutorUnavailable
