@@ -8,12 +8,12 @@ import socket
 import pytest
 import torch
 from conftest import BENCH_COMBOS, BENCH_WORKLOADS, bench_outcome, direct, faulty, outcome
-from policykit.harness.model import Decoder
-from policykit.harness.presets import get_preset
-from policykit.harness.runner import resolve_input, run_bench
 
 from policykit.executor import SCHEMA, Status, Unit, open_executor, run_units
 from policykit.executor.local import LocalExecutor, usable_cpus
+from policykit.harness.model import Decoder
+from policykit.harness.presets import get_preset
+from policykit.harness.runner import resolve_input, run_bench
 
 
 @pytest.fixture(scope="module")
