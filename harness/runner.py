@@ -32,6 +32,7 @@ from policykit.harness.metrics import (
     watermark,
 )
 from policykit.harness.model import Decoder
+from policykit.harness.presets import ModelPreset
 from policykit.harness.workloads import Workload, generate, load_trace
 from policykit.node import NodeConfig, PrefillNode
 from policykit.plugin_manager import PolicykitPluginManager
@@ -241,18 +242,31 @@ def run_bench(
         run = run_combo(bench, combo, store, pm=pm, max_rounds=max_rounds, on_round=on_round)
         rows.append(run.row)
         summary["pool_tokens"] = run.pool_tokens
-    device = model.device
-    p = model.preset
+    return bench_document(
+        summary, model.preset, model.device, model.dtype, rows, started, time.perf_counter() - t0
+    )
+
+
+def bench_document(
+    workload: dict[str, Any],
+    preset: ModelPreset,
+    device: torch.device,
+    dtype: torch.dtype,
+    rows: list[dict[str, Any]],
+    started: str,
+    wall_seconds: float,
+) -> dict[str, Any]:
+    """The :data:`SCHEMA` document around per-combo rows, however they were produced."""
     return {
         "schema": SCHEMA,
         "started": started,
-        "wall_seconds": time.perf_counter() - t0,
-        "workload": summary,
+        "wall_seconds": wall_seconds,
+        "workload": workload,
         "model": {
-            "preset": p.name,
-            "dtype": str(model.dtype).removeprefix("torch."),
-            "matmul_params": p.matmul_params,
-            "kv_bytes_per_token": p.kv_bytes_per_token(torch.finfo(model.dtype).bits // 8),
+            "preset": preset.name,
+            "dtype": str(dtype).removeprefix("torch."),
+            "matmul_params": preset.matmul_params,
+            "kv_bytes_per_token": preset.kv_bytes_per_token(torch.finfo(dtype).bits // 8),
         },
         "device": {
             "type": device.type,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -102,6 +102,14 @@ def results_table(result: dict[str, Any]) -> Table:
     return table
 
 
+if TYPE_CHECKING:
+    import torch
+
+    from policykit.harness.presets import ModelPreset
+    from policykit.harness.runner import BenchInput
+    from policykit.plugin_manager import PolicykitPluginManager
+
+
 @click.command()
 @click.option(
     "--workload",
@@ -136,6 +144,16 @@ def results_table(result: dict[str, Any]) -> Table:
 )
 @click.option("--max-rounds", type=click.IntRange(min=1), default=10_000, show_default=True)
 @click.option(
+    "--executor",
+    type=click.Choice(["inline", "local", "ray"]),
+    default="inline",
+    show_default=True,
+    help="inline: every combo in this process, one model; local/ray: one unit per combo on a "
+    "process pool or a Ray cluster (see docs/cluster.md).",
+)
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local workers.")
+@click.option("--ray-address", default=None, help="Join this Ray cluster (--executor ray).")
+@click.option(
     "--json",
     "json_out",
     default=None,
@@ -152,6 +170,9 @@ def bench(
     seed: int,
     cpu_threads: int,
     max_rounds: int,
+    executor: str,
+    workers: int | None,
+    ray_address: str | None,
     json_out: str | None,
 ) -> None:
     """Run WORKLOAD through policy combinations on a real model and compare them.
@@ -163,9 +184,8 @@ def bench(
     import torch
 
     from policykit.devices import resolve_device
-    from policykit.harness.model import Decoder
     from policykit.harness.presets import get_preset
-    from policykit.harness.runner import resolve_input, run_bench
+    from policykit.harness.runner import resolve_input
 
     shape = get_preset(preset)
     if json_out not in (None, "-") and not Path(json_out).parent.is_dir():
@@ -179,6 +199,45 @@ def bench(
     pm, registry = load_registry()
     chosen = _combos(registry, combos, bench_input.config.engine)
     console = Console(stderr=True)
+    if executor != "inline":
+        unit_args = {
+            "workload": workload,
+            "model": preset,
+            "pool_tokens": pool_tokens,
+            "seed": seed,
+            "cpu_threads": cpu_threads,
+            "max_rounds": max_rounds,
+            "device": device,
+        }
+        result = _bench_units(
+            bench_input,
+            shape,
+            dev,
+            chosen,
+            unit_args,
+            executor=executor,
+            workers=workers,
+            ray_address=ray_address,
+        )
+    else:
+        result = _bench_inline(bench_input, shape, dev, chosen, pm, seed, max_rounds, console)
+    _report(result, json_out, console)
+
+
+def _bench_inline(
+    bench_input: BenchInput,
+    shape: ModelPreset,
+    dev: torch.device,
+    chosen: list[Combo],
+    pm: PolicykitPluginManager,
+    seed: int,
+    max_rounds: int,
+    console: Console,
+) -> dict[str, Any]:
+    """Every combo in this process, on one model (weights and prefix KV built once)."""
+    from policykit.harness.model import Decoder
+    from policykit.harness.runner import run_bench
+
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -187,7 +246,7 @@ def bench(
         console=console,
         transient=True,
     ) as progress:
-        console.print(f"building {preset} on {dev} and laying out {bench_input.name} ...")
+        console.print(f"building {shape.name} on {dev} and laying out {bench_input.name} ...")
         model = Decoder(shape, dev, seed=seed)
         task = progress.add_task("combos", total=len(chosen))
         current = {"combo": ""}
@@ -211,6 +270,60 @@ def bench(
             on_round=on_round,
         )
         progress.advance(task)
+    return result
+
+
+def _bench_units(
+    bench_input: BenchInput,
+    shape: ModelPreset,
+    dev: torch.device,
+    chosen: list[Combo],
+    unit_args: dict[str, Any],
+    **executor_options: Any,
+) -> dict[str, Any]:
+    """One unit per combo through an executor; rows merged into the same bench document,
+    each saying which executor and node produced it."""
+    import datetime as dt
+    import time
+
+    from policykit.executor import Status, SweepProgress, Unit, open_executor, run_units
+    from policykit.harness.model import default_dtype
+    from policykit.harness.runner import bench_document
+
+    units = [
+        Unit(
+            f"bench/{bench_input.name}/{c}",
+            "bench",
+            "policykit.executor.units:bench_unit",
+            {**unit_args, "combo": str(c)},
+            gpu=dev.type == "cuda",
+        )
+        for c in chosen
+    ]
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    name = executor_options.pop("executor")
+    with (
+        open_executor(name, **executor_options) as pool,
+        SweepProgress(len(units), label="bench") as progress,
+    ):
+        results = run_units(units, pool, listener=progress)
+    rows = []
+    for r in results.units:
+        if r.status is Status.OK and r.result is not None:
+            rows.append({**r.result, "executor": r.executor, "node": r.node})
+    doc = bench_document(
+        bench_input.summary, shape, dev, default_dtype(dev), rows, started, time.perf_counter() - t0
+    )
+    doc["executor"] = results.executor
+    doc["failed"] = [
+        {"id": r.unit.id, "error": r.error} for r in results.units if r.status is Status.FAILED
+    ]
+    doc["missing"] = results.missing
+    return doc
+
+
+def _report(result: dict[str, Any], json_out: str | None, console: Console) -> None:
     if json_out == "-":
         click.echo(json.dumps(result, indent=2))
         return
