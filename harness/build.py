@@ -123,7 +123,7 @@ def build_workload_node(
                 table = torch.cat([node.cache.match(prefix)[2], pool.alloc(need)])
                 node.cache.insert(prefix, table)
             if spec.device_prefix_pinned:
-                node.cache.lock(node.cache.match(prefix)[1])
+                node.cache.pin(node.cache.match(prefix)[1])  # locked for good by others
         if spec.host_prefix_tokens:
             end = device + spec.host_prefix_tokens
             if node.host.lookup(toks[:end], device) is None:

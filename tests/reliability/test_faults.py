@@ -8,12 +8,15 @@ policy that raises or returns nonsense, a failed host-tier copy.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from policykit.errors import PlanError, PrefillOutOfMemory
 from policykit.node import NodeConfig, PrefillNode
 from policykit.plan import Entry, EntryKind, Plan
+from policykit.plugin_manager import make_plugin_manager
 from policykit.pool import KVLayout
 from policykit.request import Request, State
 from policykit.scheduler import Scheduler
@@ -297,3 +300,22 @@ def test_the_seed_incident_oom_leaves_the_node_as_before_its_round(run_bundled):
     keim = node.requests["1keim"]
     assert keim.state is State.CHUNKED and keim.seq_len == 91968
     check_node(node)
+
+
+# --- what the user sees ---------------------------------------------------------------------
+def test_simulate_names_a_failed_request_and_the_policy_that_failed_it(monkeypatch):
+    from click.testing import CliRunner
+
+    from policykit.cli import main, simulate
+
+    monkeypatch.setattr(
+        simulate, "load_registry", lambda: (make_plugin_manager(entry_points=False), REGISTRY)
+    )
+    args = ["simulate", "seed-abc", "--combo", "chunking=bad:negative"]
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 0, text.output
+    flat = " ".join(text.output.split())
+    assert "failed: B: The chunking policy 'bad:negative' (misbehaving-policies 0.0.1)" in flat
+    out = json.loads(CliRunner().invoke(main, [*args, "--json"]).output)
+    assert [f["id"] for f in out["failed"]] == ["B"]
+    assert "B" not in out["completed"] and "B" not in out["pending"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 
+import torch
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -18,12 +19,12 @@ from hypothesis.stateful import (
 )
 
 from policykit.errors import PrefillOutOfMemory
-from policykit.node import NodeConfig, PrefillNode
-from policykit.pool import TokenPool
+from policykit.node import NodeConfig
+from policykit.pool import KVLayout, TokenPool
 from policykit.request import Request, State
 from policykit.scheduler import Scheduler
 
-from .faults import FlakyPool, registry_with_misbehaving
+from .faults import BrokenHostCopyNode, FlakyPool, registry_with_misbehaving
 from .node_invariants import check_node, check_plan
 
 REGISTRY = registry_with_misbehaving()
@@ -39,6 +40,7 @@ MISBEHAVING_COMBOS = (
 #: shared prompt heads, so prefixes get cached, matched, split and locked by several requests
 STEMS = [tuple(range(s * 10_000, s * 10_000 + 1000)) for s in range(3)]
 _unique = itertools.count(1 << 30)
+KV = KVLayout(layers=1, kv_heads=1, head_dim=1, dtype=torch.float32)
 
 
 class NodeMachine(RuleBasedStateMachine):
@@ -60,9 +62,10 @@ class NodeMachine(RuleBasedStateMachine):
             kv_release_rounds=release,
             sliding_window=window,
         )
-        self.pool = FlakyPool(pages * page, page)
+        # A one-number-per-slot KV buffer, so that load-backs really copy host KV (and can fail).
+        self.pool = FlakyPool(pages * page, page, layout=KV)
         swa = None if window is None else TokenPool(swa_pages * page, 1, name="swa")
-        self.node = PrefillNode(config, self.pool, swa_pool=swa)
+        self.node = BrokenHostCopyNode(config, self.pool, swa_pool=swa)
         self.combos = [
             str(c)
             for c in REGISTRY.all_combos(config.engine)
@@ -91,7 +94,8 @@ class NodeMachine(RuleBasedStateMachine):
         host_len = host * total // 100
         if 0 < host_len < len(tokens):
             # a host copy of the head: a hit when nothing of it is cached on the device
-            self.node.host.put(tokens[:host_len], 0)
+            kv = [(torch.full((host_len, 1, 1), float(req.arrival_round)),) * 2]
+            self.node.host.put(tokens[:host_len], 0, kv)
         self.node.add(req)
 
     @rule(rounds=st.integers(1, 4))
@@ -145,6 +149,15 @@ class NodeMachine(RuleBasedStateMachine):
         req = data.draw(st.sampled_from(live), label="cancel")
         self.node.fail(req, "cancelled by the client")
 
+    @rule(data=st.data())
+    def break_a_host_copy(self, data):
+        """The host copy of a waiting request's head becomes unreadable."""
+        hosted = [q for q in self.node.waiting if self.node.host.lookup(q.tokens, 0)]
+        if hosted:
+            req = data.draw(st.sampled_from(hosted), label="host copy breaks for")
+            entry = self.node.host.lookup(req.tokens, 0)
+            self.node.broken.add(entry.head + entry.run)
+
     @rule(call=st.integers(1, 4))
     def arm_allocator_fault(self, call):
         self.pool.fail_on(call)
@@ -163,6 +176,18 @@ class NodeMachine(RuleBasedStateMachine):
     @invariant()
     def books_balance(self):
         check_node(self.node)
+
+    @invariant()
+    def loaded_back_kv_is_intact(self):
+        """What a load-back copied is still in the request's slots: no other owner wrote over
+        it, and no rolled-back round left half a copy behind."""
+        for req in self.node.requests.values():
+            host = req.host_entry
+            if host is None or req.state not in (State.CHUNKED, State.HELD):
+                continue
+            n = host.end - req.cached_len
+            slots = self.pool.slots(req.pages, req.cached_len, host.end)
+            assert torch.equal(self.pool.k[0][slots], host.kv[0][0][:n]), f"{req.id}'s KV"
 
     def teardown(self):
         """Liveness: once faults stop and every transfer completes, the queue drains. Every
