@@ -1,6 +1,6 @@
 """One prepared GPU check: the 8B-class preset at 8k-token chunks through a few combinations.
 
-Run on one H200 (``python -m policykit.harness.gpu_check``): it builds the ``llama-8b`` preset
+Run on one H200 (``python -m policykit.harness.gpu_check``): it builds the ``llama3-8b`` preset
 in bf16, a 32768-token pool (chunk budget 8192), checks that chunked bf16 logits stay within
 :data:`BF16_REL_BOUND` of a dense forward, then runs ``long-prompts`` (no crash: throughput)
 and ``host-hit-heavy`` (the seed 000 crash) through three combinations, and prints achieved
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             print("gpu_check needs CUDA; use --dry-run to exercise it on the CPU", file=sys.stderr)
             return 2
-        device, preset, chunk = torch.device("cuda"), get_preset("llama-8b"), args.chunk
+        device, preset, chunk = torch.device("cuda"), get_preset("llama3-8b"), args.chunk
     pool = 4 * chunk
     model = Decoder(preset, device)
     print(f"{preset.name} on {device} ({model.dtype}), pool {pool} tokens, chunk {chunk}")

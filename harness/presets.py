@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policykit.errors import PolicykitError
+from policykit.model_shapes import PRESETS as SHAPES
+from policykit.model_shapes import ModelShape
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,6 @@ class ModelPreset:
     vocab: int
     rope_theta: float = 500_000.0
     norm_eps: float = 1e-5
-    summary: str = ""
 
     @property
     def q_dim(self) -> int:
@@ -62,44 +63,27 @@ class ModelPreset:
         attention = 4 * self.heads * self.head_dim * keys * self.layers
         return 2 * self.matmul_params * n + attention + 2 * self.hidden * self.vocab * sampled
 
+    @classmethod
+    def from_shape(cls, shape: ModelShape) -> ModelPreset:
+        """The runnable decoder of a dense GQA :class:`~policykit.model_shapes.ModelShape`, so
+        the harness and the memory planner agree on what a preset name means."""
+        return cls(
+            name=shape.name,
+            hidden=shape.hidden_size,
+            intermediate=shape.intermediate_size,
+            layers=shape.num_layers,
+            heads=shape.num_attention_heads,
+            kv_heads=shape.num_kv_heads,
+            head_dim=shape.head_dim,
+            vocab=shape.vocab_size,
+        )
 
+
+#: every dense, GQA model shape the memory planner knows (MLA and MoE shapes are not runnable)
 PRESETS: dict[str, ModelPreset] = {
-    p.name: p
-    for p in (
-        ModelPreset(
-            name="tiny",
-            hidden=64,
-            intermediate=128,
-            layers=2,
-            heads=4,
-            kv_heads=2,
-            head_dim=16,
-            vocab=512,
-            summary="CPU tests and CI: every code path of the real shapes, in milliseconds",
-        ),
-        ModelPreset(
-            name="small",
-            hidden=2048,
-            intermediate=8192,
-            layers=16,
-            heads=32,
-            kv_heads=8,
-            head_dim=64,
-            vocab=128_256,
-            summary="Llama-3.2-1B-like shapes: a quick GPU run",
-        ),
-        ModelPreset(
-            name="llama-8b",
-            hidden=4096,
-            intermediate=14_336,
-            layers=32,
-            heads=32,
-            kv_heads=8,
-            head_dim=128,
-            vocab=128_256,
-            summary="8B-class dense (Llama-3-8B shapes): the GPU benchmark",
-        ),
-    )
+    name: ModelPreset.from_shape(shape)
+    for name, shape in SHAPES.items()
+    if not shape.is_mla and not shape.is_moe and shape.v_head_dim in (0, shape.head_dim)
 }
 
 
@@ -109,6 +93,5 @@ def get_preset(name: str) -> ModelPreset:
         return PRESETS[name]
     except KeyError:
         raise PolicykitError(
-            f"There is no model preset named {name!r}. Known presets: "
-            f"{', '.join(f'{p.name} ({p.summary})' for p in PRESETS.values())}."
+            f"There is no model preset named {name!r}. Known presets: {', '.join(PRESETS)}."
         ) from None

@@ -182,6 +182,28 @@ PRESETS: dict[str, ModelShape] = {
             shared_experts=1,
             first_dense_layers=3,
         ),
+        # the harness's CPU model: every code path of the real shapes, in milliseconds
+        ModelShape(
+            name="tiny",
+            hidden_size=64,
+            intermediate_size=128,
+            num_layers=2,
+            num_attention_heads=4,
+            num_kv_heads=2,
+            head_dim=16,
+            vocab_size=512,
+        ),
+        # Llama-3.2-1B-like shapes: a quick GPU run of the harness
+        ModelShape(
+            name="small",
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_layers=16,
+            num_attention_heads=32,
+            num_kv_heads=8,
+            head_dim=64,
+            vocab_size=128256,
+        ),
         # small enough to run a real forward on a CPU in tests and harness dry runs
         ModelShape(
             name="tiny-dense",

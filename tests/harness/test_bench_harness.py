@@ -81,7 +81,7 @@ def test_scheduler_share(benchmark, rounds, store: PrefixKV) -> None:
     chunks = _chunks(node, plan, store)
     plan_s = _median(lambda: planner.plan(1))
     forward_s = _median(lambda: store.model.forward(chunks, node.pool), repeat=5)
-    big = get_preset("llama-8b")
+    big = get_preset("llama3-8b")
     flops = sum(big.chunk_flops(e.start, e.end, sampled=int(e.kind.finishes)) for e in plan.batch)
     forward_8b_s = flops / (0.5 * H200_BF16_DENSE_TFLOPS * 1e12)
     info = {

@@ -98,7 +98,7 @@ def test_weights_are_deterministic_per_seed() -> None:
 
 
 def test_presets_have_real_shapes() -> None:
-    big = PRESETS["llama-8b"]
+    big = PRESETS["llama3-8b"]
     assert (big.hidden, big.intermediate, big.layers, big.heads, big.kv_heads) == (
         4096,
         14336,
@@ -112,7 +112,7 @@ def test_presets_have_real_shapes() -> None:
 
 
 def test_chunk_flops_adds_up() -> None:
-    p = get_preset("llama-8b")
+    p = get_preset("llama3-8b")
     whole = p.chunk_flops(0, 8192)
     split = p.chunk_flops(0, 4096) + p.chunk_flops(4096, 8192)
     assert whole == split
