@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from policykit.errors import PolicykitError
+from policykit.scenario import prefix_hit_problem
 
 PAGE_SIZE = 64
 #: chunk ends checkpoint-aligned to 256 leave a 192-token compute gap when the chunk budget is a
@@ -398,18 +399,9 @@ def parse_trace_line(obj: Any, where: str, page: int = PAGE_SIZE) -> RequestSpec
         raise WorkloadError(
             f"{where}: its shared prefix ({prefix}) must be shorter than its {prompt}-token prompt."
         )
-    if device % page:
-        raise WorkloadError(
-            f"{where}: 'device_prefix_tokens' = {device} is not a whole number of {page}-token "
-            "pages; the radix cache holds whole pages."
-        )
-    if device + host >= prompt:
-        raise WorkloadError(
-            f"{where}: its prefix hits (device {device} + host {host}) must be shorter than the "
-            f"{prompt}-token prompt, which needs at least one token to compute."
-        )
-    if pinned and not device:
-        raise WorkloadError(f"{where}: 'device_prefix_pinned' without a device prefix.")
+    problem = prefix_hit_problem(prompt, device, host, pinned, page)
+    if problem:
+        raise WorkloadError(f"{where}: {problem}")
     return RequestSpec(rid, prompt, arrival, group, prefix, device, pinned, host)
 
 

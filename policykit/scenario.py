@@ -271,18 +271,9 @@ def _parse_request(raw: Any, index: int, page: int, source: str) -> RequestSpec:
     for key, value in (("device_prefix_pinned", pinned), ("chunked", chunked)):
         if not isinstance(value, bool):
             raise ScenarioError(f"{where}: {key!r} must be true or false, got {quote(value)}.")
-    if device % page:
-        raise ScenarioError(
-            f"{where}: 'device_prefix_tokens' = {device} is not a whole number of {page}-token "
-            "pages; a cached prefix is matched a page at a time."
-        )
-    if device + host >= prompt:
-        raise ScenarioError(
-            f"{where}: its prefix hits (device {device} + host {host}) must be shorter than the "
-            f"{prompt}-token prompt, which needs at least one token to compute."
-        )
-    if pinned and not device:
-        raise ScenarioError(f"{where}: 'device_prefix_pinned' without a device prefix.")
+    problem = prefix_hit_problem(prompt, device, host, pinned, page)
+    if problem:
+        raise ScenarioError(f"{where}: {problem}")
     if chunked != bool(computed):
         raise ScenarioError(
             f"{where}: an in-progress request has both 'chunked': true and 'computed_tokens' > 0."
@@ -295,6 +286,24 @@ def _parse_request(raw: Any, index: int, page: int, source: str) -> RequestSpec:
     if chunked and arrival:
         raise ScenarioError(f"{where}: the in-progress chunked request is there from round 1.")
     return RequestSpec(rid, prompt, device, pinned, host, arrival, computed, chunked)
+
+
+def prefix_hit_problem(prompt: int, device: int, host: int, pinned: bool, page: int) -> str | None:
+    """What is wrong with a request's prefix hits, or ``None``; shared by every loader of
+    requests (scenarios here, harness traces) so they refuse the same things the same way."""
+    if device % page:
+        return (
+            f"'device_prefix_tokens' = {device} is not a whole number of {page}-token pages; a "
+            "cached prefix is matched a page at a time."
+        )
+    if device + host >= prompt:
+        return (
+            f"its prefix hits (device {device} + host {host}) must be shorter than the "
+            f"{prompt}-token prompt, which needs at least one token to compute."
+        )
+    if pinned and not device:
+        return "'device_prefix_pinned' without a device prefix."
+    return None
 
 
 def load_scenario(path: str | Path) -> Scenario:
