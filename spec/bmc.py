@@ -323,7 +323,7 @@ def _combine(old: Entry, new: Entry, use_new: z3.BoolRef) -> Entry:
     """``new`` where ``use_new`` holds, else ``old`` (a request is either in progress or
     waiting, so at most one of its resume and admission entries is not NONE)."""
     return Entry(*(ite(use_new, getattr(new, k), getattr(old, k)) for k in (
-        "kind", "start", "end", "load_back", "rem_total", "cur_rem"
+        "kind", "start", "end", "load_back", "rem_total", "cur_rem", "load_back_slots"
     )))
 
 

@@ -29,7 +29,7 @@ from policykit.spec.bmc import (
 from policykit.spec.counterexample import Counterexample, extract, minimise
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, ModelConfig, RoundModel
-from policykit.spec.symbolic import make_solver
+from policykit.spec.symbolic import solve
 
 PROVED, VIOLATED, UNKNOWN = "proved", "violated", "unknown"
 
@@ -146,11 +146,8 @@ def _unroll_and_solve(
         share = (time.perf_counter() - t0) / max(1, len(pending))
         for prop in list(pending):
             t1 = time.perf_counter()
-            solver = make_solver(timeout_ms)
-            solver.add(*enc.facts, violations[prop])
-            result = solver.check()
+            result, found, reason = solve([*enc.facts, violations[prop]], timeout_ms)
             if result == z3.sat:
-                found = solver.model()
                 if options.minimise:
                     found = minimise(enc.facts + [violations[prop]], u, found)
                 cx = extract(u, found, prop, k, combo)
@@ -165,7 +162,7 @@ def _unroll_and_solve(
                     UNKNOWN,
                     f"round {k}",
                     seconds[prop] + share + time.perf_counter() - t1,
-                    note=f"solver: {solver.reason_unknown()}",
+                    note=f"solver: {reason}",
                 )
                 pending.remove(prop)
             seconds[prop] += share + time.perf_counter() - t1

@@ -20,7 +20,7 @@ from policykit.registry import Combo
 from policykit.scenario import parse_scenario
 from policykit.spec.bmc import Unrolling, value
 from policykit.spec.model import KIND_NAMES, NONE
-from policykit.spec.symbolic import make_solver, num
+from policykit.spec.symbolic import num, solve
 
 
 @dataclass(frozen=True)
@@ -101,11 +101,9 @@ def minimise(
         while lo < best and time.monotonic() < deadline:
             mid = (lo + best) // 2
             left = max(1, int((deadline - time.monotonic()) * 1000))
-            solver = make_solver(left)
-            solver.add(*facts, *fixed, objective <= mid)
-            result = solver.check()
-            if result == z3.sat:
-                model = solver.model()
+            result, found, _ = solve([*facts, *fixed, objective <= mid], left)
+            if result == z3.sat and found is not None:
+                model = found
                 best = model.eval(objective, model_completion=True).as_long()
             elif result == z3.unsat:
                 lo = mid + 1

@@ -48,7 +48,7 @@ from policykit.spec.model import (
     owed,
     swa_need,
 )
-from policykit.spec.symbolic import Sym, make_solver, num
+from policykit.spec.symbolic import Sym, num, solve
 
 
 @dataclass
@@ -72,6 +72,7 @@ class Obligations:
     ) -> None:
         self.combo, self.config, self.sources = combo, config, sources
         self.timeout_ms = timeout_ms
+        self._full: str | None = None  # no-oom and admitted-completes share one induction
 
     # -- states ----------------------------------------------------------------------------
     def _round_start(self, enc: Encoder) -> tuple[Sym, Sym, z3.BoolRef, Sym, Sym]:
@@ -148,7 +149,8 @@ class Obligations:
     def _admit_step(self, enc: Encoder, model: RoundModel, mid: Mid) -> tuple[Mid, Entry]:
         q = self._request(enc)
         e, placed = model.admit(mid.state, z3.BoolVal(True), q)
-        extend = mid.extend + full_need(e, self.config.page_size) - e.load_back
+        page = self.config.page_size
+        extend = mid.extend + full_need(e, page) - e.load_back_slots
         truncated = z3.And(placed, e.kind.t == TRUNCATED)
         new_owed = mid.owed + ite(truncated, owed(q.prompt, e.end, self.config.page_size), 0)
         return Mid(mid.state, enc.bind("A", extend), enc.bind("owed", new_owed)), e
@@ -174,10 +176,7 @@ class Obligations:
     # -- obligations -----------------------------------------------------------------------
     def _valid(self, enc: Encoder, claim: z3.BoolRef) -> str:
         """'valid', 'invalid' or 'unknown' for ``facts => claim``."""
-        s = make_solver(self.timeout_ms)
-        s.add(*enc.facts)
-        s.add(z3.Not(claim))
-        r = s.check()
+        r, _, _ = solve([*enc.facts, z3.Not(claim)], self.timeout_ms)
         if r == z3.unsat:
             return "valid"
         return "invalid" if r == z3.sat else "unknown"
@@ -226,7 +225,9 @@ class Obligations:
             def post(m: Mid) -> z3.BoolRef:
                 return m.extend.t + m.owed.t <= m.state.ledger.baseline.t
 
-            out = self._two_level(self._j_full, inv, post)
+            if self._full is None:
+                self._full = self._two_level(self._j_full, inv, post)
+            out = self._full
         elif prop == "swa-no-oom":
             if not cfg.hybrid:
                 return "proved"

@@ -152,9 +152,10 @@ class Entry:
     kind: Sym
     start: Sym
     end: Sym
-    load_back: Sym
+    load_back: Sym  #: host tokens copied back (what the plan records)
     rem_total: Sym
     cur_rem: Sym
+    load_back_slots: Sym  #: the slots that load-back takes (whole pages)
 
     @property
     def tokens(self) -> Sym:
@@ -162,7 +163,7 @@ class Entry:
 
 
 def quiet_entry() -> Entry:
-    return Entry(*(Sym(num(0)) for _ in range(6)))
+    return Entry(*(Sym(num(0)) for _ in range(7)))
 
 
 @dataclass
@@ -281,7 +282,9 @@ class RoundModel:
         end = ite(deferred, seq, ite(final, seq + chunk, end_t))
         kind = ite(guard, ite(deferred, DEFERRED, ite(final, FINAL, RESUMED)), NONE)
         zero = Sym(num(0))
-        return Entry(kind, ite(guard, seq, zero), ite(guard, end, zero), zero, rem_total, cur_rem)
+        return Entry(
+            kind, ite(guard, seq, zero), ite(guard, end, zero), zero, rem_total, cur_rem, zero
+        )
 
     # -- a waiting request -----------------------------------------------------------------
     def admit(self, state: RoundState, consider: z3.BoolRef, req: Req) -> tuple[Entry, z3.BoolRef]:
@@ -341,9 +344,10 @@ class RoundModel:
                 kind,
                 ite(placed, start, zero),
                 end,
-                ite(placed, load_back, zero),
+                ite(placed, req.host, zero),
                 rem_total,
                 cur_rem,
+                ite(placed, load_back, zero),
             ),
             placed,
         )
@@ -358,9 +362,9 @@ def _pick_ledger(cond: z3.BoolRef, a: Ledger, b: Ledger, enc: Encoder, model: Ro
 
 def full_need(entry: Entry, page: int) -> Sym:
     """Slots ``commit`` takes for an entry: its load-back pages and ``alloc_extend`` pages."""
-    computes = z3.And(entry.end.t > entry.start.t)
+    computes = entry.end.t > entry.start.t
     ext = extend_pages(entry.end, entry.start, page) * page  # type: ignore[arg-type]
-    return entry.load_back + ite(computes, ext, 0)
+    return entry.load_back_slots + ite(computes, ext, 0)
 
 
 def swa_need(entry: Entry, page: int) -> Sym:

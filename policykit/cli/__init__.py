@@ -18,6 +18,7 @@ from policykit.errors import PolicykitError
 COMMANDS: dict[str, str] = {
     "policies": "policykit.cli.policies:policies",
     "simulate": "policykit.cli.simulate:simulate",
+    "check": "policykit.cli.check:check",
 }
 
 EXIT_USAGE = 2
