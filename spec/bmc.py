@@ -17,9 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import z3
-
-from policykit.ledger import ceil_paged
-from policykit.registry import Combo
 from policykit.spec.model import (
     DEFERRED,
     NONE,
@@ -27,16 +24,19 @@ from policykit.spec.model import (
     Entry,
     ModelConfig,
     Req,
-    quiet_entry,
     RoundModel,
     RoundState,
     full_need,
     ite,
     owed,
+    quiet_entry,
     swa_need,
     t,
 )
 from policykit.spec.symbolic import Sym, num
+
+from policykit.ledger import ceil_paged
+from policykit.registry import Combo
 
 #: the properties, in the order they are reported
 PROPERTIES = ("no-oom", "swa-no-oom", "admitted-completes", "progress", "ledger", "contract")
@@ -220,9 +220,7 @@ def unroll_round(
     ledger = model.open_ledger(baseline, swa_free)
     f = z3.BoolVal(False)
     state = RoundState(ledger, f, f, z3.BoolVal(True), f, f)
-    in_progress = [
-        z3.And(s.admitted.t > i, s.finished[i].t == 0) for i in range(n)
-    ]
+    in_progress = [z3.And(s.admitted.t > i, s.finished[i].t == 0) for i in range(n)]
     # at most one request is in progress: select it, resume it once
     has = z3.simplify(z3.Or(*in_progress))
     progress_bad = z3.BoolVal(False)
@@ -322,9 +320,20 @@ def unroll_round(
 def _combine(old: Entry, new: Entry, use_new: z3.BoolRef) -> Entry:
     """``new`` where ``use_new`` holds, else ``old`` (a request is either in progress or
     waiting, so at most one of its resume and admission entries is not NONE)."""
-    return Entry(*(ite(use_new, getattr(new, k), getattr(old, k)) for k in (
-        "kind", "start", "end", "load_back", "rem_total", "cur_rem", "load_back_slots"
-    )))
+    return Entry(
+        *(
+            ite(use_new, getattr(new, k), getattr(old, k))
+            for k in (
+                "kind",
+                "start",
+                "end",
+                "load_back",
+                "rem_total",
+                "cur_rem",
+                "load_back_slots",
+            )
+        )
+    )
 
 
 def value(m: z3.ModelRef, x: Any) -> Any:

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import z3
-
-from policykit.registry import Combo
 from policykit.spec.bmc import (
     PROPERTIES,
     Bounds,
@@ -30,6 +28,8 @@ from policykit.spec.counterexample import Counterexample, extract, minimise
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, ModelConfig, RoundModel
 from policykit.spec.symbolic import solve
+
+from policykit.registry import Combo
 
 PROVED, VIOLATED, UNKNOWN = "proved", "violated", "unknown"
 
@@ -69,7 +69,9 @@ class Verdict:
             "bound": self.bound,
             "seconds": round(self.seconds, 3),
             "note": self.note,
-            "counterexample": None if self.counterexample is None else self.counterexample.to_dict(),
+            "counterexample": None
+            if self.counterexample is None
+            else self.counterexample.to_dict(),
         }
 
 
@@ -149,10 +151,15 @@ def _unroll_and_solve(
             result, found, reason = solve([*enc.facts, violations[prop]], timeout_ms)
             if result == z3.sat:
                 if options.minimise:
-                    found = minimise(enc.facts + [violations[prop]], u, found)
+                    found = minimise([*enc.facts, violations[prop]], u, found)
                 cx = extract(u, found, prop, k, combo)
                 verdicts[prop] = Verdict(
-                    name, prop, VIOLATED, f"round {k}", seconds[prop] + share + time.perf_counter() - t1, cx
+                    name,
+                    prop,
+                    VIOLATED,
+                    f"round {k}",
+                    seconds[prop] + share + time.perf_counter() - t1,
+                    cx,
                 )
                 pending.remove(prop)
             elif result != z3.unsat:

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import z3
+from policykit.spec.bmc import Unrolling, value
+from policykit.spec.model import KIND_NAMES, NONE
+from policykit.spec.symbolic import num, solve
 from rich.table import Table
 from rich.text import Text
 
 from policykit.registry import Combo
 from policykit.scenario import parse_scenario
-from policykit.spec.bmc import Unrolling, value
-from policykit.spec.model import KIND_NAMES, NONE
-from policykit.spec.symbolic import num, solve
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,9 @@ def minimise(
     return model
 
 
-def extract(u: Unrolling, model: z3.ModelRef, prop: str, depth: int, combo: Combo) -> Counterexample:
+def extract(
+    u: Unrolling, model: z3.ModelRef, prop: str, depth: int, combo: Combo
+) -> Counterexample:
     """Read the violating run of ``depth`` rounds out of ``model``."""
     inp, cfg = u.inputs, u.config
     names = [r.name for r in inp.requests]
@@ -200,9 +202,7 @@ def trace_table(cx: Counterexample, title: str) -> Table:
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in cx.rounds:
-        after: Text | str = (
-            Text(f"OOM ({r.oom})", style="bold red") if r.oom else str(r.free_after)
-        )
+        after: Text | str = Text(f"OOM ({r.oom})", style="bold red") if r.oom else str(r.free_after)
         lead = f"{r.round}" + (f" (released {', '.join(r.released)})" if r.released else "")
         if not r.rows:
             table.add_row(lead, Text("(nothing to do)", style="dim"), "", "", "", "", "", "", after)

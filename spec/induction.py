@@ -31,9 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import z3
-
-from policykit.ledger import Ledger
-from policykit.registry import Combo
 from policykit.spec.model import (
     FINAL,
     TRUNCATED,
@@ -46,9 +43,11 @@ from policykit.spec.model import (
     full_need,
     ite,
     owed,
-    swa_need,
 )
 from policykit.spec.symbolic import Sym, num, solve
+
+from policykit.ledger import Ledger
+from policykit.registry import Combo
 
 
 @dataclass
@@ -118,7 +117,9 @@ class Obligations:
             rem_swa_token_offset=enc.var("L_swa_offset"),
         )
         has, deferred = enc.bool("has_chunked"), enc.bool("deferred")
-        state = RoundState(led, has, deferred, z3.BoolVal(True), z3.BoolVal(False), z3.BoolVal(False))
+        state = RoundState(
+            led, has, deferred, z3.BoolVal(True), z3.BoolVal(False), z3.BoolVal(False)
+        )
         mid = Mid(state, enc.var("A"), enc.var("owed"))
         enc.facts += [
             led.baseline.t % cfg.page_size == 0,
@@ -261,7 +262,6 @@ class Obligations:
 
     def _progress(self) -> str:
         """From any round start with memory to finish it, the in-progress request runs."""
-        cfg, page = self.config, self.config.page_size
         with Encoder() as enc:
             return self._progress_in(enc)
 
@@ -276,6 +276,3 @@ class Obligations:
         )
         enc.facts.append(z3.Not(mid.state.bad_contract))
         return self._valid(enc, z3.Implies(room, i["entry"].end.t > i["entry"].start.t))
-
-
-__all__ = ["Obligations", "swa_need"]

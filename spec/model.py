@@ -22,25 +22,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import z3
-
-from policykit.ledger import Budget, Ledger, ceil_paged
-from policykit.node import FIRST_TOKENS
-from policykit.policy import AdmitView, AlignView, ChunkView, TailView
-from policykit.pool import extend_pages, pages_for
-from policykit.registry import Combo
 from policykit.spec.symbolic import (
     Choice,
     DivisionSink,
-    collect_divisions,
-    reset_divisions,
     Sym,
     SymBool,
+    collect_divisions,
     decide_all,
     evaluate,
     in_range,
     int_var,
     num,
+    reset_divisions,
 )
+
+from policykit.ledger import Budget, Ledger
+from policykit.node import FIRST_TOKENS
+from policykit.policy import AdmitView, AlignView, ChunkView, TailView
+from policykit.pool import extend_pages, pages_for
+from policykit.registry import Combo
 
 #: entry kinds as small ints in traces (the names are :class:`policykit.plan.EntryKind`'s)
 NONE, WHOLE, TRUNCATED, RESUMED, FINAL, DEFERRED, REJ_NO_TOKEN, REJ_OTHER = range(8)
@@ -204,7 +204,9 @@ class RoundModel:
         """``new`` where ``guard`` holds, else ``old``; every field bound to a fresh name."""
         out = dataclasses.replace(old)
         for name in _LEDGER_FIELDS:
-            setattr(out, name, self.enc.bind(name, ite(guard, getattr(new, name), getattr(old, name))))
+            setattr(
+                out, name, self.enc.bind(name, ite(guard, getattr(new, name), getattr(old, name)))
+            )
         return out
 
     def budget(self, ledger: Ledger) -> Choice:
@@ -228,7 +230,9 @@ class RoundModel:
         aligned = self.enc.bind(
             "aligned",
             self._ask(
-                "alignment", "align_end", AlignView(start, end, self.config.page_size)  # type: ignore[arg-type]
+                "alignment",
+                "align_end",
+                AlignView(start, end, self.config.page_size),  # type: ignore[arg-type]
             ),
         )
         bad = z3.Not(z3.And(start.t < aligned.t, aligned.t <= end.t))
@@ -239,7 +243,9 @@ class RoundModel:
         reserve = self.enc.bind("reserve", self._ask("admission", "tail_reserve", view))
         return reserve, reserve.t < 0
 
-    def _charge_truncated(self, ledger: Ledger, start: Sym, end: Sym, prompt: Sym) -> tuple[Ledger, Sym, z3.BoolRef]:
+    def _charge_truncated(
+        self, ledger: Ledger, start: Sym, end: Sym, prompt: Sym
+    ) -> tuple[Ledger, Sym, z3.BoolRef]:
         """Align a non-final chunk, charge it and reserve its tail (``Planner._resume``/
         ``_admit``); returns the ledger, the aligned end and whether a policy broke contract."""
         aligned, bad_align = self._align(start, end)
@@ -259,7 +265,9 @@ class RoundModel:
         """``Planner._resume`` for the in-progress request, where ``guard`` holds."""
         led = state.ledger
         remaining = prompt - seq
-        chunk = self.enc.bind("resume_chunk", self._ask("chunking", "resume_chunk", self._chunk_view(remaining, led)))
+        chunk = self.enc.bind(
+            "resume_chunk", self._ask("chunking", "resume_chunk", self._chunk_view(remaining, led))
+        )
         bad_range = z3.Or(chunk.t < 0, chunk.t > remaining.t)
         deferred = chunk.t == 0
         final = chunk.t == remaining.t
@@ -267,9 +275,7 @@ class RoundModel:
         final_led.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
         trunc_led, end_t, bad_t = self._charge_truncated(led, seq, seq + chunk, prompt)
         placed = z3.And(guard, z3.Not(bad_range), z3.Not(deferred))
-        new_led = self.merge_ledger(
-            placed, _pick_ledger(final, final_led, trunc_led, self.enc, self), led
-        )
+        new_led = self.merge_ledger(placed, _pick_ledger(final, final_led, trunc_led), led)
         state.ledger = new_led
         state.bad_contract = z3.Or(
             state.bad_contract,
@@ -320,9 +326,7 @@ class RoundModel:
         whole_led.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
         trunc_led, end_t, bad_t = self._charge_truncated(loaded, start, start + chunk, req.prompt)
         placed = z3.And(go, ok, z3.Not(bad_range), z3.Not(other))
-        new_led = self.merge_ledger(
-            placed, _pick_ledger(whole, whole_led, trunc_led, self.enc, self), led
-        )
+        new_led = self.merge_ledger(placed, _pick_ledger(whole, whole_led, trunc_led), led)
         state.ledger = new_led
         state.bad_contract = z3.Or(
             state.bad_contract,
@@ -353,7 +357,8 @@ class RoundModel:
         )
 
 
-def _pick_ledger(cond: z3.BoolRef, a: Ledger, b: Ledger, enc: Encoder, model: RoundModel) -> Ledger:
+def _pick_ledger(cond: z3.BoolRef, a: Ledger, b: Ledger) -> Ledger:
+    """Ledger ``a`` where ``cond`` holds, else ``b`` (field by field)."""
     out = dataclasses.replace(a)
     for name in _LEDGER_FIELDS:
         setattr(out, name, ite(cond, getattr(a, name), getattr(b, name)))
@@ -375,6 +380,3 @@ def swa_need(entry: Entry, page: int) -> Sym:
 def owed(prompt: Sym, seq: Sym, page: int) -> Sym:
     """Slots an in-progress request still needs to finish (its remaining ``alloc_extend``)."""
     return extend_pages(prompt, seq, page) * page  # type: ignore[arg-type]
-
-
-__all__ = ["ceil_paged"]

@@ -72,7 +72,10 @@ def _slug(text: str) -> str:
     help="Prompt and host-prefix lengths are multiples of this (default: the page size).",
 )
 @click.option(
-    "--timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+    "--timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=30.0,
+    show_default=True,
     help="Seconds per solver query.",
 )
 @click.option(

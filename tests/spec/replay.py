@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import z3
+from policykit.spec.bmc import Bounds, Unrolling, initial_state, make_inputs, unroll_round
+from policykit.spec.counterexample import extract
+from policykit.spec.model import Encoder, ModelConfig, RoundModel
 
 from policykit.registry import Combo
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
-from policykit.spec.bmc import Bounds, Unrolling, initial_state, make_inputs, unroll_round
-from policykit.spec.counterexample import extract
-from policykit.spec.model import Encoder, ModelConfig, RoundModel
 
 Row = tuple[str, str, int, int, int]
 
@@ -33,9 +33,7 @@ def concrete_rounds(scenario: dict[str, Any], combo: Combo, rounds: int) -> tupl
     return out, None if result.oom is None else result.oom.round
 
 
-def model_rounds(
-    scenario: dict[str, Any], combo: Combo, rounds: int
-) -> tuple[list, int | None]:
+def model_rounds(scenario: dict[str, Any], combo: Combo, rounds: int) -> tuple[list, int | None]:
     """The same, read from the z3 encoding with every input fixed to the scenario's values."""
     pool = scenario["pool"]
     config = ModelConfig(

@@ -80,10 +80,30 @@ SEED_ABC = {
     ],
 }
 
+#: found by ``policykit check`` for sglang+sglang+checkpoint:256 (no-oom, round 3): B is
+#: truncated at 256, C loads back 640 tokens into B's unreserved tail
+Z3_SEED_000 = {
+    "page_size": 64,
+    "chunked_prefill_size": 4096,
+    "pool": {"free_tokens": 4928, "evictable_tokens": 0},
+    "kv_release_rounds": None,
+    "requests": [
+        {"id": "A", "prompt_tokens": 3904},
+        {
+            "id": "B",
+            "prompt_tokens": 1024,
+            "device_prefix_tokens": 192,
+            "device_prefix_pinned": True,
+        },
+        {"id": "C", "prompt_tokens": 704, "host_prefix_tokens": 640},
+    ],
+}
+
 
 @pytest.mark.parametrize("combo_text", COMBOS)
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(scenario=SEED_ABC)
+@example(scenario=Z3_SEED_000)
 @given(scenario=scenarios())
 def test_encoding_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
     if not _fits(scenario):
