@@ -38,7 +38,7 @@ PROVED, VIOLATED, UNKNOWN = "proved", "violated", "unknown"
 class CheckOptions:
     rounds: int = 4
     requests: int = 3
-    timeout_s: float = 30.0
+    timeout_s: float = 10.0
     bounds: Bounds = field(default_factory=Bounds)
     minimise: bool = True
     properties: tuple[str, ...] | None = None

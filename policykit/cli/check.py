@@ -74,7 +74,7 @@ def _slug(text: str) -> str:
 @click.option(
     "--timeout",
     type=click.FloatRange(0.1, 3600),
-    default=30.0,
+    default=10.0,
     show_default=True,
     help="Seconds per solver query.",
 )
