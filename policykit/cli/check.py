@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
@@ -85,6 +87,12 @@ def _slug(text: str) -> str:
     default=None,
     help="Write each counterexample as a scenario file `policykit simulate` replays.",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Combos checked in parallel (default: one per CPU core).",
+)
 @json_option
 def check(
     combos: tuple[str, ...],
@@ -97,6 +105,7 @@ def check(
     granule: int | None,
     timeout: float,
     export_dir: Path | None,
+    jobs: int | None,
     as_json: bool,
 ) -> None:
     """Check policy combos against the admission-safety properties with z3.
@@ -120,13 +129,26 @@ def check(
     config = ModelConfig(page_size, chunk_size, swa_window)
     options = CheckOptions(rounds, requests, timeout, Bounds(granule=granule))
     console = Console(stderr=True)
+    jobs = min(jobs or os.cpu_count() or 1, len(chosen))
     verdicts = []
     with Progress(console=console, transient=True, disable=as_json or len(chosen) < 2) as bar:
         task = bar.add_task("checking", total=len(chosen))
-        for combo in chosen:
-            bar.update(task, description=str(combo))
-            verdicts += check_combo(combo, config, options, _sources(registry, combo))
-            bar.advance(task)
+        if jobs == 1:
+            for combo in chosen:
+                bar.update(task, description=str(combo))
+                verdicts += check_combo(combo, config, options, _sources(registry, combo))
+                bar.advance(task)
+        else:
+            # z3 is single-threaded: separate processes use the cores; each re-resolves its
+            # combo from the installed plugins (policies themselves are not sent across)
+            with ProcessPoolExecutor(jobs) as pool:
+                futures = [
+                    pool.submit(_check_in_worker, combo.as_dict(), config, options)
+                    for combo in chosen
+                ]
+                for future in futures:
+                    verdicts += future.result()
+                    bar.advance(task)
     if export_dir is not None:
         _export(export_dir, verdicts)
     if as_json:
@@ -154,6 +176,14 @@ def check(
         sys.exit(EXIT_VIOLATED)
     if "unknown" in labels:
         sys.exit(EXIT_UNKNOWN)
+
+
+def _check_in_worker(combo: dict[str, str], config, options) -> list:
+    from policykit.spec.checker import check_combo
+
+    _, registry = load_registry()
+    chosen = registry.resolve(combo)
+    return check_combo(chosen, config, options, _sources(registry, chosen))
 
 
 def _table(verdicts: list) -> Table:

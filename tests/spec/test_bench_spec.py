@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from click.testing import CliRunner
 from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.model import ModelConfig
 
-from policykit.policy import EngineConfig
+from policykit.cli import main
 
 CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)
 
@@ -26,13 +29,13 @@ def test_bench_seed_000_counterexample(benchmark, registry) -> None:
     assert verdicts[0].verdict == "violated"
 
 
-def test_bench_all_builtin_combos(benchmark, registry) -> None:
+def test_bench_check_all_builtins(benchmark) -> None:
+    """``policykit check --all`` as a user runs it (combos in parallel, one per core)."""
     _enabled(benchmark)
-    combos = list(registry.all_combos(EngineConfig(64, 4096)))
-    options = CheckOptions(rounds=4, requests=3, timeout_s=10.0)
 
-    def run() -> list:
-        return [v for c in combos for v in check_combo(c, CONFIG, options)]
+    def run():
+        return CliRunner().invoke(main, ["check", "--all", "--json"])
 
-    verdicts = benchmark.pedantic(run, rounds=1, iterations=1)
-    assert len(verdicts) == 5 * len(combos)
+    out = benchmark.pedantic(run, rounds=1, iterations=1)
+    assert out.exit_code == 1  # seed 000 and its relatives are violated
+    assert len(json.loads(out.output)["verdicts"]) == 5 * 27
