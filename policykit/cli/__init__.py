@@ -17,6 +17,7 @@ from policykit.errors import PolicykitError
 #: command name -> "module:attribute"
 COMMANDS: dict[str, str] = {
     "bench": "policykit.cli.bench:bench",
+    "check": "policykit.cli.check:check",
     "docs": "policykit.cli.docs:docs",
     "plan-memory": "policykit.cli.plan_memory:plan_memory",
     "policies": "policykit.cli.policies:policies",

@@ -1,0 +1,343 @@
+"""Bounded model checking: K rounds of a prefill node with N symbolic requests.
+
+The unrolling starts from a fresh node (free + evictable pool, pinned device prefixes, host-tier
+prefixes, no in-progress request) and runs the scheduler's round K times: release the KV of
+requests whose transfer completed, let arrived requests in, plan (``model.RoundModel``),
+commit. Every input is symbolic within declared bounds (:class:`Bounds`); the configuration
+(page size, chunk size, sliding window) is concrete.
+
+Deepening is incremental: round k's constraints are added to the same solver and each property
+is asked about round k under ``push``/``pop``, so the first counterexample found is a shortest
+one and its trace is as readable as possible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+from policykit.spec.model import (
+    DEFERRED,
+    NONE,
+    Encoder,
+    Entry,
+    ModelConfig,
+    Req,
+    RoundModel,
+    RoundState,
+    full_need,
+    ite,
+    owed,
+    quiet_entry,
+    swa_need,
+    t,
+)
+from policykit.spec.symbolic import Sym, num
+
+from policykit.ledger import ceil_paged
+from policykit.registry import Combo
+
+#: the properties, in the order they are reported
+PROPERTIES = ("no-oom", "swa-no-oom", "admitted-completes", "progress", "ledger", "contract")
+PROPERTY_DOCS = {
+    "no-oom": "the full KV pool can pay for every planned batch (load-backs + alloc_extend)",
+    "swa-no-oom": "the sliding-window pool can pay extend + page_size per chunk (hybrid SWA)",
+    "admitted-completes": "after every round, what the in-progress request still needs to "
+    "finish fits in free + evictable",
+    "progress": "a round that opens with memory to finish the in-progress request schedules it",
+    "ledger": "cur_rem_tokens >= rem_total_tokens after every placed chunk",
+    "contract": "every policy decision is one the planner accepts (chunk in range, aligned end "
+    "in (start, end], reservation >= 0)",
+}
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Declared bounds of the symbolic inputs."""
+
+    max_pool_tokens: int = 1 << 18
+    max_release_rounds: int | None = None  #: None: up to the unrolling depth
+    #: prompt and host-prefix lengths are multiples of this (None: the page size). Token
+    #: granularity (1) is searched too, but z3 needs far longer to rule out page-remainder cases
+    granule: int | None = None
+
+    def granule_for(self, config: ModelConfig) -> int:
+        return config.page_size if self.granule is None else self.granule
+
+    def release_cap(self, rounds: int) -> int:
+        return rounds if self.max_release_rounds is None else self.max_release_rounds
+
+
+@dataclass
+class Inputs:
+    """The symbolic scenario: pool and requests (what a counterexample exports)."""
+
+    free: Sym
+    evictable: Sym
+    swa_free: Sym
+    release_never: z3.BoolRef
+    release_rounds: Sym
+    requests: list[Req]
+
+
+@dataclass
+class RoundTrace:
+    """Terms describing one round, evaluated in a model to print a counterexample."""
+
+    baseline: Sym
+    swa_free: Sym
+    entries: list[Entry]  #: one per request (kind NONE when it did nothing)
+    released: list[z3.BoolRef]
+    oom_full: z3.BoolRef
+    oom_swa: z3.BoolRef
+    need_full: Sym
+    baseline_after: Sym
+    owed_after: Sym
+
+
+@dataclass
+class Unrolling:
+    """The growing BMC formula and, per round, each property's violation condition."""
+
+    combo: Combo
+    config: ModelConfig
+    requests: int
+    bounds: Bounds
+    enc: Encoder
+    inputs: Inputs
+    rounds: list[RoundTrace] = field(default_factory=list)
+    violations: list[dict[str, z3.BoolRef]] = field(default_factory=list)
+
+
+def make_inputs(enc: Encoder, config: ModelConfig, n: int, rounds: int, bounds: Bounds) -> Inputs:
+    page = config.page_size
+    free, evictable = enc.var("free"), enc.var("evictable")
+    swa_free = enc.var("swa_free")
+    never, delay = z3.Bool("release_never"), enc.var("release_rounds")
+    reqs = [
+        Req(
+            name=chr(ord("A") + i) if n <= 26 else f"R{i}",
+            prompt=enc.var(f"prompt{i}"),
+            device=enc.var(f"device{i}"),
+            host=enc.var(f"host{i}"),
+            arrival=enc.var(f"arrival{i}"),
+        )
+        for i in range(n)
+    ]
+    f = enc.facts
+    pinned = sum((r.device for r in reqs), Sym(num(0)))
+    total = free + evictable + pinned
+    f += [
+        free.t >= 0,
+        evictable.t >= 0,
+        (free % page).t == 0,
+        (evictable % page).t == 0,
+        total.t >= page,
+        total.t <= bounds.max_pool_tokens,
+        delay.t >= 0,
+        delay.t <= bounds.release_cap(rounds),
+    ]
+    if config.hybrid:
+        f += [swa_free.t >= page, swa_free.t <= bounds.max_pool_tokens]
+    else:
+        f += [swa_free.t == 0]
+    g = bounds.granule_for(config)
+    for i, r in enumerate(reqs):
+        f += [
+            (r.prompt % g).t == 0,
+            (r.host % g).t == 0,
+            r.prompt.t >= 1,
+            r.device.t >= 0,
+            (r.device % page).t == 0,
+            r.host.t >= 0,
+            r.device.t + r.host.t < r.prompt.t,
+            # arrive() refuses what can never fit the pool; such requests are not interesting
+            ceil_paged(r.prompt, page).t <= total.t,  # type: ignore[union-attr]
+            r.arrival.t >= 1,
+            r.arrival.t <= rounds,
+        ]
+        if i:
+            f.append(reqs[i - 1].arrival.t <= r.arrival.t)
+    return Inputs(free, evictable, swa_free, never, delay, reqs)
+
+
+@dataclass
+class NodeState:
+    """Node state between rounds (terms)."""
+
+    baseline: Sym
+    swa_free: Sym
+    admitted: Sym  #: requests 0..admitted-1 left the queue (admission is in queue order)
+    seq: list[Sym]
+    finished: list[Sym]  #: round it finished, 0 while not
+    released: list[z3.BoolRef]
+    swa_hold: list[Sym]
+    alive: z3.BoolRef  #: no OOM and no policy error so far
+
+
+def initial_state(inp: Inputs) -> NodeState:
+    zero = Sym(num(0))
+    n = len(inp.requests)
+    return NodeState(
+        baseline=inp.free + inp.evictable,
+        swa_free=inp.swa_free,
+        admitted=zero,
+        seq=[zero] * n,
+        finished=[zero] * n,
+        released=[z3.BoolVal(False)] * n,
+        swa_hold=[zero] * n,
+        alive=z3.BoolVal(True),
+    )
+
+
+def unroll_round(
+    u: Unrolling, model: RoundModel, s: NodeState, r: int
+) -> tuple[NodeState, dict[str, z3.BoolRef]]:
+    """Round ``r``: release, arrive, plan, commit. Returns the next state and violations."""
+    enc, cfg, inp = u.enc, u.config, u.inputs
+    page = cfg.page_size
+    reqs = inp.requests
+    n = len(reqs)
+    # release: held requests whose transfer has completed
+    released_now = [
+        z3.And(
+            s.finished[i].t > 0,
+            z3.Not(s.released[i]),
+            z3.Not(inp.release_never),
+            s.finished[i].t + inp.release_rounds.t <= r,
+        )
+        for i in range(n)
+    ]
+    baseline, swa_free = s.baseline, s.swa_free
+    for i, q in enumerate(reqs):
+        own = owed(q.prompt, q.device, page)  # a finished request's own pages
+        baseline = baseline + ite(released_now[i], own, 0)
+        swa_free = swa_free + ite(released_now[i], s.swa_hold[i], 0)
+    baseline = enc.bind("baseline", baseline)
+    swa_free = enc.bind("swa_free", swa_free)
+
+    ledger = model.open_ledger(baseline, swa_free)
+    f = z3.BoolVal(False)
+    state = RoundState(ledger, f, f, z3.BoolVal(True), f, f)
+    in_progress = [z3.And(s.admitted.t > i, s.finished[i].t == 0) for i in range(n)]
+    # at most one request is in progress: select it, resume it once
+    has = z3.simplify(z3.Or(*in_progress))
+    progress_bad = z3.BoolVal(False)
+    entries = [quiet_entry() for _ in reqs]
+    if not z3.is_false(has):
+        prompt, seq_c = reqs[-1].prompt, s.seq[-1]
+        for i in reversed(range(n - 1)):
+            prompt = ite(in_progress[i], reqs[i].prompt, prompt)
+            seq_c = ite(in_progress[i], s.seq[i], seq_c)
+        c_prompt, c_seq = enc.bind("c_prompt", prompt), enc.bind("c_seq", seq_c)
+        e = model.resume(state, has, c_prompt, c_seq)
+        room = z3.And(
+            baseline.t >= owed(c_prompt, c_seq, page).t + page,
+            swa_free.t >= (c_prompt - c_seq).t + 2 * page if cfg.hybrid else z3.BoolVal(True),
+        )
+        progress_bad = z3.And(has, room, e.kind.t == DEFERRED)
+        entries = [_combine(quiet_entry(), e, in_progress[i]) for i in range(n)]
+    admitted = s.admitted
+    for j, q in enumerate(reqs):
+        consider = z3.And(admitted.t <= j, q.arrival.t <= r)
+        e, placed = model.admit(state, consider, q)
+        # an entry per request per round: a waiting request cannot also be in progress
+        entries[j] = _combine(entries[j], e, e.kind.t != NONE)
+        admitted = enc.bind("admitted", ite(placed, j + 1, admitted))
+
+    # commit
+    need = sum((full_need(e, page) for e in entries), Sym(num(0)))
+    need = enc.bind("need", need)
+    oom_full = need.t > baseline.t
+    if cfg.hybrid:
+        swa_needed = sum((swa_need(e, page) for e in entries), Sym(num(0)))
+        oom_swa = swa_needed.t > swa_free.t
+    else:
+        oom_swa = z3.BoolVal(False)
+    baseline_after = enc.bind("baseline_after", baseline - need)
+    seq, finished, swa_hold = list(s.seq), list(s.finished), list(s.swa_hold)
+    swa_after = swa_free
+    for i, e in enumerate(entries):
+        computes = e.end.t > e.start.t
+        kind = e.kind.t
+        done = z3.And(computes, z3.Or(kind == 1, kind == 4))  # whole / final
+        seq[i] = enc.bind("seq", ite(computes, e.end, s.seq[i]))
+        finished[i] = enc.bind("finished", ite(done, r, s.finished[i]))
+        if cfg.hybrid and cfg.swa_window is not None:
+            grown = s.swa_hold[i] + e.tokens
+            kept = ite(grown.t > cfg.swa_window, cfg.swa_window, grown)
+            swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))
+            swa_after = swa_after - ite(computes, e.tokens, 0) + ite(computes, grown - kept, 0)
+    swa_after = enc.bind("swa_free_after", swa_after)
+    # what the in-progress request (if any) still needs after this round
+    owed_after = Sym(num(0))
+    for i, q in enumerate(reqs):
+        still = z3.And(admitted.t > i, finished[i].t == 0)
+        owed_after = owed_after + ite(still, owed(q.prompt, seq[i], page), 0)
+    owed_after = enc.bind("owed_after", owed_after)
+
+    alive = s.alive
+    oom = z3.Or(oom_full, oom_swa)
+    violations = {
+        "no-oom": z3.And(alive, z3.Not(state.bad_contract), oom_full),
+        "swa-no-oom": z3.And(alive, z3.Not(state.bad_contract), oom_swa),
+        "admitted-completes": z3.And(
+            alive, z3.Not(state.bad_contract), z3.Not(oom), owed_after.t > baseline_after.t
+        ),
+        "progress": z3.And(alive, z3.Not(state.bad_contract), progress_bad),
+        "ledger": z3.And(alive, state.bad_ledger),
+        "contract": z3.And(alive, state.bad_contract),
+    }
+    if not cfg.hybrid:
+        violations["swa-no-oom"] = z3.BoolVal(False)
+    u.rounds.append(
+        RoundTrace(
+            baseline=baseline,
+            swa_free=swa_free,
+            entries=entries,
+            released=released_now,
+            oom_full=oom_full,
+            oom_swa=oom_swa,
+            need_full=need,
+            baseline_after=baseline_after,
+            owed_after=owed_after,
+        )
+    )
+    nxt = NodeState(
+        baseline=baseline_after,
+        swa_free=swa_after,
+        admitted=admitted,
+        seq=seq,
+        finished=finished,
+        released=[z3.Or(a, b) for a, b in zip(s.released, released_now, strict=True)],
+        swa_hold=swa_hold,
+        alive=enc.bind_bool("alive", z3.And(alive, z3.Not(oom), z3.Not(state.bad_contract))),
+    )
+    return nxt, violations
+
+
+def _combine(old: Entry, new: Entry, use_new: z3.BoolRef) -> Entry:
+    """``new`` where ``use_new`` holds, else ``old`` (a request is either in progress or
+    waiting, so at most one of its resume and admission entries is not NONE)."""
+    return Entry(
+        *(
+            ite(use_new, getattr(new, k), getattr(old, k))
+            for k in (
+                "kind",
+                "start",
+                "end",
+                "load_back",
+                "rem_total",
+                "cur_rem",
+                "load_back_slots",
+            )
+        )
+    )
+
+
+def value(m: z3.ModelRef, x: Any) -> Any:
+    v = m.eval(t(x), model_completion=True)
+    if z3.is_bool(v):
+        return z3.is_true(v)
+    return v.as_long()

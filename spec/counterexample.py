@@ -1,0 +1,223 @@
+"""Counterexamples as data: read a z3 model back as rounds, minimise it, print it, export it.
+
+A counterexample is only useful if a person can read it and a machine can replay it. So the
+model is turned into the same per-round rows ``policykit simulate`` prints (seed 000's A/B/C
+table), shrunk first (smallest pool, then smallest prompts that still fail), and written as a
+scenario file (``policykit.scenario``) that ``policykit simulate`` replays.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+from policykit.spec.bmc import Unrolling, value
+from policykit.spec.model import KIND_NAMES, NONE
+from policykit.spec.symbolic import num, solve
+from rich.table import Table
+from rich.text import Text
+
+from policykit.registry import Combo
+from policykit.scenario import parse_scenario
+
+
+@dataclass(frozen=True)
+class Row:
+    request: str
+    kind: str
+    start: int
+    end: int
+    load_back: int
+    rem_total: int | None
+    cur_rem: int | None
+
+
+@dataclass(frozen=True)
+class TraceRound:
+    round: int
+    baseline: int
+    released: tuple[str, ...]
+    rows: tuple[Row, ...]
+    need: int
+    free_after: int
+    oom: str | None  #: "full", "swa" or None
+    owed_after: int
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """A violating run: the scenario (as scenario JSON) and its rounds as the model sees them."""
+
+    property: str
+    round: int
+    scenario: dict[str, Any]
+    rounds: tuple[TraceRound, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "property": self.property,
+            "round": self.round,
+            "scenario": self.scenario,
+            "rounds": [
+                {
+                    "round": r.round,
+                    "baseline": r.baseline,
+                    "released": list(r.released),
+                    "entries": [row.__dict__ for row in r.rows],
+                    "allocated": r.need,
+                    "free_after": r.free_after,
+                    "oom": r.oom,
+                    "owed_after": r.owed_after,
+                }
+                for r in self.rounds
+            ],
+        }
+
+
+def pool_size(u: Unrolling) -> z3.ArithRef:
+    inp = u.inputs
+    return inp.free.t + inp.evictable.t + sum((r.device.t for r in inp.requests), num(0))
+
+
+def prompt_size(u: Unrolling) -> z3.ArithRef:
+    return sum((r.prompt.t + r.host.t for r in u.inputs.requests), num(0))
+
+
+def minimise(
+    facts: list[z3.BoolRef], u: Unrolling, model: z3.ModelRef, budget_s: float = 2.0
+) -> z3.ModelRef:
+    """Binary-search the smallest pool, then the smallest prompts, that still violate.
+
+    ``facts`` include the violation. Stops when ``budget_s`` runs out and keeps the best model
+    found so far (a larger counterexample is still a valid one).
+    """
+    deadline = time.monotonic() + budget_s
+    fixed: list[z3.BoolRef] = []
+    for objective in (pool_size(u), prompt_size(u)):
+        best = model.eval(objective, model_completion=True).as_long()
+        lo = 0
+        while lo < best and time.monotonic() < deadline:
+            mid = (lo + best) // 2
+            left = max(1, int((deadline - time.monotonic()) * 1000))
+            result, found, _ = solve([*facts, *fixed, objective <= mid], left)
+            if result == z3.sat and found is not None:
+                model = found
+                best = model.eval(objective, model_completion=True).as_long()
+            elif result == z3.unsat:
+                lo = mid + 1
+            else:
+                break
+        fixed.append(objective <= best)
+    return model
+
+
+def extract(
+    u: Unrolling, model: z3.ModelRef, prop: str, depth: int, combo: Combo
+) -> Counterexample:
+    """Read the violating run of ``depth`` rounds out of ``model``."""
+    inp, cfg = u.inputs, u.config
+    names = [r.name for r in inp.requests]
+    rounds = []
+    for k, rt in enumerate(u.rounds[:depth], start=1):
+        rows = []
+        for name, e in zip(names, rt.entries, strict=True):
+            kind = value(model, e.kind)
+            if kind == NONE:
+                continue
+            placed = kind in (1, 2, 3, 4)
+            rows.append(
+                Row(
+                    name,
+                    KIND_NAMES[kind],
+                    value(model, e.start),
+                    value(model, e.end),
+                    value(model, e.load_back),
+                    value(model, e.rem_total) if placed else None,
+                    value(model, e.cur_rem) if placed else None,
+                )
+            )
+        oom = "full" if value(model, rt.oom_full) else "swa" if value(model, rt.oom_swa) else None
+        rounds.append(
+            TraceRound(
+                k,
+                value(model, rt.baseline),
+                tuple(n for n, rel in zip(names, rt.released, strict=True) if value(model, rel)),
+                tuple(rows),
+                value(model, rt.need_full),
+                value(model, rt.baseline_after),
+                oom,
+                value(model, rt.owed_after),
+            )
+        )
+    never = value(model, inp.release_never)
+    requests = []
+    for r in inp.requests:
+        item: dict[str, Any] = {"id": r.name, "prompt_tokens": value(model, r.prompt)}
+        device, host = value(model, r.device), value(model, r.host)
+        if device:
+            item["device_prefix_tokens"] = device
+            item["device_prefix_pinned"] = True
+        if host:
+            item["host_prefix_tokens"] = host
+        arrival = value(model, r.arrival)
+        if arrival > 1:
+            item["arrival_round"] = arrival
+        requests.append(item)
+    pool: dict[str, Any] = {
+        "free_tokens": value(model, inp.free),
+        "evictable_tokens": value(model, inp.evictable),
+    }
+    if cfg.hybrid:
+        pool["swa_free_tokens"] = value(model, inp.swa_free)
+        pool["sliding_window"] = cfg.swa_window
+    scenario = {
+        "name": f"counterexample-{prop}",
+        "description": f"Found by policykit check: {prop} violated in round {depth} under {combo}.",
+        "page_size": cfg.page_size,
+        "chunked_prefill_size": cfg.chunked_prefill_size,
+        "pool": pool,
+        "kv_release_rounds": None if never else value(model, inp.release_rounds),
+        "combo": combo.as_dict(),
+        "requests": requests,
+    }
+    parse_scenario(scenario, source="the exported counterexample")  # must be replayable
+    return Counterexample(prop, depth, scenario, tuple(rounds))
+
+
+def trace_table(cx: Counterexample, title: str) -> Table:
+    """The counterexample as rows per round, like ``policykit simulate`` prints a run."""
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for col, justify in (
+        ("round", "right"),
+        ("request", "left"),
+        ("chunk [start, end)", "right"),
+        ("tokens", "right"),
+        ("kind", "left"),
+        ("load-back", "right"),
+        ("rem_total_tokens", "right"),
+        ("cur_rem_tokens", "right"),
+        ("free after", "right"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in cx.rounds:
+        after: Text | str = Text(f"OOM ({r.oom})", style="bold red") if r.oom else str(r.free_after)
+        lead = f"{r.round}" + (f" (released {', '.join(r.released)})" if r.released else "")
+        if not r.rows:
+            table.add_row(lead, Text("(nothing to do)", style="dim"), "", "", "", "", "", "", after)
+        for i, row in enumerate(r.rows):
+            computes = row.end > row.start
+            table.add_row(
+                lead if i == 0 else "",
+                row.request,
+                f"[{row.start}, {row.end})" if computes else "-",
+                str(row.end - row.start) if computes else "",
+                row.kind,
+                str(row.load_back) if row.load_back else "",
+                "" if row.rem_total is None else str(row.rem_total),
+                "" if row.cur_rem is None else str(row.cur_rem),
+                after if i == len(r.rows) - 1 else "",
+            )
+        table.add_section()
+    return table

@@ -1,0 +1,278 @@
+"""Unbounded proofs: induction over rounds *and* over the requests of a round.
+
+A bounded unrolling says nothing about round K+1 or request N+1. Here each property gets a
+candidate invariant at two levels and three obligations, each one z3 validity query over
+*arbitrary* states (not reachable ones — an over-approximation, so a proof is sound):
+
+* ``Inv(S)`` between rounds. For the full pool: the in-progress request's remaining
+  ``alloc_extend`` fits in ``free + evictable`` (that *is* admitted => completes).
+* ``J`` inside a round, over the ledger, the real allocations ``A`` planned so far and what
+  the in-progress request still ``owes``: ``A + owed <= baseline`` and ``A + owed <=
+  rem_total_token_offset`` (the ledger has promised at least what is really owed), unless the
+  round froze admission on the sliding-window budget after deferring the in-progress request.
+
+1. *base*: ``Inv(S)`` and the resume step give ``J``;
+2. *step*: ``J`` and one admission turn for an arbitrary request from an arbitrary ledger
+   state give ``J`` again, and no bad event in the turn — so any number of requests;
+3. *exit*: ``J`` gives the property at commit and ``Inv`` of the next round; releases only add
+   memory, so ``Inv`` survives them whatever their timing — so any number of rounds.
+
+What this covers is the model of ``policykit.spec.model`` (pinned device prefixes, host
+load-backs, held KV and releases at any time, hybrid SWA; no unpinned prefix locks, no
+``max_prefill_tokens``), with the combo's real policies evaluated symbolically, and policies
+assumed to honour their contract (that is the separate ``contract`` property). A failed
+obligation is *not* a violation: the candidate invariant is just not inductive for that combo,
+and the verdict falls back to bounded model checking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import z3
+from policykit.spec.model import (
+    FINAL,
+    TRUNCATED,
+    Encoder,
+    Entry,
+    ModelConfig,
+    Req,
+    RoundModel,
+    RoundState,
+    full_need,
+    ite,
+    owed,
+)
+from policykit.spec.symbolic import Sym, num, solve
+
+from policykit.ledger import Ledger
+from policykit.registry import Combo
+
+
+@dataclass
+class Mid:
+    """An arbitrary mid-round state: ledger, planned extends ``A``, what is ``owed``."""
+
+    state: RoundState
+    extend: Sym
+    owed: Sym
+
+
+class Obligations:
+    """Builds and discharges the obligations of one combo and configuration."""
+
+    def __init__(
+        self,
+        combo: Combo,
+        config: ModelConfig,
+        sources: dict[str, str],
+        timeout_ms: int,
+    ) -> None:
+        self.combo, self.config, self.sources = combo, config, sources
+        self.timeout_ms = timeout_ms
+        self._full: str | None = None  # no-oom and admitted-completes share one induction
+
+    # -- states ----------------------------------------------------------------------------
+    def _round_start(self, enc: Encoder) -> tuple[Sym, Sym, z3.BoolRef, Sym, Sym]:
+        page = self.config.page_size
+        b, swa = enc.var("B"), enc.var("swa")
+        has = enc.bool("in_progress")
+        p, seq = enc.var("p"), enc.var("seq")
+        enc.facts += [
+            b.t >= 0,
+            (b % page).t == 0,
+            swa.t >= 0,
+            z3.Implies(has, z3.And(p.t >= 1, seq.t >= 0, seq.t < p.t)),
+        ]
+        return b, swa, has, p, seq
+
+    def _after_resume(self, enc: Encoder, model: RoundModel) -> tuple[Mid, dict]:
+        b, swa, has, p, seq = self._round_start(enc)
+        ledger = model.open_ledger(b, swa)
+        f = z3.BoolVal(False)
+        state = RoundState(ledger, f, f, z3.BoolVal(True), f, f)
+        e = model.resume(state, has, p, seq)
+        computes = e.end.t > e.start.t
+        end = ite(computes, e.end, seq)
+        keeps = z3.And(has, e.kind.t != FINAL)
+        mid = Mid(
+            state,
+            enc.bind("A", full_need(e, self.config.page_size)),
+            enc.bind("owed", ite(keeps, owed(p, end, self.config.page_size), 0)),
+        )
+        info = {"B": b, "swa": swa, "has": has, "p": p, "seq": seq, "entry": e}
+        return mid, info
+
+    def _arbitrary_mid(self, enc: Encoder, model: RoundModel) -> Mid:
+        cfg = self.config
+        led = Ledger(
+            page_size=cfg.page_size,
+            baseline=enc.var("L_baseline"),
+            rem_chunk_tokens=enc.var("L_rem_chunk"),
+            rem_input_tokens=None,
+            swa_baseline=enc.var("L_swa_baseline") if cfg.hybrid else None,
+            rem_total_token_offset=enc.var("L_total_offset"),
+            cur_rem_token_offset=enc.var("L_cur_offset"),
+            rem_swa_token_offset=enc.var("L_swa_offset"),
+        )
+        has, deferred = enc.bool("has_chunked"), enc.bool("deferred")
+        state = RoundState(
+            led, has, deferred, z3.BoolVal(True), z3.BoolVal(False), z3.BoolVal(False)
+        )
+        mid = Mid(state, enc.var("A"), enc.var("owed"))
+        enc.facts += [
+            led.baseline.t % cfg.page_size == 0,
+            led.rem_chunk_tokens.t <= cfg.chunked_prefill_size,
+            led.rem_total_token_offset.t >= 0,
+            led.cur_rem_token_offset.t >= 0,
+            led.rem_swa_token_offset.t >= 0,
+            mid.extend.t >= 0,
+            mid.owed.t >= 0,
+            z3.Implies(deferred, has),
+        ]
+        if cfg.hybrid:
+            enc.facts.append(led.swa_baseline.t >= 0)  # type: ignore[union-attr]
+        return mid
+
+    def _request(self, enc: Encoder) -> Req:
+        page = self.config.page_size
+        q = Req("X", enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
+        enc.facts += [
+            q.prompt.t >= 1,
+            q.device.t >= 0,
+            (q.device % page).t == 0,
+            q.host.t >= 0,
+            q.device.t + q.host.t < q.prompt.t,
+        ]
+        return q
+
+    def _admit_step(self, enc: Encoder, model: RoundModel, mid: Mid) -> tuple[Mid, Entry]:
+        q = self._request(enc)
+        e, placed = model.admit(mid.state, z3.BoolVal(True), q)
+        page = self.config.page_size
+        extend = mid.extend + full_need(e, page) - e.load_back_slots
+        truncated = z3.And(placed, e.kind.t == TRUNCATED)
+        new_owed = mid.owed + ite(truncated, owed(q.prompt, e.end, self.config.page_size), 0)
+        return Mid(mid.state, enc.bind("A", extend), enc.bind("owed", new_owed)), e
+
+    # -- invariants ------------------------------------------------------------------------
+    def _j_full(self, m: Mid) -> z3.BoolRef:
+        led = m.state.ledger
+        total = m.extend.t + m.owed.t
+        frozen = z3.And(m.state.deferred, led.rem_swa_tokens.t <= self.config.page_size)
+        return z3.And(
+            total <= led.baseline.t,
+            z3.Or(total <= led.rem_total_token_offset.t, frozen),
+            z3.Or(m.owed.t == 0, m.state.has_chunked),
+        )
+
+    def _j_swa(self, m: Mid) -> z3.BoolRef:
+        return m.state.ledger.rem_swa_tokens.t >= 0
+
+    def _j_ledger(self, m: Mid) -> z3.BoolRef:
+        led = m.state.ledger
+        return led.cur_rem_token_offset.t <= led.rem_total_token_offset.t
+
+    # -- obligations -----------------------------------------------------------------------
+    def _valid(self, enc: Encoder, claim: z3.BoolRef) -> str:
+        """'valid', 'invalid' or 'unknown' for ``facts => claim``."""
+        r, _, _ = solve([*enc.facts, z3.Not(claim)], self.timeout_ms)
+        if r == z3.unsat:
+            return "valid"
+        return "invalid" if r == z3.sat else "unknown"
+
+    def _two_level(
+        self,
+        j: Callable[[Mid], z3.BoolRef],
+        inv: Callable[[dict], z3.BoolRef],
+        post: Callable[[Mid], z3.BoolRef],
+    ) -> str:
+        """Run base, step and exit for invariant ``j`` (and ``inv`` between rounds)."""
+        results = []
+        with Encoder() as enc:
+            results.append(self._base(enc, j, inv, post))
+        with Encoder() as enc:
+            results.append(self._step(enc, j, post))
+        if "unknown" in results:
+            return "unknown"
+        return "valid" if all(r == "valid" for r in results) else "invalid"
+
+    def _base(self, enc: Encoder, j, inv, post) -> str:
+        model = RoundModel(self.combo, self.config, enc, self.sources)
+        mid, info = self._after_resume(enc, model)
+        enc.facts.append(inv(info))
+        enc.facts.append(z3.Not(mid.state.bad_contract))
+        return self._valid(enc, z3.And(j(mid), post(mid)))
+
+    def _step(self, enc: Encoder, j, post) -> str:
+        model = RoundModel(self.combo, self.config, enc, self.sources)
+        mid = self._arbitrary_mid(enc, model)
+        enc.facts.append(j(mid))
+        nxt, _ = self._admit_step(enc, model, mid)
+        enc.facts.append(z3.Not(nxt.state.bad_contract))
+        return self._valid(enc, z3.And(j(nxt), post(nxt)))
+
+    def prove(self, prop: str) -> str:
+        """'proved', 'not-inductive' or 'unknown' for one property."""
+        cfg = self.config
+        page = cfg.page_size
+        if prop in ("no-oom", "admitted-completes"):
+
+            def inv(i: dict) -> z3.BoolRef:
+                return z3.Implies(i["has"], owed(i["p"], i["seq"], page).t <= i["B"].t)
+
+            # post is implied by J (A <= baseline, owed <= baseline - A), checked anyway
+            def post(m: Mid) -> z3.BoolRef:
+                return m.extend.t + m.owed.t <= m.state.ledger.baseline.t
+
+            if self._full is None:
+                self._full = self._two_level(self._j_full, inv, post)
+            out = self._full
+        elif prop == "swa-no-oom":
+            if not cfg.hybrid:
+                return "proved"
+            out = self._two_level(self._j_swa, lambda i: z3.BoolVal(True), self._j_swa)
+        elif prop == "ledger":
+            out = self._two_level(
+                self._j_ledger, lambda i: z3.BoolVal(True), lambda m: z3.Not(m.state.bad_ledger)
+            )
+        elif prop == "contract":
+            out = self._contract()
+        elif prop == "progress":
+            out = self._progress()
+        else:  # pragma: no cover - guarded by the caller
+            raise ValueError(prop)
+        return {"valid": "proved", "invalid": "not-inductive"}.get(out, "unknown")
+
+    def _contract(self) -> str:
+        """Policies honour the planner's contract from every well-formed state."""
+        with Encoder() as enc:
+            model = RoundModel(self.combo, self.config, enc, self.sources)
+            mid, _ = self._after_resume(enc, model)
+            first = self._valid(enc, z3.Not(mid.state.bad_contract))
+        with Encoder() as enc:
+            model = RoundModel(self.combo, self.config, enc, self.sources)
+            mid = self._arbitrary_mid(enc, model)
+            nxt, _ = self._admit_step(enc, model, mid)
+            second = self._valid(enc, z3.Not(nxt.state.bad_contract))
+        if "unknown" in (first, second):
+            return "unknown"
+        return "valid" if first == second == "valid" else "invalid"
+
+    def _progress(self) -> str:
+        """From any round start with memory to finish it, the in-progress request runs."""
+        with Encoder() as enc:
+            return self._progress_in(enc)
+
+    def _progress_in(self, enc: Encoder) -> str:
+        cfg, page = self.config, self.config.page_size
+        model = RoundModel(self.combo, cfg, enc, self.sources)
+        mid, i = self._after_resume(enc, model)
+        room = z3.And(
+            i["has"],
+            i["B"].t >= owed(i["p"], i["seq"], page).t + page,
+            z3.BoolVal(True) if not cfg.hybrid else i["swa"].t >= (i["p"] - i["seq"]).t + 2 * page,
+        )
+        enc.facts.append(z3.Not(mid.state.bad_contract))
+        return self._valid(enc, z3.Implies(room, i["entry"].end.t > i["entry"].start.t))

@@ -1,0 +1,382 @@
+"""The scheduler core as z3 formulas: one planning step at a time, over symbolic state.
+
+This module mirrors :class:`policykit.planner.Planner` (resume, then admission in queue order),
+:meth:`policykit.node.PrefillNode.commit` (load-back, ``alloc_extend`` page arithmetic, the
+sliding-window pool) and ``release``. It does *not* copy any policy or the ledger: the real
+:class:`~policykit.ledger.Ledger` runs on :class:`~policykit.spec.symbolic.Sym` values, and the
+registered policies are evaluated symbolically (``symbolic.evaluate``). Every step is guarded:
+``step(guard)`` leaves the state unchanged where the guard is false, so a whole round is one
+straight-line formula (no path explosion across requests or rounds).
+
+Pinned device prefixes are modelled (they cost no lock); an *unpinned* device prefix, whose
+lock lowers the baseline and which eviction may take away, is not. ``max_prefill_tokens`` is
+not modelled (``None``). ``tests/spec/test_conformance.py`` checks the encoding against the
+concrete planner and node on random states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+from policykit.spec.symbolic import (
+    Choice,
+    DivisionSink,
+    Sym,
+    SymBool,
+    collect_divisions,
+    decide_all,
+    evaluate,
+    in_range,
+    int_var,
+    num,
+    reset_divisions,
+)
+
+from policykit.ledger import Budget, Ledger
+from policykit.node import FIRST_TOKENS
+from policykit.policy import AdmitView, AlignView, ChunkView, TailView
+from policykit.pool import extend_pages, pages_for
+from policykit.registry import Combo
+
+#: entry kinds as small ints in traces (the names are :class:`policykit.plan.EntryKind`'s)
+NONE, WHOLE, TRUNCATED, RESUMED, FINAL, DEFERRED, REJ_NO_TOKEN, REJ_OTHER = range(8)
+KIND_NAMES = {
+    WHOLE: "whole",
+    TRUNCATED: "truncated",
+    RESUMED: "resumed",
+    FINAL: "final",
+    DEFERRED: "deferred",
+    REJ_NO_TOKEN: "rejected NO_TOKEN",
+    REJ_OTHER: "rejected OTHER",
+}
+_LEDGER_FIELDS = (
+    "baseline",
+    "rem_total_token_offset",
+    "cur_rem_token_offset",
+    "rem_swa_token_offset",
+    "rem_chunk_tokens",
+)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The concrete facts of the checked configuration (linear arithmetic needs them fixed)."""
+
+    page_size: int = 64
+    chunked_prefill_size: int = 4096
+    #: hybrid SWA: tokens of the sliding window, or None
+    swa_window: int | None = None
+
+    @property
+    def hybrid(self) -> bool:
+        return self.swa_window is not None
+
+
+def t(x: Any) -> Any:
+    """The z3 term of an int, Sym or SymBool."""
+    if isinstance(x, z3.ExprRef):
+        return x
+    if isinstance(x, Sym | SymBool):
+        return x.t
+    return z3.BoolVal(x) if isinstance(x, bool) else num(x)
+
+
+def ite(c: Any, a: Any, b: Any) -> Sym:
+    return Sym(z3.If(t(c), t(a), t(b)))
+
+
+@dataclass
+class Encoder:
+    """Fresh names and side facts (``v == term``) that keep formulas small."""
+
+    facts: list[z3.BoolRef] = field(default_factory=list)
+    counter: itertools.count = field(default_factory=itertools.count)
+
+    _token: Any = None
+
+    def __post_init__(self) -> None:
+        self.divisions = DivisionSink(facts=self.facts)
+
+    def __enter__(self) -> Encoder:
+        """While open, floor divisions become linear facts of this encoder."""
+        self._token = collect_divisions(self.divisions)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        reset_divisions(self._token)
+
+    def var(self, name: str) -> Sym:
+        """A free symbolic integer, kept within the no-wrap-around range."""
+        v = int_var(f"{name}!{next(self.counter)}")
+        self.facts.append(in_range(v))
+        return Sym(v)
+
+    def name(self, name: str) -> Sym:
+        """A symbolic integer that is only ever bound to a term (no range fact needed)."""
+        return Sym(int_var(f"{name}!{next(self.counter)}"))
+
+    def bool(self, name: str) -> z3.BoolRef:
+        return z3.Bool(f"{name}!{next(self.counter)}")
+
+    def bind(self, name: str, value: Any) -> Sym:
+        """A fresh variable equal to ``value`` (a Sym or int)."""
+        v = self.name(name)
+        self.facts.append(v.t == t(value))
+        return v
+
+    def bind_bool(self, name: str, value: Any) -> z3.BoolRef:
+        b = self.bool(name)
+        self.facts.append(b == t(value))
+        return b
+
+
+@dataclass
+class Req:
+    """A request's symbolic facts (inputs) and state (per round)."""
+
+    name: str
+    prompt: Sym
+    device: Sym  #: pinned device prefix hit, page-aligned
+    host: Sym  #: host-tier prefix hit (loaded back at admission)
+    arrival: Sym
+
+
+@dataclass
+class Entry:
+    """What one request does in one round (all terms; kind is an int code)."""
+
+    kind: Sym
+    start: Sym
+    end: Sym
+    load_back: Sym  #: host tokens copied back (what the plan records)
+    rem_total: Sym
+    cur_rem: Sym
+    load_back_slots: Sym  #: the slots that load-back takes (whole pages)
+
+    @property
+    def tokens(self) -> Sym:
+        return self.end - self.start
+
+
+def quiet_entry() -> Entry:
+    return Entry(*(Sym(num(0)) for _ in range(7)))
+
+
+@dataclass
+class RoundState:
+    """The planner's state while it walks the queue."""
+
+    ledger: Ledger
+    has_chunked: z3.BoolRef  #: a truncated / resumed / deferred entry exists
+    deferred: z3.BoolRef  #: the in-progress request was deferred this round
+    active: z3.BoolRef  #: the planner is still looking at the queue
+    bad_contract: z3.BoolRef  #: a policy returned something the planner refuses
+    bad_ledger: z3.BoolRef  #: cur_rem_tokens < rem_total_tokens at some mark
+
+
+class RoundModel:
+    """Steps of one planning round, with the combo's policies evaluated symbolically."""
+
+    def __init__(
+        self, combo: Combo, config: ModelConfig, enc: Encoder, sources: dict[str, str]
+    ) -> None:
+        self.combo, self.config, self.enc, self.sources = combo, config, enc, sources
+
+    # -- ledger ----------------------------------------------------------------------------
+    def open_ledger(self, baseline: Sym, swa_free: Sym | None) -> Ledger:
+        cfg = self.config
+        return Ledger(
+            page_size=cfg.page_size,
+            baseline=baseline,
+            rem_chunk_tokens=Sym(num(cfg.chunked_prefill_size)),
+            rem_input_tokens=None,
+            swa_baseline=swa_free if cfg.hybrid else None,
+            rem_total_token_offset=Sym(num(0)),
+            cur_rem_token_offset=Sym(num(0)),
+            rem_swa_token_offset=Sym(num(0)),
+        )
+
+    def merge_ledger(self, guard: Any, new: Ledger, old: Ledger) -> Ledger:
+        """``new`` where ``guard`` holds, else ``old``; every field bound to a fresh name."""
+        out = dataclasses.replace(old)
+        for name in _LEDGER_FIELDS:
+            setattr(
+                out, name, self.enc.bind(name, ite(guard, getattr(new, name), getattr(old, name)))
+            )
+        return out
+
+    def budget(self, ledger: Ledger) -> Choice:
+        return decide_all(ledger.budget_state)
+
+    def _ask(self, kind: str, method: str, view: Any) -> Any:
+        policy = getattr(self.combo, kind)
+        return evaluate(policy, method, view, source=self.sources.get(kind, "built-in"))
+
+    def _chunk_view(self, remaining: Sym, ledger: Ledger) -> ChunkView:
+        return ChunkView(
+            remaining_tokens=remaining,  # type: ignore[arg-type]
+            rem_chunk_tokens=ledger.rem_chunk_tokens,
+            rem_total_tokens=ledger.rem_total_tokens,
+            rem_swa_tokens=ledger.rem_swa_tokens,
+            page_size=self.config.page_size,
+            hybrid_swa=self.config.hybrid,
+        )
+
+    def _align(self, start: Sym, end: Sym) -> tuple[Sym, z3.BoolRef]:
+        aligned = self.enc.bind(
+            "aligned",
+            self._ask(
+                "alignment",
+                "align_end",
+                AlignView(start, end, self.config.page_size),  # type: ignore[arg-type]
+            ),
+        )
+        bad = z3.Not(z3.And(start.t < aligned.t, aligned.t <= end.t))
+        return aligned, bad
+
+    def _tail(self, tail: Sym) -> tuple[Sym, z3.BoolRef]:
+        view = TailView(tail, FIRST_TOKENS, self.config.page_size)  # type: ignore[arg-type]
+        reserve = self.enc.bind("reserve", self._ask("admission", "tail_reserve", view))
+        return reserve, reserve.t < 0
+
+    def _charge_truncated(
+        self, ledger: Ledger, start: Sym, end: Sym, prompt: Sym
+    ) -> tuple[Ledger, Sym, z3.BoolRef]:
+        """Align a non-final chunk, charge it and reserve its tail (``Planner._resume``/
+        ``_admit``); returns the ledger, the aligned end and whether a policy broke contract."""
+        aligned, bad_align = self._align(start, end)
+        out = dataclasses.replace(ledger)
+        out.charge_chunk(aligned - start, first_tokens=0)
+        reserve, bad_reserve = self._tail(prompt - aligned)
+        out.reserve(reserve)
+        return out, aligned, z3.Or(bad_align, bad_reserve)
+
+    def _mark(self, state: RoundState, ledger: Ledger, placed: z3.BoolRef) -> tuple[Sym, Sym]:
+        rem_total, cur_rem = ledger.rem_total_tokens, ledger.cur_rem_tokens
+        state.bad_ledger = z3.Or(state.bad_ledger, z3.And(placed, cur_rem.t < rem_total.t))
+        return rem_total, cur_rem
+
+    # -- the in-progress request -----------------------------------------------------------
+    def resume(self, state: RoundState, guard: z3.BoolRef, prompt: Sym, seq: Sym) -> Entry:
+        """``Planner._resume`` for the in-progress request, where ``guard`` holds."""
+        led = state.ledger
+        remaining = prompt - seq
+        chunk = self.enc.bind(
+            "resume_chunk", self._ask("chunking", "resume_chunk", self._chunk_view(remaining, led))
+        )
+        bad_range = z3.Or(chunk.t < 0, chunk.t > remaining.t)
+        deferred = chunk.t == 0
+        final = chunk.t == remaining.t
+        final_led = dataclasses.replace(led)
+        final_led.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
+        trunc_led, end_t, bad_t = self._charge_truncated(led, seq, seq + chunk, prompt)
+        placed = z3.And(guard, z3.Not(bad_range), z3.Not(deferred))
+        new_led = self.merge_ledger(placed, _pick_ledger(final, final_led, trunc_led), led)
+        state.ledger = new_led
+        state.bad_contract = z3.Or(
+            state.bad_contract,
+            z3.And(guard, z3.Or(bad_range, z3.And(z3.Not(deferred), z3.Not(final), bad_t))),
+        )
+        keeps = z3.And(guard, z3.Not(final))
+        state.has_chunked = z3.Or(state.has_chunked, keeps)
+        state.deferred = z3.Or(state.deferred, z3.And(guard, deferred))
+        rem_total, cur_rem = self._mark(state, new_led, placed)
+        end = ite(deferred, seq, ite(final, seq + chunk, end_t))
+        kind = ite(guard, ite(deferred, DEFERRED, ite(final, FINAL, RESUMED)), NONE)
+        zero = Sym(num(0))
+        return Entry(
+            kind, ite(guard, seq, zero), ite(guard, end, zero), zero, rem_total, cur_rem, zero
+        )
+
+    # -- a waiting request -----------------------------------------------------------------
+    def admit(self, state: RoundState, consider: z3.BoolRef, req: Req) -> tuple[Entry, z3.BoolRef]:
+        """One turn of the planner's queue loop for ``req`` where ``consider`` holds: the
+        budget check, then ``Planner._admit``. Returns the entry and whether it was placed."""
+        led, page = state.ledger, self.config.page_size
+        budget = self.budget(led)
+        go = z3.And(consider, state.active, budget.is_(Budget.CONTINUE))
+        stop_budget = z3.And(consider, state.active, z3.Not(budget.is_(Budget.CONTINUE)))
+        remaining = req.prompt - req.device
+        view = AdmitView(
+            prompt_tokens=req.prompt,  # type: ignore[arg-type]
+            remaining_tokens=remaining,  # type: ignore[arg-type]
+            host_prefix_tokens=req.host,  # type: ignore[arg-type]
+            first_tokens=FIRST_TOKENS,
+            page_size=page,
+            rem_total_tokens=led.rem_total_tokens,
+            cur_rem_tokens=led.cur_rem_tokens,
+        )
+        ok = self.enc.bind_bool("admit", self._ask("admission", "admit", view))
+        loaded = dataclasses.replace(led)
+        load_back = pages_for(req.host, page) * page  # type: ignore[arg-type]
+        loaded.lower_baseline(load_back)
+        compute = remaining - req.host
+        chunk = self.enc.bind(
+            "new_chunk", self._ask("chunking", "new_chunk", self._chunk_view(compute, loaded))
+        )
+        bad_range = z3.Or(chunk.t < 0, chunk.t > compute.t)
+        other = z3.Or(chunk.t == 0, z3.And(chunk.t < compute.t, state.has_chunked))
+        whole = chunk.t == compute.t
+        start = req.device + req.host
+        whole_led = dataclasses.replace(loaded)
+        whole_led.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
+        trunc_led, end_t, bad_t = self._charge_truncated(loaded, start, start + chunk, req.prompt)
+        placed = z3.And(go, ok, z3.Not(bad_range), z3.Not(other))
+        new_led = self.merge_ledger(placed, _pick_ledger(whole, whole_led, trunc_led), led)
+        state.ledger = new_led
+        state.bad_contract = z3.Or(
+            state.bad_contract,
+            z3.And(go, ok, z3.Or(bad_range, z3.And(z3.Not(other), z3.Not(whole), bad_t))),
+        )
+        refused = z3.And(go, z3.Or(z3.Not(ok), other))
+        state.active = z3.And(state.active, z3.Not(stop_budget), z3.Not(refused))
+        state.has_chunked = z3.Or(state.has_chunked, z3.And(placed, z3.Not(whole)))
+        rem_total, cur_rem = self._mark(state, new_led, placed)
+        zero = Sym(num(0))
+        kind = ite(
+            placed,
+            ite(whole, WHOLE, TRUNCATED),
+            ite(refused, ite(ok, REJ_OTHER, REJ_NO_TOKEN), NONE),
+        )
+        end = ite(placed, ite(whole, start + chunk, end_t), zero)
+        return (
+            Entry(
+                kind,
+                ite(placed, start, zero),
+                end,
+                ite(placed, req.host, zero),
+                rem_total,
+                cur_rem,
+                ite(placed, load_back, zero),
+            ),
+            placed,
+        )
+
+
+def _pick_ledger(cond: z3.BoolRef, a: Ledger, b: Ledger) -> Ledger:
+    """Ledger ``a`` where ``cond`` holds, else ``b`` (field by field)."""
+    out = dataclasses.replace(a)
+    for name in _LEDGER_FIELDS:
+        setattr(out, name, ite(cond, getattr(a, name), getattr(b, name)))
+    return out
+
+
+def full_need(entry: Entry, page: int) -> Sym:
+    """Slots ``commit`` takes for an entry: its load-back pages and ``alloc_extend`` pages."""
+    computes = entry.end.t > entry.start.t
+    ext = extend_pages(entry.end, entry.start, page) * page  # type: ignore[arg-type]
+    return entry.load_back_slots + ite(computes, ext, 0)
+
+
+def swa_need(entry: Entry, page: int) -> Sym:
+    """SWA tokens ``alloc_extend`` requires free for an entry (``extend + page_size``)."""
+    return ite(entry.end.t > entry.start.t, entry.tokens + page, 0)
+
+
+def owed(prompt: Sym, seq: Sym, page: int) -> Sym:
+    """Slots an in-progress request still needs to finish (its remaining ``alloc_extend``)."""
+    return extend_pages(prompt, seq, page) * page  # type: ignore[arg-type]

@@ -1,0 +1,445 @@
+"""Symbolic evaluation of ordinary Python policy code on z3 integers.
+
+A policy is a pure function of a frozen view of ints. Here the view holds :class:`Sym` values
+instead: z3 integer terms that overload ``+ - * // %``, comparisons and ``abs``. Arithmetic
+builds terms; a comparison builds a :class:`SymBool`. The interesting moment is when Python
+needs a *real* bool from a ``SymBool`` (an ``if``, ``and``/``or``, ``min``/``max``): the
+:class:`Explorer` answers it from a list of decisions and re-runs the function once per
+branch combination (a depth-first walk, the approach of CrossHair-style symbolic execution).
+Each path's result, under its path condition, is merged into one nested z3 ``If``.
+
+That is why the spec needs no second copy of any policy: it runs the very function the
+scheduler runs. What cannot be followed symbolically (floats, ``int()`` of a symbol, indexing
+or ``range`` with a symbol, division by a symbol, products of two symbols, a function that
+takes different branches when re-run) raises :class:`SymbolicEvaluationError`, which names
+the policy and the line, never a z3 stack trace.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import z3
+
+from policykit.errors import PolicykitError
+
+#: paths one evaluation may take before it is refused (a policy that loops on a symbol)
+MAX_PATHS = 512
+
+
+class SymbolicEvaluationError(PolicykitError):
+    """A policy did something the symbolic evaluator cannot follow."""
+
+
+class Unsupported(Exception):
+    """Raised inside policy code at the unsupported operation; turned into a readable error."""
+
+
+IntLike = Any  # int | Sym
+
+
+def _term(x: IntLike) -> z3.ArithRef:
+    if isinstance(x, Sym):
+        return x.t
+    if isinstance(x, bool):
+        return num(int(x))
+    if isinstance(x, int):
+        return num(x)
+    raise Unsupported(f"mixes a symbolic integer with a {type(x).__name__} ({x!r})")
+
+
+def _positive_divisor(d: IntLike, op: str) -> int:
+    if isinstance(d, Sym):
+        raise Unsupported(f"uses {op} by a symbolic value, which is not linear arithmetic")
+    if isinstance(d, bool) or not isinstance(d, int):
+        raise Unsupported(f"uses {op} by {d!r}; only positive int divisors are supported")
+    if d <= 0:
+        raise Unsupported(f"uses {op} by {d}; only positive divisors are supported")
+    return d
+
+
+#: every free symbolic input stays within [-LIMIT, LIMIT] (2^26 tokens is far beyond any real
+#: KV pool); the bound also keeps the solver's branch-and-bound finite
+LIMIT = 1 << 26
+
+
+def num(v: int) -> z3.ArithRef:
+    """A concrete value in the symbolic domain."""
+    return z3.IntVal(v)
+
+
+def int_var(name: str) -> z3.ArithRef:
+    return z3.Int(name)
+
+
+def in_range(x: z3.ArithRef) -> z3.BoolRef:
+    return z3.And(x >= -LIMIT, x <= LIMIT)
+
+
+@dataclass
+class DivisionSink:
+    """Where floor divisions by a constant become a fresh quotient ``q`` with
+    ``d*q <= x < d*q + d``: plain linear facts, which z3 reasons about much faster than its
+    ``div``. The facts are definitions, true on every path, so they are kept unguarded."""
+
+    facts: list[z3.BoolRef] = field(default_factory=list)
+    cache: dict[tuple[int, int], z3.ArithRef] = field(default_factory=dict)
+
+    def quotient(self, x: z3.ArithRef, d: int) -> z3.ArithRef:
+        key = (x.get_id(), d)
+        q = self.cache.get(key)
+        if q is None:
+            q = z3.FreshInt("q")
+            self.facts += [d * q <= x, x < d * q + d]
+            self.cache[key] = q
+        return q
+
+
+_DIVISIONS: contextvars.ContextVar[DivisionSink | None] = contextvars.ContextVar(
+    "policykit_spec_divisions", default=None
+)
+
+
+def collect_divisions(sink: DivisionSink | None) -> contextvars.Token:
+    """Route floor divisions into ``sink`` until the token is reset (``None``: z3 ``div``)."""
+    return _DIVISIONS.set(sink)
+
+
+def reset_divisions(token: contextvars.Token) -> None:
+    _DIVISIONS.reset(token)
+
+
+def _quotient(x: z3.ArithRef, d: int) -> z3.ArithRef:
+    """Python's ``x // d`` for a positive int ``d``."""
+    x = z3.simplify(x)
+    if z3.is_int_value(x):
+        return num(x.as_long() // d)
+    if d == 1:
+        return x
+    sink = _DIVISIONS.get()
+    return x / d if sink is None else sink.quotient(x, d)
+
+
+def sym_int(x: IntLike) -> Sym:
+    return x if isinstance(x, Sym) else Sym(_term(x))
+
+
+class Sym:
+    """A symbolic integer. Python semantics are kept: ``//`` and ``%`` by a positive int floor
+    like Python's (z3's integer ``div``/``mod`` agree for positive divisors)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, term: z3.ArithRef) -> None:
+        self.t = term
+
+    # arithmetic ------------------------------------------------------------------------
+    def __add__(self, o: IntLike) -> Sym:
+        return Sym(self.t + _term(o))
+
+    def __radd__(self, o: IntLike) -> Sym:
+        return Sym(_term(o) + self.t)
+
+    def __sub__(self, o: IntLike) -> Sym:
+        return Sym(self.t - _term(o))
+
+    def __rsub__(self, o: IntLike) -> Sym:
+        return Sym(_term(o) - self.t)
+
+    def __mul__(self, o: IntLike) -> Sym:
+        if isinstance(o, Sym):
+            raise Unsupported("multiplies two symbolic values, which is not linear arithmetic")
+        return Sym(self.t * _term(o))
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> Sym:
+        return Sym(-self.t)
+
+    def __pos__(self) -> Sym:
+        return self
+
+    def __abs__(self) -> Sym:
+        return Sym(z3.If(self.t < 0, -self.t, self.t))
+
+    def __floordiv__(self, o: IntLike) -> Sym:
+        return Sym(_quotient(self.t, _positive_divisor(o, "//")))
+
+    def __mod__(self, o: IntLike) -> Sym:
+        d = _positive_divisor(o, "%")
+        return Sym(self.t - d * _quotient(self.t, d))
+
+    def __rfloordiv__(self, o: IntLike) -> Sym:
+        raise Unsupported("divides by a symbolic value, which is not linear arithmetic")
+
+    __rmod__ = __rfloordiv__
+
+    def __truediv__(self, o: Any) -> Sym:
+        raise Unsupported("uses true division '/', which makes a float; use '//'")
+
+    __rtruediv__ = __truediv__
+
+    # comparisons -----------------------------------------------------------------------
+    def __lt__(self, o: IntLike) -> SymBool:
+        return SymBool(self.t < _term(o))
+
+    def __le__(self, o: IntLike) -> SymBool:
+        return SymBool(self.t <= _term(o))
+
+    def __gt__(self, o: IntLike) -> SymBool:
+        return SymBool(self.t > _term(o))
+
+    def __ge__(self, o: IntLike) -> SymBool:
+        return SymBool(self.t >= _term(o))
+
+    def __eq__(self, o: object) -> SymBool:  # type: ignore[override]
+        return SymBool(self.t == _term(o))
+
+    def __ne__(self, o: object) -> SymBool:  # type: ignore[override]
+        return SymBool(self.t != _term(o))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # what a symbol cannot become -------------------------------------------------------
+    def __int__(self) -> int:
+        raise Unsupported("converts a symbolic value to a concrete int (int(), round, format)")
+
+    def __index__(self) -> int:
+        raise Unsupported("uses a symbolic value as an index, a range bound or a repeat count")
+
+    def __float__(self) -> float:
+        raise Unsupported("converts a symbolic value to a float")
+
+    def __bool__(self) -> bool:
+        return bool(self != 0)
+
+    def __repr__(self) -> str:
+        return f"Sym({self.t})"
+
+
+class SymBool:
+    """A symbolic truth value; asking for a Python bool forks the current evaluation."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, term: z3.BoolRef) -> None:
+        self.t = term
+
+    def __bool__(self) -> bool:
+        explorer = _CURRENT.get()
+        if explorer is None:
+            raise Unsupported("branches on a symbolic value outside a symbolic evaluation")
+        return explorer.decide(self.t)
+
+    def __and__(self, o: Any) -> SymBool:
+        return SymBool(z3.And(self.t, _bool_term(o)))
+
+    __rand__ = __and__
+
+    def __or__(self, o: Any) -> SymBool:
+        return SymBool(z3.Or(self.t, _bool_term(o)))
+
+    __ror__ = __or__
+
+    def __invert__(self) -> SymBool:
+        return SymBool(z3.Not(self.t))
+
+    def __repr__(self) -> str:
+        return f"SymBool({self.t})"
+
+
+def _bool_term(x: Any) -> z3.BoolRef:
+    if isinstance(x, SymBool):
+        return x.t
+    if isinstance(x, bool):
+        return z3.BoolVal(x)
+    raise Unsupported(f"combines a symbolic truth value with {x!r}")
+
+
+_CURRENT: contextvars.ContextVar[Explorer | None] = contextvars.ContextVar(
+    "policykit_spec_explorer", default=None
+)
+
+
+class _NonDeterministic(Exception):
+    pass
+
+
+@dataclass
+class Explorer:
+    """Depth-first walk over the branch decisions of one function."""
+
+    prefix: list[bool] = field(default_factory=list)
+    taken: list[bool] = field(default_factory=list)
+    conds: list[z3.BoolRef] = field(default_factory=list)
+    pending: list[list[bool]] = field(default_factory=list)
+
+    def decide(self, cond: z3.BoolRef) -> bool:
+        i = len(self.taken)
+        simple = z3.simplify(cond)
+        if z3.is_true(simple) or z3.is_false(simple):
+            value = z3.is_true(simple)
+            if i < len(self.prefix) and self.prefix[i] != value:
+                raise _NonDeterministic()
+        elif i < len(self.prefix):
+            value = self.prefix[i]
+        else:
+            value = True
+            self.pending.append([*self.taken, False])
+        self.taken.append(value)
+        self.conds.append(cond if value else z3.Not(cond))
+        return value
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Every path of one evaluation: (path condition, result)."""
+
+    paths: tuple[tuple[z3.BoolRef, Any], ...]
+
+    def merged(self) -> Any:
+        """One value: a z3-backed Sym/SymBool for numbers and truths, or ``Choice`` for enums."""
+        values = [v for _, v in self.paths]
+        if all(isinstance(v, SymBool | bool) for v in values):
+            return SymBool(self._fold([_bool_term(v) for v in values]))
+        if all(isinstance(v, Sym | int) and not isinstance(v, bool) for v in values):
+            return Sym(self._fold([_term(v) for v in values]))
+        if all(isinstance(v, enum.Enum) for v in values):
+            return Choice(
+                {
+                    v: z3.Or(*[c for c, w in self.paths if w is v])
+                    for v in dict.fromkeys(values)  # keeps first-seen order
+                }
+            )
+        raise Unsupported(f"returned values of mixed or unsupported types: {values!r}")
+
+    def _fold(self, terms: list[Any]) -> Any:
+        out = terms[-1]
+        for (cond, _), term in zip(reversed(self.paths[:-1]), reversed(terms[:-1]), strict=True):
+            out = z3.If(cond, term, out)
+        return out
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A symbolic choice among concrete values (an enum verdict): value -> condition."""
+
+    when: dict[Any, z3.BoolRef]
+
+    def is_(self, value: Any) -> z3.BoolRef:
+        return self.when.get(value, z3.BoolVal(False))
+
+
+def explore(fn: Callable[[], Any]) -> Outcomes:
+    """Run ``fn`` once per feasible branch combination and collect the paths.
+
+    Exceptions raised by ``fn`` propagate unchanged (the caller names the culprit).
+    """
+    todo: list[list[bool]] = [[]]
+    paths: list[tuple[z3.BoolRef, Any]] = []
+    while todo:
+        prefix = todo.pop()
+        ex = Explorer(prefix=prefix)
+        token = _CURRENT.set(ex)
+        try:
+            result = fn()
+        finally:
+            _CURRENT.reset(token)
+        if len(ex.taken) < len(prefix):
+            raise _NonDeterministic()
+        todo.extend(reversed(ex.pending))
+        paths.append((z3.And(*ex.conds) if ex.conds else z3.BoolVal(True), result))
+        if len(paths) > MAX_PATHS:
+            raise Unsupported(f"takes more than {MAX_PATHS} paths (a loop on a symbolic value?)")
+    return Outcomes(tuple(paths))
+
+
+def _policy_frame(exc: BaseException, policy: object) -> str:
+    """``file:line`` of the deepest frame outside this module: where the policy (or a helper
+    it called) did the unsupported thing; the policy's own module is preferred."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    here = Path(__file__).resolve()
+    own = Path(sys.modules[type(policy).__module__].__file__ or "").resolve()
+    outside = [f for f in frames if Path(f.filename).resolve() != here and "z3" not in f.filename]
+    in_policy = [f for f in outside if Path(f.filename).resolve() == own]
+    frame = (in_policy or outside or frames)[-1]
+    return f"{frame.filename}:{frame.lineno} (in {frame.name})"
+
+
+def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Any:
+    """Evaluate ``policy.method(view)`` symbolically and merge the paths into one value.
+
+    ``source`` names where the policy came from (a plugin distribution), for the error.
+    """
+    fn = getattr(policy, method)
+    who = f"The {policy.kind} policy {policy.spec!r} ({source})"
+    try:
+        return explore(lambda: fn(view)).merged()
+    except Unsupported as exc:
+        raise SymbolicEvaluationError(
+            f"{who} cannot be checked symbolically: its {method}() {exc} at "
+            f"{_policy_frame(exc, policy)}. Policies must use int arithmetic (+ - * // % by a "
+            "positive int), comparisons, min/max and if."
+        ) from None
+    except _NonDeterministic:
+        raise SymbolicEvaluationError(
+            f"{who} is not deterministic: its {method}() took different branches when run "
+            "again on the same input. Policies must be pure functions of their view."
+        ) from None
+    except PolicykitError:
+        raise
+    except Exception as exc:
+        raise SymbolicEvaluationError(
+            f"{who} raised {type(exc).__name__}: {exc} during symbolic evaluation of "
+            f"{method}() at {_policy_frame(exc, policy)}."
+        ) from None
+
+
+def decide_all(fn: Callable[[], Any]) -> Any:
+    """Evaluate core code (not a policy) that branches on symbols, e.g. ``Ledger.budget_state``."""
+    return explore(fn).merged()
+
+
+def make_solver(timeout_ms: int) -> z3.Solver:
+    """A one-shot solver that preprocesses first: the bound names (``v == term``) are solved
+    away and unconstrained terms dropped before the arithmetic core runs, which is what makes
+    the round formulas tractable (an incremental solver skips that preprocessing)."""
+    tactic = z3.Then("simplify", "propagate-values", "solve-eqs", "elim-uncnstr", "smt")
+    solver = tactic.solver()
+    solver.set("timeout", timeout_ms)
+    return solver
+
+
+def solve(
+    facts: list[z3.BoolRef], timeout_ms: int
+) -> tuple[z3.CheckSatResult, z3.ModelRef | None, str]:
+    """Check ``facts`` with restarts: z3's time on these queries varies wildly with its random
+    seed (the same query takes 0.05 s or over 20 s), so short tries with fresh seeds come
+    first and the last try gets what is left of ``timeout_ms``. Returns the result, the model
+    when satisfiable, and z3's reason when unknown."""
+    budget = timeout_ms
+    reason = "timeout"
+    for attempt, share in enumerate((0.05, 0.15, 0.3, 1.0)):
+        limit = max(1, int(budget * share) if share < 1.0 else budget)
+        solver = make_solver(limit)
+        solver.set("random_seed", attempt)
+        solver.add(*facts)
+        started = time.monotonic()
+        result = solver.check()
+        budget -= int((time.monotonic() - started) * 1000)
+        if result == z3.sat:
+            return result, solver.model(), ""
+        if result == z3.unsat:
+            return result, None, ""
+        reason = solver.reason_unknown()
+        if budget <= 0:
+            break
+    return z3.unknown, None, reason

@@ -1,0 +1,51 @@
+"""Third-party admission policies as a plugin author would write them: plain Python, no solver."""
+
+from __future__ import annotations
+
+from policykit.hookspecs import hookimpl
+from policykit.ledger import ceil_paged
+from policykit.policy import AdmissionPolicy, AdmitView, TailView
+
+
+class ComputeOnly(AdmissionPolicy):
+    """Charges only what the forward computes: forgets that a host load-back takes slots too."""
+
+    name = "compute-only"
+
+    def admit(self, v: AdmitView) -> bool:
+        return v.remaining_tokens - v.host_prefix_tokens + v.page_size < v.rem_total_tokens
+
+    def tail_reserve(self, v: TailView) -> int:
+        return v.tail_tokens
+
+
+class PagedReserve(AdmissionPolicy):
+    """Admits only what fits in whole pages with headroom, and reserves the paged tail."""
+
+    name = "paged-reserve"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = ceil_paged(v.remaining_tokens, v.page_size) + v.first_tokens + v.page_size
+        return need <= v.rem_total_tokens and need <= v.cur_rem_tokens
+
+    def tail_reserve(self, v: TailView) -> int:
+        return ceil_paged(v.tail_tokens, v.page_size) + v.first_tokens
+
+
+class FloatRatio(AdmissionPolicy):
+    """Uses a float ratio: cannot be checked symbolically (and says where)."""
+
+    name = "float-ratio"
+
+    def admit(self, v: AdmitView) -> bool:
+        return v.remaining_tokens / v.page_size < v.rem_total_tokens
+
+    def tail_reserve(self, v: TailView) -> int:
+        return 0
+
+
+@hookimpl
+def policykit_register_policies(register):
+    register(ComputeOnly)
+    register(PagedReserve)
+    register(FloatRatio)

@@ -1,0 +1,98 @@
+"""The issue's acceptance checks: seed 000, seed 001, and the combos that must be proved."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from policykit.spec.checker import CheckOptions, check_combo
+from policykit.spec.model import ModelConfig
+
+from policykit.cli import main
+from policykit.scenario import build_node, parse_scenario
+from policykit.scheduler import Scheduler
+
+PAGE64 = ModelConfig(page_size=64, chunked_prefill_size=4096)
+
+
+def _verdicts(registry, combo: str, config: ModelConfig = PAGE64, **kw) -> dict:
+    options = CheckOptions(**{"rounds": 4, "requests": 3, **kw})
+    return {v.property: v for v in check_combo(registry.resolve(combo), config, options)}
+
+
+def test_seed_000_is_violated_and_the_counterexample_replays_to_an_oom(registry) -> None:
+    combo = "admission=sglang,chunking=sglang,alignment=checkpoint:256"
+    v = _verdicts(registry, combo)
+    oom = v["no-oom"]
+    assert oom.verdict == "violated"
+    cx = oom.counterexample
+    first = cx.rounds[0]
+    kinds = [row.kind for row in first.rows]
+    # a request is truncated, and a later request still enters the same round
+    assert "truncated" in kinds
+    assert kinds.index("truncated") < len(kinds) - 1
+    assert cx.rounds[-1].oom == "full"
+    result = Scheduler(build_node(parse_scenario(cx.scenario)), registry.resolve(combo)).run()
+    assert result.oom is not None and result.oom.round == cx.round
+
+
+def test_the_seed_000_fix_is_proved_unbounded(registry) -> None:
+    v = _verdicts(registry, "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256")
+    for prop in ("no-oom", "admitted-completes", "ledger", "contract", "progress"):
+        assert (v[prop].verdict, v[prop].bound) == ("proved", "unbounded"), prop
+
+
+def test_upstream_page_alignment_has_no_violation_within_the_bound(registry) -> None:
+    v = _verdicts(registry, "admission=sglang,chunking=sglang,alignment=page", rounds=3)
+    assert v["admitted-completes"].verdict == "proved"
+    assert v["no-oom"].verdict == "proved"
+
+
+SWA = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)
+
+
+def test_seed_001_pre_fix_swa_chunking_is_violated(registry) -> None:
+    combo = "admission=reserve-tail,chunking=sglang,alignment=page"
+    v = _verdicts(registry, combo, SWA, properties=("swa-no-oom",))
+    assert v["swa-no-oom"].verdict == "violated"
+    scenario = v["swa-no-oom"].counterexample.scenario
+    combo = registry.resolve(scenario["combo"])
+    result = Scheduler(build_node(parse_scenario(scenario)), combo).run()
+    assert result.oom is not None and result.oom.pool == "swa"
+
+
+def test_seed_001_fix_is_proved(registry) -> None:
+    v = _verdicts(registry, "admission=reserve-tail,chunking=swa-reserve,alignment=page", SWA)
+    for prop in ("swa-no-oom", "no-oom", "admitted-completes"):
+        assert (v[prop].verdict, v[prop].bound) == ("proved", "unbounded"), prop
+
+
+def test_cli_exports_a_scenario_that_simulate_replays_to_the_oom(tmp_path) -> None:
+    runner = CliRunner()
+    combo = "admission=sglang,chunking=sglang,alignment=checkpoint:256"
+    out = runner.invoke(
+        main, ["check", "--combo", combo, "--json", "--export-counterexample", str(tmp_path)]
+    )
+    assert out.exit_code == 1, out.output
+    data = json.loads(out.output)
+    assert {v["property"]: v["verdict"] for v in data["verdicts"]}["no-oom"] == "violated"
+    exported = tmp_path / "sglang+sglang+checkpoint_256.no-oom.json"
+    sim = runner.invoke(main, ["simulate", str(exported), "--json"])
+    assert sim.exit_code == 1, sim.output
+    assert json.loads(sim.output)["oom"] is not None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--combo", "admission=nope"],
+        ["--all", "--combo", "admission=sglang"],
+        ["--swa-window", "8"],
+        ["--rounds", "0"],
+    ],
+)
+def test_bad_input_exits_2_without_a_traceback(args) -> None:
+    out = CliRunner().invoke(main, ["check", *args])
+    assert out.exit_code == 2
+    assert "Traceback" not in out.output

@@ -1,0 +1,41 @@
+"""Benchmarks of ``policykit check`` (run with ``--benchmark-enable``; no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from policykit.spec.checker import CheckOptions, check_combo
+from policykit.spec.model import ModelConfig
+
+from policykit.cli import main
+
+CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)
+
+
+def _enabled(benchmark) -> None:
+    if benchmark.disabled:
+        pytest.skip("a benchmark: run with --benchmark-enable")
+
+
+def test_bench_seed_000_counterexample(benchmark, registry) -> None:
+    _enabled(benchmark)
+    combo = registry.resolve("admission=sglang,chunking=sglang,alignment=checkpoint:256")
+    options = CheckOptions(rounds=4, requests=3, properties=("no-oom",))
+    verdicts = benchmark.pedantic(
+        check_combo, args=(combo, CONFIG, options), rounds=1, iterations=1
+    )
+    assert verdicts[0].verdict == "violated"
+
+
+def test_bench_check_all_builtins(benchmark) -> None:
+    """``policykit check --all`` as a user runs it (combos in parallel, one per core)."""
+    _enabled(benchmark)
+
+    def run():
+        return CliRunner().invoke(main, ["check", "--all", "--json"])
+
+    out = benchmark.pedantic(run, rounds=1, iterations=1)
+    assert out.exit_code == 1  # seed 000 and its relatives are violated
+    assert len(json.loads(out.output)["verdicts"]) == 5 * 27
