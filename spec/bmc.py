@@ -17,11 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import z3
+
+from policykit.ledger import ceil_paged
+from policykit.registry import Combo
 from policykit.spec.model import (
     DEFERRED,
     NONE,
     Encoder,
     Entry,
+    IdleNode,
     ModelConfig,
     Req,
     RoundModel,
@@ -34,9 +38,6 @@ from policykit.spec.model import (
     t,
 )
 from policykit.spec.symbolic import Sym, num
-
-from policykit.ledger import ceil_paged
-from policykit.registry import Combo
 
 #: the properties, in the order they are reported
 PROPERTIES = ("no-oom", "swa-no-oom", "admitted-completes", "progress", "ledger", "contract")
@@ -173,6 +174,7 @@ class NodeState:
     finished: list[Sym]  #: round it finished, 0 while not
     released: list[z3.BoolRef]
     swa_hold: list[Sym]
+    rejected: list[z3.BoolRef]  #: refused for good (``NEVER``): left the queue, holds nothing
     alive: z3.BoolRef  #: no OOM and no policy error so far
 
 
@@ -187,6 +189,7 @@ def initial_state(inp: Inputs) -> NodeState:
         finished=[zero] * n,
         released=[z3.BoolVal(False)] * n,
         swa_hold=[zero] * n,
+        rejected=[z3.BoolVal(False)] * n,
         alive=z3.BoolVal(True),
     )
 
@@ -220,7 +223,9 @@ def unroll_round(
     ledger = model.open_ledger(baseline, swa_free)
     f = z3.BoolVal(False)
     state = RoundState(ledger, f, f, z3.BoolVal(True), f, f)
-    in_progress = [z3.And(s.admitted.t > i, s.finished[i].t == 0) for i in range(n)]
+    in_progress = [
+        z3.And(s.admitted.t > i, s.finished[i].t == 0, z3.Not(s.rejected[i])) for i in range(n)
+    ]
     # at most one request is in progress: select it, resume it once
     has = z3.simplify(z3.Or(*in_progress))
     progress_bad = z3.BoolVal(False)
@@ -239,12 +244,15 @@ def unroll_round(
         progress_bad = z3.And(has, room, e.kind.t == DEFERRED)
         entries = [_combine(quiet_entry(), e, in_progress[i]) for i in range(n)]
     admitted = s.admitted
+    rejected = list(s.rejected)
+    idle = IdleNode(capacity=inp.free + inp.evictable, swa_total=inp.swa_free)
     for j, q in enumerate(reqs):
         consider = z3.And(admitted.t <= j, q.arrival.t <= r)
-        e, placed = model.admit(state, consider, q)
+        e, placed, never = model.admit(state, consider, q, idle)
         # an entry per request per round: a waiting request cannot also be in progress
         entries[j] = _combine(entries[j], e, e.kind.t != NONE)
-        admitted = enc.bind("admitted", ite(placed, j + 1, admitted))
+        admitted = enc.bind("admitted", ite(z3.Or(placed, never), j + 1, admitted))
+        rejected[j] = z3.Or(rejected[j], never)
 
     # commit
     need = sum((full_need(e, page) for e in entries), Sym(num(0)))
@@ -273,7 +281,7 @@ def unroll_round(
     # what the in-progress request (if any) still needs after this round
     owed_after = Sym(num(0))
     for i, q in enumerate(reqs):
-        still = z3.And(admitted.t > i, finished[i].t == 0)
+        still = z3.And(admitted.t > i, finished[i].t == 0, z3.Not(rejected[i]))
         owed_after = owed_after + ite(still, owed(q.prompt, seq[i], page), 0)
     owed_after = enc.bind("owed_after", owed_after)
 
@@ -312,6 +320,7 @@ def unroll_round(
         finished=finished,
         released=[z3.Or(a, b) for a, b in zip(s.released, released_now, strict=True)],
         swa_hold=swa_hold,
+        rejected=rejected,
         alive=enc.bind_bool("alive", z3.And(alive, z3.Not(oom), z3.Not(state.bad_contract))),
     )
     return nxt, violations

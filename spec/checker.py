@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import z3
+
+from policykit.registry import Combo
 from policykit.spec.bmc import (
     PROPERTIES,
     Bounds,
@@ -28,8 +30,6 @@ from policykit.spec.counterexample import Counterexample, extract, minimise
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, ModelConfig, RoundModel
 from policykit.spec.symbolic import solve
-
-from policykit.registry import Combo
 
 PROVED, VIOLATED, UNKNOWN = "proved", "violated", "unknown"
 

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import z3
-from policykit.spec.bmc import Unrolling, value
-from policykit.spec.model import KIND_NAMES, NONE
-from policykit.spec.symbolic import num, solve
 from rich.table import Table
 from rich.text import Text
 
 from policykit.registry import Combo
 from policykit.scenario import parse_scenario
+from policykit.spec.bmc import Unrolling, value
+from policykit.spec.model import KIND_NAMES, NONE
+from policykit.spec.symbolic import num, solve
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import z3
+
+from policykit.ledger import Ledger
+from policykit.registry import Combo
 from policykit.spec.model import (
     FINAL,
     TRUNCATED,
@@ -45,9 +48,6 @@ from policykit.spec.model import (
     owed,
 )
 from policykit.spec.symbolic import Sym, num, solve
-
-from policykit.ledger import Ledger
-from policykit.registry import Combo
 
 
 @dataclass
@@ -149,7 +149,7 @@ class Obligations:
 
     def _admit_step(self, enc: Encoder, model: RoundModel, mid: Mid) -> tuple[Mid, Entry]:
         q = self._request(enc)
-        e, placed = model.admit(mid.state, z3.BoolVal(True), q)
+        e, placed, _ = model.admit(mid.state, z3.BoolVal(True), q)
         page = self.config.page_size
         extend = mid.extend + full_need(e, page) - e.load_back_slots
         truncated = z3.And(placed, e.kind.t == TRUNCATED)

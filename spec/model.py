@@ -22,6 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import z3
+
+from policykit.ledger import Budget, Ledger
+from policykit.node import FIRST_TOKENS
+from policykit.plan import NEVER
+from policykit.policy import AdmitView, AlignView, ChunkView, TailView
+from policykit.pool import extend_pages, pages_for
+from policykit.registry import Combo
 from policykit.spec.symbolic import (
     Choice,
     DivisionSink,
@@ -36,14 +43,8 @@ from policykit.spec.symbolic import (
     reset_divisions,
 )
 
-from policykit.ledger import Budget, Ledger
-from policykit.node import FIRST_TOKENS
-from policykit.policy import AdmitView, AlignView, ChunkView, TailView
-from policykit.pool import extend_pages, pages_for
-from policykit.registry import Combo
-
 #: entry kinds as small ints in traces (the names are :class:`policykit.plan.EntryKind`'s)
-NONE, WHOLE, TRUNCATED, RESUMED, FINAL, DEFERRED, REJ_NO_TOKEN, REJ_OTHER = range(8)
+NONE, WHOLE, TRUNCATED, RESUMED, FINAL, DEFERRED, REJ_NO_TOKEN, REJ_OTHER, REJ_NEVER = range(9)
 KIND_NAMES = {
     WHOLE: "whole",
     TRUNCATED: "truncated",
@@ -52,6 +53,7 @@ KIND_NAMES = {
     DEFERRED: "deferred",
     REJ_NO_TOKEN: "rejected NO_TOKEN",
     REJ_OTHER: "rejected OTHER",
+    REJ_NEVER: f"rejected {NEVER}",
 }
 _LEDGER_FIELDS = (
     "baseline",
@@ -293,9 +295,17 @@ class RoundModel:
         )
 
     # -- a waiting request -----------------------------------------------------------------
-    def admit(self, state: RoundState, consider: z3.BoolRef, req: Req) -> tuple[Entry, z3.BoolRef]:
+    def admit(
+        self,
+        state: RoundState,
+        consider: z3.BoolRef,
+        req: Req,
+        idle: IdleNode | None = None,
+    ) -> tuple[Entry, z3.BoolRef, z3.BoolRef]:
         """One turn of the planner's queue loop for ``req`` where ``consider`` holds: the
-        budget check, then ``Planner._admit``. Returns the entry and whether it was placed."""
+        budget check, then ``Planner._admit``, then (for a refused request, given the ``idle``
+        node's capacity) ``Planner.never_fits``. Returns the entry, whether it was placed and
+        whether it was rejected for good (the queue then moves on past it)."""
         led, page = state.ledger, self.config.page_size
         budget = self.budget(led)
         go = z3.And(consider, state.active, budget.is_(Budget.CONTINUE))
@@ -333,14 +343,19 @@ class RoundModel:
             z3.And(go, ok, z3.Or(bad_range, z3.And(z3.Not(other), z3.Not(whole), bad_t))),
         )
         refused = z3.And(go, z3.Or(z3.Not(ok), other))
-        state.active = z3.And(state.active, z3.Not(stop_budget), z3.Not(refused))
+        never = z3.BoolVal(False)
+        if idle is not None:
+            never = z3.And(refused, self._never_fits(state, req, compute, idle))
+        state.active = z3.And(
+            state.active, z3.Not(stop_budget), z3.Not(z3.And(refused, z3.Not(never)))
+        )
         state.has_chunked = z3.Or(state.has_chunked, z3.And(placed, z3.Not(whole)))
         rem_total, cur_rem = self._mark(state, new_led, placed)
         zero = Sym(num(0))
         kind = ite(
             placed,
             ite(whole, WHOLE, TRUNCATED),
-            ite(refused, ite(ok, REJ_OTHER, REJ_NO_TOKEN), NONE),
+            ite(never, REJ_NEVER, ite(refused, ite(ok, REJ_OTHER, REJ_NO_TOKEN), NONE)),
         )
         end = ite(placed, ite(whole, start + chunk, end_t), zero)
         return (
@@ -354,7 +369,45 @@ class RoundModel:
                 ite(placed, load_back, zero),
             ),
             placed,
+            never,
         )
+
+    def _never_fits(self, state: RoundState, req: Req, compute: Sym, idle: IdleNode) -> Any:
+        """``Planner.never_fits``: the round's policies asked about the best case an idle node
+        can ever offer (every slot but the pinned prefixes free, the whole compute budget)."""
+        page = self.config.page_size
+        view = AdmitView(
+            prompt_tokens=req.prompt,  # type: ignore[arg-type]
+            remaining_tokens=req.prompt - req.device,  # type: ignore[arg-type]
+            host_prefix_tokens=req.host,  # type: ignore[arg-type]
+            first_tokens=FIRST_TOKENS,
+            page_size=page,
+            rem_total_tokens=idle.capacity,  # type: ignore[arg-type]
+            cur_rem_tokens=idle.capacity,  # type: ignore[arg-type]
+        )
+        ok = self.enc.bind_bool("idle_admit", self._ask("admission", "admit", view))
+        after_load = idle.capacity - pages_for(req.host, page) * page  # type: ignore[arg-type]
+        chunk_view = ChunkView(
+            remaining_tokens=compute,  # type: ignore[arg-type]
+            rem_chunk_tokens=Sym(num(self.config.chunked_prefill_size)),  # type: ignore[arg-type]
+            rem_total_tokens=after_load,
+            rem_swa_tokens=idle.swa_total if self.config.hybrid else after_load,
+            page_size=page,
+            hybrid_swa=self.config.hybrid,
+        )
+        chunk = self.enc.bind("idle_chunk", self._ask("chunking", "new_chunk", chunk_view))
+        state.bad_contract = z3.Or(
+            state.bad_contract, z3.And(ok, z3.Or(chunk.t < 0, chunk.t > compute.t))
+        )
+        return z3.Or(z3.Not(ok), chunk.t == 0)
+
+
+@dataclass(frozen=True)
+class IdleNode:
+    """What an idle node could ever offer: the pool minus pinned prefixes, the SWA pool."""
+
+    capacity: Sym
+    swa_total: Sym
 
 
 def _pick_ledger(cond: z3.BoolRef, a: Ledger, b: Ledger) -> Ledger:

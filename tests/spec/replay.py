@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import z3
-from policykit.spec.bmc import Bounds, Unrolling, initial_state, make_inputs, unroll_round
-from policykit.spec.counterexample import extract
-from policykit.spec.model import Encoder, ModelConfig, RoundModel
 
 from policykit.registry import Combo
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
+from policykit.spec.bmc import Bounds, Unrolling, initial_state, make_inputs, unroll_round
+from policykit.spec.counterexample import extract
+from policykit.spec.model import Encoder, ModelConfig, RoundModel
 
 Row = tuple[str, str, int, int, int]
 

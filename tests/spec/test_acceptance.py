@@ -6,12 +6,12 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
 
 from policykit.cli import main
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
+from policykit.spec.checker import CheckOptions, check_combo
+from policykit.spec.model import ModelConfig
 
 PAGE64 = ModelConfig(page_size=64, chunked_prefill_size=4096)
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
 
 from policykit.cli import main
+from policykit.spec.checker import CheckOptions, check_combo
+from policykit.spec.model import ModelConfig
 
 CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)
 

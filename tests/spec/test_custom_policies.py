@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
-from policykit.spec.symbolic import SymbolicEvaluationError
 
 from policykit.plugin_manager import PluginSource, make_plugin_manager
 from policykit.registry import PolicyRegistry
+from policykit.spec.checker import CheckOptions, check_combo
+from policykit.spec.model import ModelConfig
+from policykit.spec.symbolic import SymbolicEvaluationError
 from tests.spec import custom_policies
 
 CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)

@@ -6,9 +6,9 @@ import pytest
 import z3
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from policykit.spec.symbolic import Sym, SymbolicEvaluationError, evaluate, num
 
 from policykit.policy import AlignView, ChunkView
+from policykit.spec.symbolic import Sym, SymbolicEvaluationError, evaluate, num
 
 
 def _at(term: Sym, **values: int) -> int:
