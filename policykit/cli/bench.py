@@ -7,6 +7,7 @@ ones cost in throughput and time to first token.
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -270,6 +271,7 @@ def _bench_inline(
             on_round=on_round,
         )
         progress.advance(task)
+    result["executor"] = {"name": "inline", "host": socket.gethostname()}
     return result
 
 

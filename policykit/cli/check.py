@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -10,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
+import z3
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -154,6 +156,10 @@ def check(
     if as_json:
         echo_json(
             {
+                "schema": "policykit.check/1",
+                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "device": f"CPU (z3 {z3.get_version_string()})",
+                "executor": {"name": "local", "jobs": jobs},
                 "config": {
                     "page_size": page_size,
                     "chunked_prefill_size": chunk_size,

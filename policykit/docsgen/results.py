@@ -219,11 +219,15 @@ def provenance_of(top: Mapping[str, Any], tool: str) -> Provenance:
         device = name or kind or "an unrecorded device"
     model = _pick(top, "model.preset", "model")
     created = _pick(top, "created", "started", "date", "timestamp")
+    executor = _pick(top, "executor.name", "executor")
+    produced_by = f"`policykit {tool}`"
+    if isinstance(executor, str):
+        produced_by += f" on the {executor} executor"
     return Provenance(
         device=str(device),
         model=model if isinstance(model, str) else None,
         date=str(created) if created else "an unrecorded date",
-        produced_by=f"`policykit {tool}`",
+        produced_by=produced_by,
     )
 
 
