@@ -95,6 +95,15 @@ def _slug(text: str) -> str:
     default=None,
     help="Combos checked in parallel (default: one per CPU core).",
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["pool", "local", "ray"]),
+    default="pool",
+    show_default=True,
+    help="pool: --jobs forked processes here; local/ray: one unit per combo on the executor "
+    "seam (a spawned process pool, or a Ray cluster; see docs/cluster.md).",
+)
+@click.option("--ray-address", default=None, help="Join this Ray cluster (--executor ray).")
 @json_option
 def check(
     combos: tuple[str, ...],
@@ -108,6 +117,8 @@ def check(
     timeout: float,
     export_dir: Path | None,
     jobs: int | None,
+    executor: str,
+    ray_address: str | None,
     as_json: bool,
 ) -> None:
     """Check policy combos against the admission-safety properties with z3.
@@ -132,10 +143,27 @@ def check(
     options = CheckOptions(rounds, requests, timeout, Bounds(granule=granule))
     console = Console(stderr=True)
     jobs = min(jobs or os.cpu_count() or 1, len(chosen))
-    verdicts = []
-    with Progress(console=console, transient=True, disable=as_json or len(chosen) < 2) as bar:
+    verdicts: list = []
+    if executor != "pool":
+        unit_args = {
+            "page_size": page_size,
+            "chunk_size": chunk_size,
+            "swa_window": swa_window,
+            "rounds": rounds,
+            "requests": requests,
+            "timeout": timeout,
+            "granule": granule,
+        }
+        verdicts, ran_on = _check_units(chosen, unit_args, executor, jobs, ray_address)
+    else:
+        ran_on = {"name": "pool", "jobs": jobs}
+    with Progress(
+        console=console, transient=True, disable=as_json or len(chosen) < 2 or bool(verdicts)
+    ) as bar:
         task = bar.add_task("checking", total=len(chosen))
-        if jobs == 1:
+        if verdicts:
+            pass  # already checked on the executor
+        elif jobs == 1:
             for combo in chosen:
                 bar.update(task, description=str(combo))
                 verdicts += check_combo(combo, config, options, _sources(registry, combo))
@@ -159,7 +187,7 @@ def check(
                 "schema": "policykit.check/1",
                 "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "device": f"CPU (z3 {z3.get_version_string()})",
-                "executor": {"name": "local", "jobs": jobs},
+                "executor": ran_on,
                 "config": {
                     "page_size": page_size,
                     "chunked_prefill_size": chunk_size,
@@ -168,16 +196,16 @@ def check(
                     "requests": requests,
                     "granule": granule or page_size,
                 },
-                "verdicts": [v.to_dict() for v in verdicts],
+                "verdicts": [_as_dict(v) for v in verdicts],
             }
         )
     else:
         out = Console()
         out.print(_table(verdicts))
         for v in verdicts:
-            if v.counterexample is not None:
+            if getattr(v, "counterexample", None) is not None:
                 out.print(trace_table(v.counterexample, f"{v.combo}: {v.property} violated"))
-    labels = {v.verdict for v in verdicts}
+    labels = {_as_dict(v)["verdict"] for v in verdicts}
     if "violated" in labels:
         sys.exit(EXIT_VIOLATED)
     if "unknown" in labels:
@@ -192,17 +220,71 @@ def _check_in_worker(combo: dict[str, str], config, options) -> list:
     return check_combo(chosen, config, options, _sources(registry, chosen))
 
 
+def _check_units(
+    chosen: list[Combo],
+    unit_args: dict,
+    executor: str,
+    workers: int | None,
+    ray_address: str | None,
+) -> tuple[list[dict], dict]:
+    """One ``check_unit`` per combo on the executor seam; verdicts as dicts, in combo order.
+
+    A unit that failed (not a violation: the check itself could not run) becomes ``unknown``
+    verdicts saying why, so it is never reported as passing.
+    """
+    from policykit.executor import Status, SweepProgress, Unit, open_executor, run_units
+
+    units = [
+        Unit(
+            f"check/{c}",
+            "check",
+            "policykit.executor.units:check_unit",
+            {**unit_args, "combo": str(c)},
+        )
+        for c in chosen
+    ]
+    with (
+        open_executor(executor, workers=workers, ray_address=ray_address) as pool,
+        SweepProgress(len(units), label="check") as progress,
+    ):
+        results = run_units(units, pool, listener=progress)
+    verdicts: list[dict] = []
+    for r in results.units:
+        if r.status is Status.OK and r.result is not None:
+            verdicts += [
+                {**v, "executor": r.executor, "node": r.node} for v in r.result["verdicts"]
+            ]
+        else:
+            verdicts.append(
+                {
+                    "combo": r.unit.args["combo"],
+                    "property": "*",
+                    "verdict": "unknown",
+                    "bound": "-",
+                    "seconds": 0.0,
+                    "note": f"unit {r.status.value}: {r.error}",
+                    "counterexample": None,
+                }
+            )
+    return verdicts, results.executor
+
+
+def _as_dict(v: object) -> dict:
+    """A verdict as JSON-able data, whether checked here (``Verdict``) or on an executor."""
+    return v if isinstance(v, dict) else v.to_dict()  # type: ignore[attr-defined]
+
+
 def _table(verdicts: list) -> Table:
     table = Table(title="policykit check", title_justify="left", header_style="bold")
     for col in ("combo", "property", "verdict", "bound", "seconds"):
         table.add_column(col, justify="right" if col == "seconds" else "left")
-    for v in verdicts:
+    for v in map(_as_dict, verdicts):
         table.add_row(
-            v.combo,
-            v.property,
-            Text(v.verdict, style=_STYLE[v.verdict]),
-            v.bound,
-            f"{v.seconds:.2f}",
+            v["combo"],
+            v["property"],
+            Text(v["verdict"], style=_STYLE[v["verdict"]]),
+            v["bound"],
+            f"{v['seconds']:.2f}",
         )
     return table
 
@@ -210,9 +292,9 @@ def _table(verdicts: list) -> Table:
 def _export(folder: Path, verdicts: list) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        for v in verdicts:
-            if v.counterexample is not None:
-                path = folder / f"{_slug(v.combo)}.{v.property}.json"
-                path.write_text(json.dumps(v.counterexample.scenario, indent=2) + "\n")
+        for v in map(_as_dict, verdicts):
+            if v["counterexample"] is not None:
+                path = folder / f"{_slug(v['combo'])}.{v['property']}.json"
+                path.write_text(json.dumps(v["counterexample"]["scenario"], indent=2) + "\n")
     except OSError as exc:
         raise PolicykitError(f"Cannot write counterexamples to {str(folder)!r}: {exc}.") from None

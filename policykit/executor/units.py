@@ -3,7 +3,8 @@
 ``simulate_unit`` is the unit of ``policykit sweep``: one scenario under one combo, on the same
 core ``policykit simulate`` uses (scenario -> node -> scheduler with the registered policies).
 ``bench_unit`` is one combination of one ``policykit bench`` workload on the real model, through
-the harness's own ``run_combo``: what ``bench --executor`` will hand out per combination.
+the harness's own ``run_combo``: what ``bench --executor`` hands out per combination.
+``check_unit`` is one combination's SMT verdicts: what ``check --executor`` hands out.
 """
 
 from __future__ import annotations
@@ -98,3 +99,35 @@ def bench_unit(args: dict[str, Any]) -> dict[str, Any]:
         "device": str(device),
         **run.row,
     }
+
+
+def check_unit(args: dict[str, Any]) -> dict[str, Any]:
+    """Check one combo against every property with z3; return its verdicts.
+
+    ``args``: ``combo`` (a combo string), ``page_size``, ``chunk_size``, and optionally
+    ``swa_window``, ``rounds``, ``requests``, ``timeout`` (seconds per solver query) and
+    ``granule``, with ``policykit check``'s defaults. A violated property is a result, not a
+    failure: the unit raises only when the check itself cannot run.
+    """
+    from policykit.policy import EngineConfig
+    from policykit.spec.bmc import Bounds
+    from policykit.spec.checker import CheckOptions, check_combo
+    from policykit.spec.model import ModelConfig
+
+    page, chunk = int(args["page_size"]), int(args["chunk_size"])
+    window = args.get("swa_window")
+    registry = PolicyRegistry.from_plugins(make_plugin_manager())
+    engine = EngineConfig(page, chunk, hybrid_swa=window is not None)
+    combo = registry.resolve(args["combo"], config=engine)
+    options = CheckOptions(
+        int(args.get("rounds", 4)),
+        int(args.get("requests", 3)),
+        float(args.get("timeout", 10.0)),
+        Bounds(granule=args.get("granule")),
+    )
+    sources = {
+        kind: str(registry.entry(kind, getattr(combo, kind).name).source)
+        for kind in ("admission", "chunking", "alignment")
+    }
+    verdicts = check_combo(combo, ModelConfig(page, chunk, window), options, sources)
+    return {"combo": args["combo"], "verdicts": [v.to_dict() for v in verdicts]}

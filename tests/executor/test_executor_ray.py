@@ -16,7 +16,7 @@ ray = pytest.importorskip(
     "ray", reason="the optional 'ray' extra is not installed (pip install 'policykit[ray]')"
 )
 
-from policykit.executor import Status, open_executor, run_units  # noqa: E402
+from policykit.executor import Status, Unit, open_executor, run_units  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +67,30 @@ def test_ray_retries_a_raising_and_a_crashed_unit_once_then_fails_them(cluster):
     assert exits.attempts == 2
     assert all(e.startswith("WorkerCrashedError") for e in exits.errors), exits.errors
     assert fine.status is Status.OK and fine.node == cluster
+
+
+def test_smt_matrix_on_ray_equals_local(cluster):
+    combos = [
+        "admission=sglang,chunking=sglang,alignment=checkpoint:256",
+        "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256",
+    ]
+    args = {"page_size": 64, "chunk_size": 4096, "rounds": 4, "requests": 3, "timeout": 10.0}
+    units = [
+        Unit(f"check/{c}", "check", "policykit.executor.units:check_unit", {**args, "combo": c})
+        for c in combos
+    ]
+    with open_executor("ray") as executor:
+        on_ray = run_units(units, executor)
+    with open_executor("local", workers=1) as executor:
+        local = run_units(units, executor)
+
+    def verdicts(results):
+        assert results.all_ok
+        return [
+            [(v["property"], v["verdict"]) for v in r.result["verdicts"]] for r in results.units
+        ]
+
+    assert verdicts(on_ray) == verdicts(local)
+    assert ("no-oom", "violated") in verdicts(on_ray)[0]  # seed 000, found on the cluster
+    assert all(v == "proved" for _, v in verdicts(on_ray)[1])
+    assert {r.executor for r in on_ray.units} == {"ray"}
