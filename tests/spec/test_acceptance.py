@@ -16,8 +16,13 @@ from policykit.spec.model import ModelConfig
 PAGE64 = ModelConfig(page_size=64, chunked_prefill_size=4096)
 
 
+#: per solver query; generous because a proof's wall time varies with the machine, and a test
+#: that reads a slow proof as "unknown" would fail for nothing (the CLI default is 10 s)
+TIMEOUT_S = 120.0
+
+
 def _verdicts(registry, combo: str, config: ModelConfig = PAGE64, **kw) -> dict:
-    options = CheckOptions(**{"rounds": 4, "requests": 3, **kw})
+    options = CheckOptions(**{"rounds": 4, "requests": 3, "timeout_s": TIMEOUT_S, **kw})
     return {v.property: v for v in check_combo(registry.resolve(combo), config, options)}
 
 

@@ -17,7 +17,8 @@ COMBOS = [
 
 
 def verdicts(*extra: str) -> tuple[int, dict]:
-    result = CliRunner().invoke(main, ["check", *COMBOS, "--json", *extra])
+    # a generous query timeout: both runs must reach the same verdicts however slow the box
+    result = CliRunner().invoke(main, ["check", *COMBOS, "--json", "--timeout", "120", *extra])
     return result.exit_code, json.loads(result.stdout)
 
 

@@ -25,7 +25,7 @@ def registry() -> PolicyRegistry:
 
 def _check(registry, admission: str, props: tuple[str, ...]) -> dict:
     combo = registry.resolve(f"admission={admission},chunking=sglang,alignment=page")
-    options = CheckOptions(rounds=3, requests=3, properties=props)
+    options = CheckOptions(rounds=3, requests=3, properties=props, timeout_s=120.0)
     return {v.property: v for v in check_combo(combo, CONFIG, options)}
 
 
