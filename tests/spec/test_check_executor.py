@@ -8,12 +8,7 @@ from click.testing import CliRunner
 
 from policykit.cli import main
 
-COMBOS = [
-    "--combo",
-    "admission=sglang,alignment=checkpoint:256",
-    "--combo",
-    "admission=reserve-tail,alignment=checkpoint:256",
-]
+COMBOS = ["--combo", "admission=sglang,alignment=checkpoint:256"]
 
 
 def verdicts(*extra: str) -> tuple[int, dict]:
