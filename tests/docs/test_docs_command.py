@@ -140,27 +140,30 @@ def test_scenario_page_documents_every_field():
 
 
 @pytest.mark.slow
-def test_real_check_results_give_one_row_per_combination_and_a_trace_per_violation(
-    tmp_path: Path, monkeypatch
+def test_docs_on_the_cpu_defaults_builds_the_site_from_real_check_and_bench_results(
+    tmp_path: Path,
 ):
-    """The acceptance check on real `policykit check --all --json` output (runs once the spec's
-    command is registered; the fixture-based tests above cover the generator until then)."""
-    if "check" not in COMMANDS:
-        pytest.skip("`policykit check` is not registered in this build yet")
-    monkeypatch.setattr(site, "PRODUCERS", tuple(p for p in site.PRODUCERS if p.command == "check"))
-    report = site.DocsReport(tmp_path)
-    checks = site.run_producers(tmp_path / "results", report)
+    """The issue's acceptance, end to end: ``policykit docs`` with no results runs the real
+    ``check --all --json`` and CPU ``bench --json``, then ``mkdocs build --strict`` passes; the
+    comparison page has one verdict row per registered combination and a replayed trace for
+    each violation."""
+    config = copy_docs_tree(tmp_path)
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
-    comparisons.write_comparisons(registry, checks, tmp_path)
-    page = (tmp_path / "comparisons" / "index.md").read_text()
+    report = site.make_docs(registry, config=config, site=tmp_path / "site")
+    assert {kind for _, kind in report.results} == {"check", "bench"}
+    assert (tmp_path / "site" / "generated" / "comparisons" / "index.html").is_file()
+    generated = tmp_path / "docs" / "generated"
+    page = (generated / "comparisons" / "index.md").read_text()
     section = page.split("## Formal verdicts\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     assert len(rows) == len(comparisons.registered_combos(registry))
-    violated = [v for c in checks for v in c.verdicts if v.verdict == "violated"]
+    checks = site.load_results_dir(generated / "results")
+    violated = [
+        v for c in checks if c.kind == "check" for v in c.verdicts if v.verdict == "violated"
+    ]
     assert violated, "the seed 000 combination must be found violated"
     for v in violated:
-        trace = tmp_path / "comparisons" / "traces" / f"{comparisons.trace_slug(v)}.md"
-        assert trace.is_file()
+        trace = generated / "comparisons" / "traces" / f"{comparisons.trace_slug(v)}.md"
         assert "## Replayed by the scheduler" in trace.read_text()
 
 
