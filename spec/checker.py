@@ -104,22 +104,11 @@ def check_combo(
         else:
             open_props.append(prop)
     if open_props:
-        _bmc(combo, config, options, sources, name, open_props, seconds, verdicts)
+        with Encoder() as enc:
+            _unroll_and_solve(
+                combo, config, options, sources, name, open_props, seconds, verdicts, enc
+            )
     return [verdicts[p] for p in props]
-
-
-def _bmc(
-    combo: Combo,
-    config: ModelConfig,
-    options: CheckOptions,
-    sources: dict[str, str],
-    name: str,
-    props: list[str],
-    seconds: dict[str, float],
-    verdicts: dict[str, Verdict],
-) -> None:
-    with Encoder() as enc:
-        _unroll_and_solve(combo, config, options, sources, name, props, seconds, verdicts, enc)
 
 
 def _unroll_and_solve(

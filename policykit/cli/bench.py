@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from policykit.cli.common import load_registry
+from policykit.cli.common import load_registry, ray_address_option
 from policykit.errors import PolicykitError
 from policykit.registry import Combo, PolicyRegistry
 
@@ -153,7 +153,7 @@ if TYPE_CHECKING:
     "process pool or a Ray cluster (see docs/cluster.md).",
 )
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Local workers.")
-@click.option("--ray-address", default=None, help="Join this Ray cluster (--executor ray).")
+@ray_address_option
 @click.option(
     "--json",
     "json_out",

@@ -17,7 +17,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from policykit.cli.common import echo_json, json_option, load_registry
+from policykit.cli.common import echo_json, json_option, load_registry, ray_address_option
 from policykit.errors import ComboError, PolicykitError
 from policykit.policy import EngineConfig
 from policykit.registry import Combo, PolicyRegistry
@@ -103,7 +103,7 @@ def _slug(text: str) -> str:
     help="pool: --jobs forked processes here; local/ray: one unit per combo on the executor "
     "seam (a spawned process pool, or a Ray cluster; see docs/cluster.md).",
 )
-@click.option("--ray-address", default=None, help="Join this Ray cluster (--executor ray).")
+@ray_address_option
 @json_option
 def check(
     combos: tuple[str, ...],

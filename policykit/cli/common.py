@@ -31,3 +31,8 @@ def echo_json(data: Any) -> None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+
+#: where ``--executor ray`` connects; shared by every command that hands out units
+ray_address_option = click.option(
+    "--ray-address", default=None, help="Join this Ray cluster (e.g. auto) with --executor ray."
+)

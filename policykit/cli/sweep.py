@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from policykit.cli.common import echo_json, load_registry
+from policykit.cli.common import echo_json, load_registry, ray_address_option
 from policykit.cli.simulate import resolve_scenario_path
 from policykit.errors import ComboError, PolicykitError, ScenarioError
 from policykit.executor import (
@@ -83,7 +83,7 @@ def sweep_units(
 @click.option(
     "--workers", type=click.IntRange(min=1), default=None, help="Local workers [default: CPUs]."
 )
-@click.option("--ray-address", default=None, help="An existing Ray cluster (e.g. auto).")
+@ray_address_option
 @click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True)
 @click.option(
     "--timeout",
