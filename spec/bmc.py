@@ -6,9 +6,11 @@ requests whose transfer completed, let arrived requests in, plan (``model.RoundM
 commit. Every input is symbolic within declared bounds (:class:`Bounds`); the configuration
 (page size, chunk size, sliding window) is concrete.
 
-Deepening is incremental: round k's constraints are added to the same solver and each property
-is asked about round k under ``push``/``pop``, so the first counterexample found is a shortest
-one and its trace is as readable as possible.
+Deepening goes a round at a time: round k's constraints extend the formula and each open
+property is asked about round k, so the first counterexample found is a shortest one and its
+trace is as readable as possible. Each question is a fresh one-shot query
+(:mod:`policykit.spec.solver`): z3's preprocessing, which an incremental solver skips, is what
+keeps the unrolled formula tractable.
 """
 
 from __future__ import annotations

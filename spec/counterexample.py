@@ -20,7 +20,8 @@ from policykit.registry import Combo
 from policykit.scenario import parse_scenario
 from policykit.spec.bmc import Unrolling, value
 from policykit.spec.model import KIND_NAMES, NONE
-from policykit.spec.symbolic import num, solve
+from policykit.spec.solver import solve, unrolled
+from policykit.spec.symbolic import num
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,17 @@ def prompt_size(u: Unrolling) -> z3.ArithRef:
 
 
 def minimise(
-    facts: list[z3.BoolRef], u: Unrolling, model: z3.ModelRef, budget_s: float = 2.0
+    facts: list[z3.BoolRef],
+    u: Unrolling,
+    model: z3.ModelRef,
+    budget_s: float = 2.0,
+    expected_ms: float = 250,
 ) -> z3.ModelRef:
     """Binary-search the smallest pool, then the smallest prompts, that still violate.
 
-    ``facts`` include the violation. Stops when ``budget_s`` runs out and keeps the best model
-    found so far (a larger counterexample is still a valid one).
+    ``facts`` include the violation; ``expected_ms`` is what finding the model took (each
+    query here is that one plus a bound). Stops when ``budget_s`` runs out and keeps the best
+    model found so far (a larger counterexample is still a valid one).
     """
     deadline = time.monotonic() + budget_s
     fixed: list[z3.BoolRef] = []
@@ -101,7 +107,9 @@ def minimise(
         while lo < best and time.monotonic() < deadline:
             mid = (lo + best) // 2
             left = max(1, int((deadline - time.monotonic()) * 1000))
-            result, found, _ = solve([*facts, *fixed, objective <= mid], left)
+            result, found, _ = solve(
+                [*facts, *fixed, objective <= mid], left, unrolled(expected_ms)
+            )
             if result == z3.sat and found is not None:
                 model = found
                 best = model.eval(objective, model_completion=True).as_long()

@@ -47,7 +47,8 @@ from policykit.spec.model import (
     ite,
     owed,
 )
-from policykit.spec.symbolic import Sym, num, solve
+from policykit.spec.solver import solve
+from policykit.spec.symbolic import Sym, num
 
 
 @dataclass

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextvars
 import enum
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -406,40 +405,3 @@ def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -
 def decide_all(fn: Callable[[], Any]) -> Any:
     """Evaluate core code (not a policy) that branches on symbols, e.g. ``Ledger.budget_state``."""
     return explore(fn).merged()
-
-
-def make_solver(timeout_ms: int) -> z3.Solver:
-    """A one-shot solver that preprocesses first: the bound names (``v == term``) are solved
-    away and unconstrained terms dropped before the arithmetic core runs, which is what makes
-    the round formulas tractable (an incremental solver skips that preprocessing)."""
-    tactic = z3.Then("simplify", "propagate-values", "solve-eqs", "elim-uncnstr", "smt")
-    solver = tactic.solver()
-    solver.set("timeout", timeout_ms)
-    return solver
-
-
-def solve(
-    facts: list[z3.BoolRef], timeout_ms: int
-) -> tuple[z3.CheckSatResult, z3.ModelRef | None, str]:
-    """Check ``facts`` with restarts: z3's time on these queries varies wildly with its random
-    seed (the same query takes 0.05 s or over 20 s), so short tries with fresh seeds come
-    first and the last try gets what is left of ``timeout_ms``. Returns the result, the model
-    when satisfiable, and z3's reason when unknown."""
-    budget = timeout_ms
-    reason = "timeout"
-    for attempt, share in enumerate((0.05, 0.15, 0.3, 1.0)):
-        limit = max(1, int(budget * share) if share < 1.0 else budget)
-        solver = make_solver(limit)
-        solver.set("random_seed", attempt)
-        solver.add(*facts)
-        started = time.monotonic()
-        result = solver.check()
-        budget -= int((time.monotonic() - started) * 1000)
-        if result == z3.sat:
-            return result, solver.model(), ""
-        if result == z3.unsat:
-            return result, None, ""
-        reason = solver.reason_unknown()
-        if budget <= 0:
-            break
-    return z3.unknown, None, reason

@@ -8,7 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from policykit.cli import main
-from policykit.spec.checker import CheckOptions, check_combo
+from policykit.cli.common import load_registry
+from policykit.policy import EngineConfig
+from policykit.spec.checker import CheckOptions, check_combo, combo_label
 from policykit.spec.model import ModelConfig
 
 CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)
@@ -38,4 +40,8 @@ def test_bench_check_all_builtins(benchmark) -> None:
 
     out = benchmark.pedantic(run, rounds=1, iterations=1)
     assert out.exit_code == 1  # seed 000 and its relatives are violated
-    assert len(json.loads(out.output)["verdicts"]) == 5 * 27
+    _, registry = load_registry()
+    expected = {combo_label(c) for c in registry.all_combos(EngineConfig(64, 4096))}
+    checked = json.loads(out.output)["verdicts"]
+    assert {v["combo"] for v in checked} == expected
+    assert len(checked) == 5 * len(expected)
