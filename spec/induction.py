@@ -17,6 +17,12 @@ candidate invariant at two levels and three obligations, each one z3 validity qu
 3. *exit*: ``J`` gives the property at commit and ``Inv`` of the next round; releases only add
    memory, so ``Inv`` survives them whatever their timing — so any number of rounds.
 
+For ``no-oom`` alone there is a second, weaker candidate when that one fails: no invariant
+between rounds at all (any round start, however much the in-progress request still owes) and
+``J`` without ``owed``. It goes through for a chunking policy that defers the in-progress
+request instead of forcing a chunk the pool cannot pay for: such a combo never OOMs even
+where admitted => completes is violated (the request waits for releases instead).
+
 What this covers is the model of ``policykit.spec.model`` (pinned device prefixes, host
 load-backs, held KV and releases at any time, hybrid SWA; no unpinned prefix locks, no
 ``max_prefill_tokens``), with the combo's real policies evaluated symbolically, and policies
@@ -168,6 +174,12 @@ class Obligations:
             z3.Or(m.owed.t == 0, m.state.has_chunked),
         )
 
+    def _j_planned(self, m: Mid) -> z3.BoolRef:
+        """``J`` without what the in-progress request owes: only what is planned this round
+        must fit. Weaker than ``_j_full``, so it can hold where admitted => completes does not
+        (a chunking policy that defers instead of forcing the tail)."""
+        return self._j_full(Mid(m.state, m.extend, Sym(num(0))))
+
     def _j_swa(self, m: Mid) -> z3.BoolRef:
         return m.state.ledger.rem_swa_tokens.t >= 0
 
@@ -230,6 +242,14 @@ class Obligations:
             if self._full is None:
                 self._full = self._two_level(self._j_full, inv, post)
             out = self._full
+            if prop == "no-oom" and out == "invalid":
+                # no invariant between rounds at all: any round start, however much the
+                # in-progress request still owes, plans only what fits
+                out = self._two_level(
+                    self._j_planned,
+                    lambda i: z3.BoolVal(True),
+                    lambda m: m.extend.t <= m.state.ledger.baseline.t,
+                )
         elif prop == "swa-no-oom":
             if not cfg.hybrid:
                 return "proved"

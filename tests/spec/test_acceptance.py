@@ -48,6 +48,15 @@ def test_the_seed_000_fix_is_proved_unbounded(registry) -> None:
         assert (v[prop].verdict, v[prop].bound) == ("proved", "unbounded"), prop
 
 
+def test_defer_trades_the_oom_for_a_wait(registry) -> None:
+    """With seed 000's admission, ``defer`` never OOMs (proved for any number of rounds), but
+    the truncated request's tail is still taken and it waits: admitted => completes fails."""
+    combo = "admission=sglang,chunking=defer,alignment=checkpoint:256"
+    v = _verdicts(registry, combo, properties=("no-oom", "admitted-completes"))
+    assert (v["no-oom"].verdict, v["no-oom"].bound) == ("proved", "unbounded")
+    assert v["admitted-completes"].verdict == "violated"
+
+
 def test_upstream_page_alignment_has_no_violation_within_the_bound(registry) -> None:
     v = _verdicts(registry, "admission=sglang,chunking=sglang,alignment=page", rounds=3)
     assert v["admitted-completes"].verdict == "proved"
