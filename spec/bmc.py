@@ -24,7 +24,9 @@ from policykit.ledger import ceil_paged
 from policykit.registry import Combo
 from policykit.spec.model import (
     DEFERRED,
+    FINAL,
     NONE,
+    WHOLE,
     Encoder,
     Entry,
     IdleNode,
@@ -280,6 +282,29 @@ def unroll_round(
             swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))
             swa_after = swa_after - ite(computes, e.tokens, 0) + ite(computes, grown - kept, 0)
     swa_after = enc.bind("swa_free_after", swa_after)
+    # the scheduler fails an in-progress request deferred on an otherwise empty node (nothing
+    # computed, no KV held): no memory can ever come back for it, and its pages go back
+    batch = z3.Or(*(z3.And(e.kind.t >= WHOLE, e.kind.t <= FINAL) for e in entries))
+    held = z3.Or(
+        *(
+            z3.And(finished[i].t > 0, z3.Not(s.released[i]), z3.Not(released_now[i]))
+            for i in range(n)
+        )
+    )
+    freed = Sym(num(0))
+    for i, q in enumerate(reqs):
+        stuck = z3.And(
+            z3.Not(batch),
+            z3.Not(held),
+            admitted.t > i,
+            finished[i].t == 0,
+            z3.Not(rejected[i]),
+        )
+        freed = freed + ite(stuck, owed(seq[i], q.device, page), 0)
+        swa_after = swa_after + ite(stuck, swa_hold[i], 0)
+        swa_hold[i] = ite(stuck, 0, swa_hold[i])
+        rejected[i] = enc.bind_bool("gone", z3.Or(rejected[i], stuck))
+    swa_after = enc.bind("swa_free_next", swa_after)
     # what the in-progress request (if any) still needs after this round
     owed_after = Sym(num(0))
     for i, q in enumerate(reqs):
@@ -315,7 +340,7 @@ def unroll_round(
         )
     )
     nxt = NodeState(
-        baseline=baseline_after,
+        baseline=enc.bind("baseline_next", baseline_after + freed),
         swa_free=swa_after,
         admitted=admitted,
         seq=seq,

@@ -17,7 +17,12 @@ candidate invariant at two levels and three obligations, each one z3 validity qu
 3. *exit*: ``J`` gives the property at commit and ``Inv`` of the next round; releases only add
    memory, so ``Inv`` survives them whatever their timing — so any number of rounds.
 
-For ``no-oom`` alone there is a second, weaker candidate when that one fails: no invariant
+When ``J`` is not inductive, ``no-oom`` and admitted => completes get a second candidate:
+``J``, *or* ``A + owed <= baseline`` with the compute budget spent (nothing else can join the
+round), with the budget kept in whole pages. That is upstream SGLang's implicit protection
+(:meth:`Obligations._j_spent`).
+
+For ``no-oom`` alone there is a third, weaker candidate when both fail: no invariant
 between rounds at all (any round start, however much the in-progress request still owes) and
 ``J`` without ``owed``. It goes through for a chunking policy that defers the in-progress
 request instead of forcing a chunk the pool cannot pay for: such a combo never OOMs even
@@ -174,6 +179,24 @@ class Obligations:
             z3.Or(m.owed.t == 0, m.state.has_chunked),
         )
 
+    def _j_spent(self, m: Mid) -> z3.BoolRef:
+        """``J``, *or* what is owed fits and the compute budget is spent, so nothing else can
+        join the round. That is upstream SGLang's implicit protection: a truncation aligned to
+        the page spends the whole budget (``rem_chunk_tokens`` starts at a page multiple and
+        every chunk is charged in whole pages, which is kept as part of the invariant), so no
+        later request of the round can take the truncated request's tail."""
+        led, page = m.state.ledger, self.config.page_size
+        total = m.extend.t + m.owed.t
+        spent = z3.And(
+            total <= led.baseline.t,
+            led.rem_chunk_tokens.t <= 0,
+            z3.Or(m.owed.t == 0, m.state.has_chunked),
+        )
+        j = z3.Or(self._j_full(m), spent)
+        if self.config.chunked_prefill_size % page:
+            return j
+        return z3.And(j, (led.rem_chunk_tokens % page).t == 0)
+
     def _j_planned(self, m: Mid) -> z3.BoolRef:
         """``J`` without what the in-progress request owes: only what is planned this round
         must fit. Weaker than ``_j_full``, so it can hold where admitted => completes does not
@@ -241,6 +264,8 @@ class Obligations:
 
             if self._full is None:
                 self._full = self._two_level(self._j_full, inv, post)
+                if self._full == "invalid":
+                    self._full = self._two_level(self._j_spent, inv, post)
             out = self._full
             if prop == "no-oom" and out == "invalid":
                 # no invariant between rounds at all: any round start, however much the

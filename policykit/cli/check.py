@@ -215,8 +215,6 @@ def check(
 def _check_in_worker(combo: dict[str, str], config, options) -> list:
     from policykit.spec.checker import check_combo
 
-    import z3 as _z3
-    _z3.z3._main_ctx = _z3.Context()
     _, registry = load_registry()
     chosen = registry.resolve(combo)
     return check_combo(chosen, config, options, _sources(registry, chosen))

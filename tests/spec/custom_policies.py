@@ -1,10 +1,10 @@
-"""Third-party admission policies as a plugin author would write them: plain Python, no solver."""
+"""Third-party policies as a plugin author would write them: plain Python, no solver."""
 
 from __future__ import annotations
 
 from policykit.hookspecs import hookimpl
 from policykit.ledger import ceil_paged
-from policykit.policy import AdmissionPolicy, AdmitView, TailView
+from policykit.policy import AdmissionPolicy, AdmitView, ChunkingPolicy, ChunkView, TailView
 
 
 class ComputeOnly(AdmissionPolicy):
@@ -44,8 +44,27 @@ class FloatRatio(AdmissionPolicy):
         return 0
 
 
+class HalfBudget(ChunkingPolicy):
+    """Truncates a new request to half the compute budget's pages (say, to leave room for
+    short requests behind it), and otherwise chunks like upstream SGLang."""
+
+    name = "half-budget"
+
+    def new_chunk(self, v: ChunkView) -> int:
+        if ceil_paged(v.remaining_tokens, v.page_size) <= v.rem_chunk_tokens:
+            return v.remaining_tokens
+        return v.rem_chunk_tokens // (2 * v.page_size) * v.page_size
+
+    def resume_chunk(self, v: ChunkView) -> int:
+        budget = min(v.rem_chunk_tokens, v.rem_total_tokens)
+        if budget <= 0:
+            budget = v.rem_chunk_tokens
+        return min(v.remaining_tokens, budget)
+
+
 @hookimpl
 def policykit_register_policies(register):
     register(ComputeOnly)
+    register(HalfBudget)
     register(PagedReserve)
     register(FloatRatio)

@@ -57,10 +57,14 @@ def test_defer_trades_the_oom_for_a_wait(registry) -> None:
     assert v["admitted-completes"].verdict == "violated"
 
 
-def test_upstream_page_alignment_has_no_violation_within_the_bound(registry) -> None:
-    v = _verdicts(registry, "admission=sglang,chunking=sglang,alignment=page", rounds=3)
-    assert v["admitted-completes"].verdict == "proved"
-    assert v["no-oom"].verdict == "proved"
+@pytest.mark.parametrize("alignment", ["page", "none"])
+def test_upstream_implicit_protection_is_proved_unbounded(registry, alignment) -> None:
+    """A truncation aligned to the page spends the whole compute budget, so nothing else joins
+    the round to take the tail: admitted => completes for any number of rounds and requests."""
+    combo = f"admission=sglang,chunking=sglang,alignment={alignment}"
+    v = _verdicts(registry, combo, properties=("no-oom", "admitted-completes"))
+    for prop in ("no-oom", "admitted-completes"):
+        assert (v[prop].verdict, v[prop].bound) == ("proved", "unbounded"), prop
 
 
 SWA = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)

@@ -45,6 +45,18 @@ def test_a_safe_custom_admission_is_proved(registry) -> None:
     assert {(x.verdict, x.bound) for x in v.values()} == {("proved", "unbounded")}
 
 
+def test_a_truncation_that_leaves_budget_loses_the_implicit_protection(registry) -> None:
+    """``sglang`` admission is proved safe with page-aligned truncation only because the
+    truncation spends the whole budget; one that leaves half of it lets a later request of the
+    same round take the tail, and the checker finds that."""
+    combo = registry.resolve("admission=sglang,chunking=half-budget,alignment=page")
+    options = CheckOptions(rounds=3, requests=3, properties=("admitted-completes",))
+    (verdict,) = check_combo(combo, CONFIG, options)
+    assert verdict.verdict == "violated"
+    kinds = [row.kind for row in verdict.counterexample.rounds[0].rows]
+    assert "truncated" in kinds and kinds.index("truncated") < len(kinds) - 1
+
+
 def test_an_unsupported_policy_gets_a_message_naming_it_and_its_line(registry) -> None:
     combo = registry.resolve("admission=float-ratio,chunking=sglang,alignment=page")
     with pytest.raises(SymbolicEvaluationError) as err:
