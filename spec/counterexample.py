@@ -99,13 +99,17 @@ def minimise(
     query here is that one plus a bound). Stops when ``budget_s`` runs out and keeps the best
     model found so far (a larger counterexample is still a valid one).
     """
-    deadline = time.monotonic() + budget_s
+    end = time.monotonic() + budget_s
     fixed: list[z3.BoolRef] = []
-    for objective in (pool_size(u), prompt_size(u)):
+    # both sizes are sums of page (pool) or granule (prompts) multiples: search in those steps
+    steps = (u.config.page_size, u.bounds.granule_for(u.config))
+    for i, (objective, step) in enumerate(zip((pool_size(u), prompt_size(u)), steps, strict=True)):
+        # each objective gets its share of what is left, so the prompts are shrunk too
+        deadline = time.monotonic() + (end - time.monotonic()) / (2 - i)
         best = model.eval(objective, model_completion=True).as_long()
         lo = 0
         while lo < best and time.monotonic() < deadline:
-            mid = (lo + best) // 2
+            mid = lo + (best - lo) // 2 // step * step
             left = max(1, int((deadline - time.monotonic()) * 1000))
             result, found, _ = solve(
                 [*facts, *fixed, objective <= mid], left, unrolled(expected_ms)
@@ -114,7 +118,7 @@ def minimise(
                 model = found
                 best = model.eval(objective, model_completion=True).as_long()
             elif result == z3.unsat:
-                lo = mid + 1
+                lo = mid + step
             else:
                 break
         fixed.append(objective <= best)

@@ -21,12 +21,15 @@ def _enabled(benchmark) -> None:
         pytest.skip("a benchmark: run with --benchmark-enable")
 
 
-def test_bench_seed_000_counterexample(benchmark, registry) -> None:
+@pytest.mark.parametrize("minimise", [False, True], ids=["found", "found-and-minimised"])
+def test_bench_seed_000_counterexample(benchmark, registry, minimise) -> None:
+    """The seed 000 counterexample: found (induction attempts, then BMC to round 3), and found
+    then shrunk (``minimise`` spends up to its 2 s budget on top)."""
     _enabled(benchmark)
     combo = registry.resolve("admission=sglang,chunking=sglang,alignment=checkpoint:256")
-    options = CheckOptions(rounds=4, requests=3, properties=("no-oom",))
+    options = CheckOptions(rounds=4, requests=3, properties=("no-oom",), minimise=minimise)
     verdicts = benchmark.pedantic(
-        check_combo, args=(combo, CONFIG, options), rounds=1, iterations=1
+        check_combo, args=(combo, CONFIG, options), rounds=3, iterations=1
     )
     assert verdicts[0].verdict == "violated"
 
