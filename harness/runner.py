@@ -198,6 +198,8 @@ def _row(bench, combo, node, result, forward, crash) -> dict[str, Any]:
             "total": len(node.requests),
             "completed": len(result.completed),
             "rejected": len(result.rejected),
+            "failed": len(result.failed),
+            "starved": len(result.starved),
             "deferred": len(deferred_requests(result)),
             "pending": len(result.pending),
         },

@@ -60,7 +60,7 @@ def results_table(result: dict[str, Any]) -> Table:
     table.add_column("admission/chunking/alignment", no_wrap=True)
     table.add_column("status", no_wrap=True)
     for name, justify in (
-        ("done/rej/def/pend", "right"),
+        ("done/rej/fail/def/pend", "right"),
         ("rounds", "right"),
         ("prompt tok/s", "right"),
         ("TTFT p50 ms", "right"),
@@ -83,7 +83,8 @@ def results_table(result: dict[str, Any]) -> Table:
         cells = [
             _short(row["policies"]),
             status,
-            f"{req['completed']}/{req['rejected']}/{req['deferred']}/{req['pending']}",
+            f"{req['completed']}/{req['rejected']}/{req.get('failed', 0)}/{req['deferred']}"
+            f"/{req['pending']}",
             str(row["rounds"]),
             "-" if row["prompt_tokens_per_s"] is None else f"{row['prompt_tokens_per_s']:,.0f}",
             _ms(row["ttft_s"]["p50"]),

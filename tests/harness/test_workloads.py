@@ -11,6 +11,8 @@ from policykit.harness.build import PrefixKV
 from policykit.harness.runner import from_workload, resolve_input, run_combo
 from policykit.harness.workloads import (
     GENERATORS,
+    RequestSpec,
+    Workload,
     WorkloadError,
     generate,
     load_trace,
@@ -178,3 +180,28 @@ def test_bad_trace_files(tmp_path: Path) -> None:
     wrong = write(tmp_path, [{"format": "other", "version": 1}])
     with pytest.raises(WorkloadError, match="policykit-trace"):
         load_trace(wrong, 4096)
+
+
+def test_a_request_failed_by_a_policy_fault_is_counted(store: PrefixKV) -> None:
+    """A policy that raises on one prompt fails that request; the row says so, and the others
+    are still served (the run is not reported as clean by leaving it out)."""
+    from tests.reliability.faults import _Picky, registry_with_misbehaving
+
+    bench = from_workload(
+        Workload(
+            name="one-bad",
+            description="one prompt the admission policy raises on",
+            pool_tokens=1024,
+            chunked_prefill_size=256,
+            requests=(
+                RequestSpec("ok1", 100, 0),
+                RequestSpec("bad", _Picky.BAD_PROMPT, 0),
+                RequestSpec("ok2", 120, 1),
+            ),
+        )
+    )
+    combo = registry_with_misbehaving().resolve("admission=raising")
+    row = run_combo(bench, combo, store).row
+    assert row["requests"]["failed"] == 1
+    assert row["requests"]["completed"] == 2
+    assert row["requests"]["starved"] == 0
