@@ -131,8 +131,9 @@ class _Deepening:
 
     def settle(self, k: int, violations: dict[str, z3.BoolRef], overhead_s: float) -> None:
         """Decide every pending property at round ``k``."""
+        share = overhead_s / len(self.pending)
         for prop in list(self.pending):
-            self.seconds[prop] += overhead_s / len(self.pending)
+            self.seconds[prop] += share
             self._decide(prop, k, violations[prop])
 
     def _decide(self, prop: str, k: int, violation: z3.BoolRef) -> None:
