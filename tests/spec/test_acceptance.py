@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from policykit.cli import main
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
+from policykit.spec.bmc import Bounds
 from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.model import ModelConfig
 
@@ -68,6 +69,24 @@ def test_upstream_implicit_protection_is_proved_unbounded(registry, alignment) -
 
 
 SWA = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)
+
+
+def test_swa_capped_truncation_loses_the_implicit_protection(registry) -> None:
+    """A finding: with hybrid SWA, ``swa-reserve`` caps the truncation at the window room, the
+    compute budget is not spent, and a later request of the round takes the tail."""
+    combo = "admission=sglang,chunking=swa-reserve,alignment=page"
+    v = _verdicts(
+        registry,
+        combo,
+        SWA,
+        rounds=2,
+        properties=("admitted-completes",),
+        bounds=Bounds(granule=1),
+    )
+    cx = v["admitted-completes"].counterexample
+    assert v["admitted-completes"].verdict == "violated"
+    kinds = [row.kind for row in cx.rounds[0].rows]
+    assert "truncated" in kinds and kinds.index("truncated") < len(kinds) - 1
 
 
 def test_seed_001_pre_fix_swa_chunking_is_violated(registry) -> None:
