@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from policykit.hookspecs import hookimpl
 from policykit.ledger import ceil_paged
-from policykit.policy import AdmissionPolicy, AdmitView, ChunkingPolicy, ChunkView, TailView
+from policykit.plugins.chunking import SGLangChunking
+from policykit.policy import AdmissionPolicy, AdmitView, ChunkView, TailView
 
 
 class ComputeOnly(AdmissionPolicy):
@@ -44,9 +45,9 @@ class FloatRatio(AdmissionPolicy):
         return 0
 
 
-class HalfBudget(ChunkingPolicy):
-    """Truncates a new request to half the compute budget's pages (say, to leave room for
-    short requests behind it), and otherwise chunks like upstream SGLang."""
+class HalfBudget(SGLangChunking):
+    """Upstream SGLang's chunking, except that a new request is truncated to half the compute
+    budget's pages (say, to leave room for short requests behind it)."""
 
     name = "half-budget"
 
@@ -54,12 +55,6 @@ class HalfBudget(ChunkingPolicy):
         if ceil_paged(v.remaining_tokens, v.page_size) <= v.rem_chunk_tokens:
             return v.remaining_tokens
         return v.rem_chunk_tokens // (2 * v.page_size) * v.page_size
-
-    def resume_chunk(self, v: ChunkView) -> int:
-        budget = min(v.rem_chunk_tokens, v.rem_total_tokens)
-        if budget <= 0:
-            budget = v.rem_chunk_tokens
-        return min(v.remaining_tokens, budget)
 
 
 @hookimpl
