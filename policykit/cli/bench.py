@@ -146,6 +146,14 @@ if TYPE_CHECKING:
 )
 @click.option("--max-rounds", type=click.IntRange(min=1), default=10_000, show_default=True)
 @click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run each combination this many times (inline executor): measured times are "
+    "reported as median and range; the scheduler's outcomes must not change between repeats.",
+)
+@click.option(
     "--executor",
     type=click.Choice(["inline", "local", "ray"]),
     default="inline",
@@ -172,6 +180,7 @@ def bench(
     seed: int,
     cpu_threads: int,
     max_rounds: int,
+    repeats: int,
     executor: str,
     workers: int | None,
     ray_address: str | None,
@@ -190,6 +199,11 @@ def bench(
     from policykit.harness.runner import resolve_input
 
     shape = get_preset(preset)
+    if repeats > 1 and executor != "inline":
+        raise PolicykitError(
+            f"--repeats {repeats} needs --executor inline: repeated timings are only comparable "
+            "when every repeat runs in the same process on the same model."
+        )
     if json_out not in (None, "-") and not Path(json_out).parent.is_dir():
         raise PolicykitError(
             f"--json {json_out!r}: the folder {str(Path(json_out).parent)!r} does not exist."
@@ -222,7 +236,9 @@ def bench(
             ray_address=ray_address,
         )
     else:
-        result = _bench_inline(bench_input, shape, dev, chosen, pm, seed, max_rounds, console)
+        result = _bench_inline(
+            bench_input, shape, dev, chosen, pm, seed, max_rounds, console, repeats
+        )
     _report(result, json_out, console)
 
 
@@ -235,6 +251,7 @@ def _bench_inline(
     seed: int,
     max_rounds: int,
     console: Console,
+    repeats: int = 1,
 ) -> dict[str, Any]:
     """Every combo in this process, on one model (weights and prefix KV built once)."""
     from policykit.harness.model import Decoder
@@ -270,6 +287,7 @@ def _bench_inline(
             max_rounds=max_rounds,
             on_combo_start=start,
             on_round=on_round,
+            repeats=repeats,
         )
         progress.advance(task)
     result["executor"] = {"name": "inline", "host": socket.gethostname()}
