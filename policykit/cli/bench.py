@@ -154,6 +154,13 @@ if TYPE_CHECKING:
     "reported as median and range; the scheduler's outcomes must not change between repeats.",
 )
 @click.option(
+    "--predict-model",
+    default="llama3-8b",
+    show_default=True,
+    help="Model preset whose roofline-predicted time on H100/H200/B200 is reported for the "
+    "same schedule (the schedule does not depend on the model: the pool is sized in tokens).",
+)
+@click.option(
     "--executor",
     type=click.Choice(["inline", "local", "ray"]),
     default="inline",
@@ -181,6 +188,7 @@ def bench(
     cpu_threads: int,
     max_rounds: int,
     repeats: int,
+    predict_model: str,
     executor: str,
     workers: int | None,
     ray_address: str | None,
@@ -199,6 +207,7 @@ def bench(
     from policykit.harness.runner import resolve_input
 
     shape = get_preset(preset)
+    priced = get_preset(predict_model)
     if repeats > 1 and executor != "inline":
         raise PolicykitError(
             f"--repeats {repeats} needs --executor inline: repeated timings are only comparable "
@@ -237,7 +246,7 @@ def bench(
         )
     else:
         result = _bench_inline(
-            bench_input, shape, dev, chosen, pm, seed, max_rounds, console, repeats
+            bench_input, shape, dev, chosen, pm, seed, max_rounds, console, repeats, priced
         )
     _report(result, json_out, console)
 
@@ -252,6 +261,7 @@ def _bench_inline(
     max_rounds: int,
     console: Console,
     repeats: int = 1,
+    predict_model: ModelPreset | None = None,
 ) -> dict[str, Any]:
     """Every combo in this process, on one model (weights and prefix KV built once)."""
     from policykit.harness.model import Decoder
@@ -288,6 +298,7 @@ def _bench_inline(
             on_combo_start=start,
             on_round=on_round,
             repeats=repeats,
+            predict_model=predict_model,
         )
         progress.advance(task)
     result["executor"] = {"name": "inline", "host": socket.gethostname()}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,9 @@ from policykit.registry import DEFAULT_COMBO, parse_combo
 #: the shape the adapters accept, written down in docs/results-format.md
 PROVISIONAL_SCHEMA = 0
 
-VERDICTS = ("proved", "violated", "unknown")
+VERDICTS = ("proved", "violated", "unknown", "refused")
 _VERDICT_WORDS = {
+    "refused": "refused",
     "proved": "proved",
     "proven": "proved",
     "safe": "proved",
@@ -59,12 +60,14 @@ class Verdict:
 
     combo: str
     property: str
-    verdict: str  #: proved | violated | unknown
+    verdict: str  #: proved | violated | unknown | refused (the checker could not trust a policy)
     bound: int | None  #: rounds explored; ``None`` on a proof means unbounded (induction)
     seconds: float | None
     scenario: dict[str, Any] | None  #: the counterexample exported as a scenario file
     trace: tuple[dict[str, Any], ...]  #: the counterexample's rounds as the checker prints them
-    note: str = ""  #: the checker's remark (why a proof is only bounded, why unknown)
+    note: str = ""  #: the checker's remark (why a proof is only bounded, why unknown or refused)
+    failure: str = ""  #: what went wrong in the replay, in words (the counterexample's own)
+    round: int | None = None  #: the round the property broke in
 
     @property
     def unbounded(self) -> bool:
@@ -76,6 +79,8 @@ class CheckResults:
     provenance: Provenance
     verdicts: tuple[Verdict, ...]
     source: Path
+    #: the engine facts the verdicts hold under (page size, chunk size, SWA window, bounds)
+    config: dict[str, Any] = field(default_factory=dict)
     kind = "check"
 
 
@@ -96,6 +101,16 @@ class BenchRun:
     scheduler_share: float | None  #: planning time / round time, 0..1
     mfu: float | None  #: model FLOPs utilisation, 0..1 (CUDA only)
     pool_use_by_round: tuple[float, ...]
+    #: the scheduler's deterministic outcomes (rounds, tokens, pool use); empty in old files
+    outcomes: dict[str, Any] = field(default_factory=dict)
+    #: roofline-predicted figures per GPU name, and the model they price
+    predicted: dict[str, Any] = field(default_factory=dict)
+    #: measured times over repeats: ``{"repeats": n, metric: {median, min, max}}``
+    wall: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def crashed(self) -> bool:
+        return self.crashed_at_round is not None
 
 
 @dataclass(frozen=True)
@@ -245,6 +260,7 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
             )
         trace = _pick(item, "trace.rounds", "trace", "counterexample.rounds")
         scenario = _pick(item, "scenario", "counterexample.scenario")
+        failure = _pick(item, "failure", "counterexample.failure")
         verdicts.append(
             Verdict(
                 combo=_combo(item, at),
@@ -255,9 +271,12 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
                 scenario=scenario if isinstance(scenario, dict) else None,
                 trace=_trace_rows(trace),
                 note=str(item.get("note") or ""),
+                failure=str(failure or ""),
+                round=_int(item, at, "round", "counterexample.round"),
             )
         )
-    return [CheckResults(provenance_of(top, "check"), tuple(verdicts), path)]
+    config = top.get("config") if isinstance(top.get("config"), dict) else {}
+    return [CheckResults(provenance_of(top, "check"), tuple(verdicts), path, dict(config))]
 
 
 def _series(value: Any, at: str) -> tuple[float, ...]:
@@ -288,8 +307,23 @@ def _bench_run(item: Mapping[str, Any], at: str) -> BenchRun:
         ),
         scheduler_share=_number(m, at, "scheduler_share", "planning_share"),
         mfu=_number(m, at, "mfu"),
-        pool_use_by_round=_series(_pick(m, "pool_use_by_round", "kv_utilisation"), at),
+        pool_use_by_round=_series(
+            _pick(m, "pool_use_by_round", "outcomes.pool_use.by_round", "kv_utilisation"), at
+        ),
+        outcomes=_block(item, "outcomes", at),
+        predicted=_block(item, "predicted", at),
+        wall=_block(item, "wall", at),
     )
+
+
+def _block(item: Mapping[str, Any], name: str, at: str) -> dict[str, Any]:
+    """A nested object of a bench row, kept as is (the pages pick from it); ``{}`` if absent."""
+    value = item.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ResultsError(f"{at}: {name!r} must be an object.")
+    return value
 
 
 def parse_bench(top: Mapping[str, Any], path: Path) -> list[BenchResults]:
