@@ -15,12 +15,14 @@ from typing import Any
 
 from policykit.docsgen import plots
 from policykit.docsgen.labels import short_label
-from policykit.docsgen.markdown import esc, table
+from policykit.docsgen.markdown import EVERY_PAGE, Links, esc, table
 from policykit.docsgen.results import BenchResults, BenchRun
 from policykit.harness.metrics import distinct
 
 #: the GPU whose predictions the charts show (the tables show every preset)
 CHART_GPU = "H200"
+#: the page these sections are written into, relative to the docs folder
+PAGE = "generated/comparisons/index.md"
 #: fewer repeats than this give no spread worth comparing
 MIN_REPEATS = 3
 
@@ -199,7 +201,7 @@ def _charts(bench: BenchResults, plot_dir, slug: str) -> list[str]:
     return out
 
 
-def bench_section(bench: BenchResults, plot_dir) -> str:
+def bench_section(bench: BenchResults, plot_dir, links: Links = EVERY_PAGE) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", bench.workload.lower()).strip("-")
     parts = [
         f"### Workload `{esc(bench.workload)}`\n\n",
@@ -221,7 +223,9 @@ def bench_section(bench: BenchResults, plot_dir) -> str:
         parts += [
             f"#### Predicted time for `{esc(model)}` (roofline, not measured)\n\n",
             "Each round's FLOPs and HBM bytes priced on the GPU's dense bf16 peak and memory "
-            "bandwidth, the slower term winning (see [Harness](../../harness.md#predicted-time)). "
+            "bandwidth, the slower term winning (see "
+            + links.to("Harness", "harness.md", page=PAGE, anchor="predicted-time")
+            + "). "
             "These are **predicted** figures of this schedule, not measurements.\n\n",
             predicted_table(bench, gpus),
             "\n",

@@ -25,7 +25,7 @@ from policykit.docsgen.labels import (
     short_label,
     trace_slug,
 )
-from policykit.docsgen.markdown import GENERATED_BANNER, Provenance, table
+from policykit.docsgen.markdown import EVERY_PAGE, GENERATED_BANNER, Links, Provenance, table
 from policykit.docsgen.replay import Replay, replay, scenario_from
 from policykit.docsgen.results import BenchResults, CheckResults, Results, now_utc
 from policykit.docsgen.traces import trace_page
@@ -35,6 +35,8 @@ from policykit.registry import PolicyRegistry
 
 #: scenarios every combination is replayed through
 REPLAY_SCENARIOS: tuple[str, ...] = ("seed-abc", "seed-incident-1keim", str(HYBRID_SWA))
+#: this page, relative to the docs folder (for links to hand-written pages)
+PAGE = "generated/comparisons/index.md"
 #: the names other modules and tests reach through this one
 __all__ = [
     "REPLAY_SCENARIOS",
@@ -78,7 +80,9 @@ def _trajectories(replays: ScenarioReplays) -> list[plots.Trajectory]:
     return plots.group_trajectories(runs)
 
 
-def replay_section(all_replays: list[ScenarioReplays], combos: list[str], plot_dir: Path) -> str:
+def replay_section(
+    all_replays: list[ScenarioReplays], combos: list[str], plot_dir: Path, links: Links
+) -> str:
     provenance = Provenance(
         device="CPU (torch tensors; scheduler only, no model)",
         model=None,
@@ -100,8 +104,10 @@ def replay_section(all_replays: list[ScenarioReplays], combos: list[str], plot_d
         provenance.note(),
         "Every registered combination run through each scenario until nothing can change "
         "(`policykit simulate SCENARIO --combo ...`). The scenarios are explained on "
-        "[The tail and the alignment gap](../../concepts/tail.md) and "
-        "[Hybrid SWA](../../concepts/swa.md).\n\n",
+        + links.to("The tail and the alignment gap", "concepts/tail.md", page=PAGE)
+        + " and "
+        + links.to("Hybrid SWA", "concepts/swa.md", page=PAGE)
+        + ".\n\n",
         table([*SHOWN_KINDS, *(r.scenario for r in all_replays)], rows),
         "\n",
     ]
@@ -117,7 +123,9 @@ def replay_section(all_replays: list[ScenarioReplays], combos: list[str], plot_d
 
 
 # --- the page -----------------------------------------------------------------------------------
-def write_comparisons(registry: PolicyRegistry, results: list[Results], out: Path) -> list[Path]:
+def write_comparisons(
+    registry: PolicyRegistry, results: list[Results], out: Path, links: Links = EVERY_PAGE
+) -> list[Path]:
     """Write ``out/comparisons/index.md``, its plots and one page per violation trace."""
     folder = out / "comparisons"
     plot_dir, trace_dir = folder / "plots", folder / "traces"
@@ -133,7 +141,9 @@ def write_comparisons(registry: PolicyRegistry, results: list[Results], out: Pat
         f"{len(combos)} registered combinations (admission × chunking × alignment; allocator "
         "phase at its default), side by side. Every figure below comes from a run: a results "
         "file of `policykit check` or `policykit bench`, or a scheduler replay made while "
-        "building this page. How the files look: [Results files](../../results-format.md).\n\n",
+        "building this page. How the files look: "
+        + links.to("Results files", "results-format.md", page=PAGE)
+        + ".\n\n",
     ]
     if checks:
         for check in checks:
@@ -149,10 +159,10 @@ def write_comparisons(registry: PolicyRegistry, results: list[Results], out: Pat
             "to `policykit docs` and the `check` command is not available here, so there is no "
             "verdict matrix yet.\n\n"
         )
-    parts.append(replay_section(replay_all(registry, combos), combos, plot_dir))
+    parts.append(replay_section(replay_all(registry, combos), combos, plot_dir, links))
     parts.append("## Harness\n\n")
     if benches:
-        parts.extend(bench_section(b, plot_dir) for b in benches)
+        parts.extend(bench_section(b, plot_dir, links) for b in benches)
     else:
         parts.append(
             '!!! note "No `policykit bench` results"\n    None were given to `policykit docs` '
