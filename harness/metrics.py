@@ -13,14 +13,14 @@ from typing import Any
 import torch
 
 from policykit.allocator import torch_allocator
+from policykit.harness.roofline import GPUS
 from policykit.oom_chain import find_cuda_oom
 from policykit.plan import EntryKind
 from policykit.scheduler import RunResult
 from policykit.watermark import read_watermark
 
-#: NVIDIA H100/H200 SXM dense bf16 tensor-core peak, TFLOP/s (no sparsity); the H200 shares
-#: the H100's compute, only memory differs (NVIDIA H200 product brief)
-H200_BF16_DENSE_TFLOPS = 989.0
+#: the H200's dense bf16 tensor-core peak in TFLOP/s, for MFU (one figure: the roofline's)
+H200_BF16_DENSE_TFLOPS = GPUS["H200"].peak_flops / 1e12
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

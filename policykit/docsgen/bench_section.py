@@ -37,7 +37,13 @@ def _pct(value: Any) -> str:
     return "—" if not isinstance(value, int | float) else f"{100 * value:.0f}%"
 
 
+def _label(r: BenchRun) -> str:
+    """The combination as separate code spans, so a narrow column wraps between policies."""
+    return " · ".join(f"`{part}`" for part in short_label(r.combo).split(" · "))
+
+
 def _status(r: BenchRun) -> str:
+    """How the run ended, with the requests that did not complete (when any)."""
     if r.crashed:
         return f"**✗ crashed in round {r.crashed_at_round}**"
     req = r.outcomes.get("requests", {})
@@ -45,22 +51,22 @@ def _status(r: BenchRun) -> str:
     done = r.completed if r.completed is not None else req.get("completed")
     if done is None:
         return "—"
-    return f"{done}/{total} completed" if total else f"{done} completed"
+    text = f"{done}/{total} done" if total else f"{done} done"
+    lost = [f"{req[k]} {k}" for k in ("rejected", "starved", "failed") if req.get(k)]
+    return text + (f", {', '.join(lost)}" if lost else "")
 
 
 def outcomes_table(bench: BenchResults) -> str:
     rows = []
     for r in bench.runs:
         o = r.outcomes
-        req = o.get("requests", {})
         ttft = o.get("ttft_rounds", {})
         pool = o.get("pool_use", {})
         rows.append(
             [
-                f"`{short_label(r.combo)}`",
+                _label(r),
                 _status(r),
                 _num(o.get("rounds", r.rounds)),
-                "/".join(_num(req.get(k)) for k in ("rejected", "starved", "failed")),
                 f"{_num(ttft.get('p50'), 1)} / {_num(ttft.get('p99'), 1)}",
                 _num(o.get("computed_tokens")),
                 _num(o.get("recomputed_tokens")),
@@ -72,9 +78,8 @@ def outcomes_table(bench: BenchResults) -> str:
         "combination",
         "outcome",
         "rounds",
-        "rejected/starved/failed",
-        "TTFT rounds p50 / p99",
-        "tokens computed",
+        "TTFT (rounds) p50 / p99",
+        "computed",
         "recomputed",
         "loaded back",
         "pool peak / mean",
@@ -85,7 +90,7 @@ def outcomes_table(bench: BenchResults) -> str:
 def predicted_table(bench: BenchResults, gpus: Sequence[str]) -> str:
     rows = []
     for r in bench.runs:
-        cells = [f"`{short_label(r.combo)}`"]
+        cells = [_label(r)]
         for gpu in gpus:
             p = r.predicted.get("gpus", {}).get(gpu, {})
             if r.crashed:
@@ -132,7 +137,7 @@ def measured_table(bench: BenchResults) -> tuple[str, int]:
             verdict = "same as the fastest within noise"
         rows.append(
             [
-                f"`{short_label(r.combo)}`",
+                _label(r),
                 _spread_text(tput) if tput else _num(r.tokens_per_s),
                 _spread_text(r.wall.get("ttft_p50_s"), 1, 1000)
                 if r.wall
@@ -212,8 +217,9 @@ def bench_section(bench: BenchResults, plot_dir, links: Links = EVERY_PAGE) -> s
         "#### Outcomes (the same on every machine)\n\n",
         "What the scheduler decided, counted in rounds and tokens: identical on every run and "
         "every machine. TTFT in rounds counts the arrival round and the round of the first "
-        "token; *recomputed* are tokens of whole pages whose prefix this run had already "
-        "computed.\n\n",
+        "token; *computed*, *recomputed* and *loaded back* are prompt tokens (recomputed: "
+        "whole pages whose prefix this run had already computed; loaded back: copied from "
+        "the host tier).\n\n",
         outcomes_table(bench),
         "\n",
     ]

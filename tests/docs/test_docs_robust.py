@@ -184,3 +184,19 @@ def test_long_work_prints_a_line_at_least_every_interval():
     assert lines[0].endswith("working ...") and "working: done in" in lines[-1]
     still = [line for line in lines if "still working" in line]
     assert len(still) >= 3 and "(step 1 of 2)" in still[0]
+
+
+def test_leftovers_of_a_killed_run_are_cleaned_and_a_moved_folder_restored(tmp_path: Path):
+    generated = tmp_path / "generated"
+    previous = tmp_path / ".generated.previous"  # killed between the two renames of a swap
+    previous.mkdir()
+    (previous / site.MARKER).write_text("")
+    (previous / "page.md").write_text("kept")
+    staging = tmp_path / ".generated.x1y2"  # killed while writing
+    staging.mkdir()
+    (staging / site.MARKER).write_text("")
+    foreign = tmp_path / ".generated.mine"  # not ours: left alone
+    foreign.mkdir()
+    site.remove_leftovers(generated)
+    assert (generated / "page.md").read_text() == "kept"
+    assert not staging.exists() and not previous.exists() and foreign.is_dir()
