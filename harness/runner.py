@@ -293,31 +293,37 @@ def run_bench(
     repeats: int = 1,
     predict_model: ModelPreset | None = None,
 ) -> dict[str, Any]:
-    """Every combination in turn, ``repeats`` times each; the whole result as one
-    :data:`SCHEMA` document. Outcomes are the same on every repeat; only measured times
-    vary, and are reported as median and range."""
+    """Every combination, ``repeats`` times; the whole result as one :data:`SCHEMA` document.
+
+    Repeats are interleaved (every combination once, then every combination again), so a
+    machine getting busier or quieter during the run widens each combination's range instead
+    of making the later ones look slower. Outcomes are the same on every repeat; only measured
+    times vary, and are reported as median and range. ``on_combo_start`` is called before
+    every run."""
     t0 = time.perf_counter()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     store = PrefixKV(model)
-    rows = []
-    summary = dict(bench.summary)
-    for combo in combos:
-        if on_combo_start is not None:
-            on_combo_start(combo)
-        runs = [
-            run_combo(
-                bench,
-                combo,
-                store,
-                pm=pm,
-                max_rounds=max_rounds,
-                on_round=on_round,
-                predict_model=predict_model,
+    chosen = list(combos)
+    runs: list[list[ComboRun]] = [[] for _ in chosen]
+    for _ in range(repeats):
+        for combo, done in zip(chosen, runs, strict=True):
+            if on_combo_start is not None:
+                on_combo_start(combo)
+            done.append(
+                run_combo(
+                    bench,
+                    combo,
+                    store,
+                    pm=pm,
+                    max_rounds=max_rounds,
+                    on_round=on_round,
+                    predict_model=predict_model,
+                )
             )
-            for _ in range(repeats)
-        ]
-        rows.append(merge_repeats([r.row for r in runs]))
-        summary["pool_tokens"] = runs[0].pool_tokens
+    summary = dict(bench.summary)
+    if chosen:
+        summary["pool_tokens"] = runs[0][0].pool_tokens
+    rows = [merge_repeats([r.row for r in done]) for done in runs]
     return bench_document(
         summary, model.preset, model.device, model.dtype, rows, started, time.perf_counter() - t0
     )

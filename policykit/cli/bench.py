@@ -277,7 +277,7 @@ def _bench_inline(
     ) as progress:
         console.print(f"building {shape.name} on {dev} and laying out {bench_input.name} ...")
         model = Decoder(shape, dev, seed=seed)
-        task = progress.add_task("combos", total=len(chosen))
+        task = progress.add_task("runs", total=len(chosen) * repeats)
         current = {"combo": ""}
 
         def start(combo: Combo) -> None:

@@ -131,6 +131,8 @@ def measured_table(bench: BenchResults) -> tuple[str, int]:
             verdict = f"not compared (fewer than {MIN_REPEATS} repeats)"
         elif r is fastest:
             verdict = "fastest median"
+        elif r.outcomes and r.outcomes == fastest.outcomes:
+            verdict = "same outcomes as the fastest: the gap is noise, not policy"
         elif distinct(tput, fastest.wall["prompt_tokens_per_s"]):
             verdict = "slower than the fastest, beyond noise"
         else:
@@ -240,9 +242,10 @@ def bench_section(bench: BenchResults, plot_dir, links: Links = EVERY_PAGE) -> s
     parts += [
         f"#### Measured on {esc(bench.provenance.device)} ({repeats} "
         f"run{'s' if repeats != 1 else ''} each)\n\n",
-        "Wall-clock time of the model that ran, median and range over the repeats. A shared "
-        "machine is noisy: a combination is only called slower when its range and the "
-        "fastest one's do not overlap.\n\n",
+        "Wall-clock time of the model that ran, median and range over the repeats (run "
+        "interleaved: every combination once, then again). A shared machine is noisy: a "
+        "combination is only called slower when its range and the fastest one's do not "
+        "overlap, and never when it computed exactly what the fastest did (same outcomes).\n\n",
         measured,
         "\n",
     ]

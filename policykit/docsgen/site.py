@@ -277,7 +277,8 @@ def run_harness(folder: Path, report: DocsReport, heartbeat: Heartbeat) -> list[
 
             def start(combo) -> None:
                 done["n"] += 1
-                heartbeat.detail = f"combination {done['n']}/{len(combos)}: {combo}"
+                total = len(combos) * HARNESS_REPEATS
+                heartbeat.detail = f"run {done['n']}/{total}: {combo}"
 
             doc = run_bench(
                 bench,

@@ -148,20 +148,30 @@ def summary(check: CheckResults, combos: Sequence[str], properties: Sequence[str
         + ".",
     ]
     if bounded_safe:
+        bounds = sorted(
+            {
+                v.bound
+                for c in bounded_safe
+                for p in properties
+                if (v := by.get((c, p))) is not None and mark_of(v) == "bounded" and v.bound
+            }
+        )
+        within = " or ".join(f"K={k}" for k in bounds) or "the bounds"
         lines.append(
-            f"- **Safe for every property within the bounds only** ({len(bounded_safe)}): "
-            + describe_set(bounded_safe, universe)
-            + "."
+            f"- **Safe for every property, but only up to {within} rounds** "
+            f"({len(bounded_safe)}): " + describe_set(bounded_safe, universe) + "."
         )
     for prop in properties:
         broken = [c for c in checked if mark_of(by.get((c, prop))) == "violated"]
         unsure = [c for c in checked if mark_of(by.get((c, prop))) == "unknown"]
         if not broken and not unsure:
             continue
-        text = f"- `{prop}` is **violated** by {len(broken)}: {describe_set(broken, universe)}"
+        said = []
+        if broken:
+            said.append(f"**violated** by {len(broken)}: {describe_set(broken, universe)}")
         if unsure:
-            text += f"; unknown for {len(unsure)}: {describe_set(unsure, universe)}"
-        lines.append(text + ".")
+            said.append(f"**unknown** for {len(unsure)}: {describe_set(unsure, universe)}")
+        lines.append(f"- `{prop}` is " + "; ".join(said) + ".")
     for combo, v in refused.items():
         reason = esc(v.note) or "no reason recorded"
         lines.append(f"- **Refused** `{short_label(combo)}`: {reason}")

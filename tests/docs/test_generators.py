@@ -182,7 +182,7 @@ def test_verdict_summary_says_what_is_safe_under_which_configuration(comparison:
     )
     assert "`reserve-tail` with any chunking" not in section  # only one of its 12 was checked
     assert "`no-oom` is **violated** by 1: `sglang` with `sglang · checkpoint:256`" in section
-    assert "unknown for 1: `sglang` with `defer · truncation:192`" in section
+    assert "**unknown** for 1: `sglang` with `defer · truncation:192`" in section
 
 
 def test_refused_verdicts_are_shown_distinctly_with_their_reason(comparison: Path):
@@ -346,3 +346,19 @@ def test_a_replay_without_oom_is_told_as_a_failure_or_a_warning_never_success():
     assert failure_markdown(fine, "x").startswith(
         '!!! warning "The replay did not reproduce the failure"'
     )
+
+
+def test_bounded_only_safety_states_its_bound():
+    from policykit.docsgen.verdict_matrix import summary
+
+    key = results.combo_key("admission=reserve-tail,alignment=page")
+    verdicts = tuple(
+        results.Verdict(key, prop, "proved", bound, 1.0, None, ())
+        for prop, bound in (("no-oom", None), ("progress", 4))
+    )
+    check = results.CheckResults(
+        Provenance("cpu", None, "d", "check"), verdicts, Path("c.json"), {"rounds": 4}
+    )
+    text = summary(check, [key], ["no-oom", "progress"])
+    assert "**Safe for every property, unbounded** (0 of 1 checked): none." in text
+    assert "**Safe for every property, but only up to K=4 rounds** (1):" in text

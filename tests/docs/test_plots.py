@@ -129,9 +129,8 @@ def _timed(combo: str, samples: list[float]) -> BenchRun:
     run = _run(1, combo, random.Random(1))
     s = sorted(samples)
     spread = {"median": s[1], "min": s[0], "max": s[-1], "samples": samples}
-    return BenchRun(
-        **{**run.__dict__, "wall": {"repeats": len(samples), "prompt_tokens_per_s": spread}}
-    )
+    wall = {"repeats": len(samples), "prompt_tokens_per_s": spread}
+    return BenchRun(**{**run.__dict__, "wall": wall, "outcomes": {"schedule of": combo}})
 
 
 def test_a_difference_inside_the_spread_is_called_the_same(tmp_path: Path):
@@ -149,3 +148,16 @@ def test_a_difference_inside_the_spread_is_called_the_same(tmp_path: Path):
     assert (
         "slower than the fastest, beyond noise" in lines["`sglang` · `sglang` · `checkpoint:256`"]
     )
+
+
+def test_identical_outcomes_are_never_called_a_timing_difference(tmp_path: Path):
+    base = "admission=sglang,chunking=sglang,alignment={},allocator-phase=default"
+    same = {"rounds": 81, "computed_tokens": 13_348}
+    runs = tuple(
+        BenchRun(**{**_timed(base.format(a), t).__dict__, "outcomes": same})
+        for a, t in (("page", [50_000, 60_000, 55_000]), ("none", [20_000, 30_000, 25_000]))
+    )
+    bench = BenchResults(Provenance("cpu", "tiny", "d", "b"), "w", runs, Path("b.json"))
+    rows = bench_section(bench, tmp_path).split("#### Measured", 1)[1].split("| --- |", 1)[1]
+    assert "slower" not in rows
+    assert "same outcomes as the fastest: the gap is noise, not policy" in rows
