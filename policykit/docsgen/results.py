@@ -67,6 +67,8 @@ class Verdict:
     trace: tuple[dict[str, Any], ...]  #: the counterexample's rounds as the checker prints them
     note: str = ""  #: the checker's remark (why a proof is only bounded, why unknown or refused)
     failure: str = ""  #: what went wrong in the replay, in words (the counterexample's own)
+    #: the trace's steps as given (a step may hold a list of entries), for the trace page
+    steps: tuple[dict[str, Any], ...] = ()
     round: int | None = None  #: the round the property broke in
 
     @property
@@ -272,6 +274,9 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
                 trace=_trace_rows(trace),
                 note=str(item.get("note") or ""),
                 failure=str(failure or ""),
+                steps=tuple(s for s in trace if isinstance(s, dict))
+                if isinstance(trace, list)
+                else (),
                 round=_int(item, at, "round", "counterexample.round"),
             )
         )

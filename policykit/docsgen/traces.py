@@ -10,6 +10,7 @@ the replay's end as a failure, or as a warning when the scheduler did not reprod
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from policykit.docsgen.labels import short_label
 from policykit.docsgen.markdown import GENERATED_BANNER, Provenance, esc, fence, table
@@ -24,6 +25,9 @@ from policykit.docsgen.results import Verdict
 from policykit.errors import PolicykitError
 from policykit.registry import PolicyRegistry
 
+#: front matter: a trace page's round tables need the full width (Material hides both sidebars)
+WIDE_PAGE = "---\nhide:\n  - navigation\n  - toc\n---\n\n"
+
 
 def failing_round(v: Verdict, run: Replay | None = None) -> int | None:
     """The round the property broke in: the verdict's, else the last round of its trace, else
@@ -36,6 +40,39 @@ def failing_round(v: Verdict, run: Replay | None = None) -> int | None:
     if run is not None and run.result.oom is not None:
         return run.result.oom.round
     return None
+
+
+def _cell(value: Any) -> Any:
+    return json.dumps(value) if isinstance(value, dict | list) else value
+
+
+def _table_of(rows: list[dict[str, Any]]) -> str:
+    """A table of ``rows`` without the columns that are empty in every row."""
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    keys = [k for k in keys if any(row.get(k) not in (None, "", [], {}) for row in rows)]
+    return table(keys, [[_cell(row.get(k)) for k in keys] for row in rows])
+
+
+def trace_tables(v: Verdict) -> list[str]:
+    """The checker's trace: one table of rounds, one of the entries planned in them (one wide
+    table of both would scroll sideways)."""
+    if not v.steps and not v.trace:
+        return []
+    out = ["## Trace as the checker reports it\n\n"]
+    if not v.steps:
+        return [*out, _table_of(list(v.trace)), "\n"]
+    rounds, entries = [], []
+    for step in v.steps:
+        nested = [
+            k for k, x in step.items() if isinstance(x, list) and x and isinstance(x[0], dict)
+        ]
+        rounds.append({k: x for k, x in step.items() if k not in nested})
+        for key in nested:
+            entries += [{"round": step.get("round"), **e} for e in step[key]]
+    out += [_table_of(rounds), "\n"]
+    if entries:
+        out += ["Entries planned in those rounds:\n\n", _table_of(entries), "\n"]
+    return out
 
 
 def what_broke(v: Verdict, at: int | None) -> str:
@@ -61,6 +98,7 @@ def trace_page(v: Verdict, registry: PolicyRegistry, provenance: Provenance) -> 
     at = failing_round(v, run if isinstance(run, Replay) else None)
     what = what_broke(v, at)
     parts = [
+        WIDE_PAGE,
         GENERATED_BANNER,
         f"# Counterexample: {esc(v.property)} under `{short_label(v.combo)}`\n\n",
         f'!!! failure "Property broken: {esc(v.property)}'
@@ -72,16 +110,7 @@ def trace_page(v: Verdict, registry: PolicyRegistry, provenance: Provenance) -> 
         + ". [Back to the comparison](../index.md).\n\n",
         f"> {esc(v.note)}\n\n" if v.note else "",
     ]
-    if v.trace:
-        keys = list(dict.fromkeys(k for step in v.trace for k in step))
-        rows = [
-            [
-                s.get(k) if not isinstance(s.get(k), dict | list) else json.dumps(s.get(k))
-                for k in keys
-            ]
-            for s in v.trace
-        ]
-        parts += ["## Trace as the checker reports it\n\n", table(keys, rows), "\n"]
+    parts += trace_tables(v)
     if run is None:
         parts.append("The results file carries no exported scenario, so it cannot be replayed.\n")
         return "".join(parts)

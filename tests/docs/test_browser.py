@@ -174,6 +174,7 @@ def test_every_trace_page_opens_with_its_failure_and_never_shows_success(served_
         slug = comparisons.trace_slug(v)
         seen = probe(dump_dom(f"{base}/generated/comparisons/traces/{slug}/", tmp_path / slug))
         assert seen["page_width"] <= WIDTH, slug
+        assert seen["overflowing"] == [], f"{slug}: tables that scroll sideways"
         assert seen["failures"], f"{slug}: no failure banner"
         assert seen["failures"][0].startswith(f"Property broken: {v.property}"), slug
         assert seen["successes"] == 0, f"{slug}: a success box on a counterexample page"
