@@ -17,6 +17,7 @@ from typing import Any
 
 import z3
 
+from policykit.policy import EngineConfig
 from policykit.registry import Combo
 from policykit.spec.bmc import (
     PROPERTIES,
@@ -27,6 +28,7 @@ from policykit.spec.bmc import (
     unroll_round,
 )
 from policykit.spec.counterexample import Counterexample, extract, minimise
+from policykit.spec.crossval import check_lifted, check_policies
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, ModelConfig, RoundModel
 from policykit.spec.solver import solve, unrolled
@@ -88,6 +90,8 @@ def check_combo(
 ) -> list[Verdict]:
     """All verdicts for one combo."""
     sources = sources or {}
+    engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
+    check_policies(combo, engine, sources)
     name = combo_label(combo)
     props = properties_for(config, options.properties)
     timeout_ms = int(options.timeout_s * 1000)
@@ -108,6 +112,7 @@ def check_combo(
             _unroll_and_solve(
                 combo, config, options, sources, name, open_props, seconds, verdicts, enc
             )
+    check_lifted(combo, engine, sources)
     return [verdicts[p] for p in props]
 
 

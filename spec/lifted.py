@@ -17,7 +17,6 @@ is lifted on its own.
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +57,9 @@ class Lifted:
     inputs: dict[str, z3.ArithRef]  #: field name -> its fresh variable
     result: Any  #: Sym, SymBool or Choice over the fresh variables
     quotients: list[tuple[z3.ArithRef, int, z3.ArithRef]]
+    paths: list[z3.BoolRef]  #: the condition of each path the policy's code took
+    #: set once :mod:`policykit.spec.crossval` has compared this with the Python policy
+    validated: bool = False
 
     def fresh_view(self, view: Any) -> Any:
         """``view`` with every symbolic field replaced by its fresh variable."""
@@ -79,14 +81,25 @@ class Lifted:
         return Choice({value: f(cond) for value, cond in r.when.items()})
 
 
-_LIFTED: weakref.WeakKeyDictionary[Any, dict[tuple[str, Shape], Lifted]] = (
-    weakref.WeakKeyDictionary()
-)
+#: lifted functions per policy *value*: its class and what its instance holds (the registry
+#: makes a new instance for every combo; the same class and state decide the same way)
+#: (terms belong to one z3 context: a new context, as each spec test makes, starts afresh)
+_LIFTED: dict[tuple[z3.Context, type, str], dict[tuple[str, Shape], Lifted]] = {}
+
+
+def _identity(policy: Any) -> tuple[z3.Context, type, str]:
+    state = sorted((k, repr(v)) for k, v in vars(policy).items() if k != "source")
+    return z3.main_ctx(), type(policy), repr(state)
+
+
+def entries(policy: Any) -> list[tuple[tuple[str, Shape], Lifted]]:
+    """Every function lifted from ``policy`` so far: ((method, shape), lifted)."""
+    return list(_LIFTED.get(_identity(policy), {}).items())
 
 
 def lift(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Lifted:
     """The lifted ``policy.method`` for views shaped like ``view`` (made on first use)."""
-    per_policy = _LIFTED.setdefault(policy, {})
+    per_policy = _LIFTED.setdefault(_identity(policy), {})
     key = (method, _shape(view))
     lifted = per_policy.get(key)
     if lifted is None:
@@ -104,9 +117,7 @@ def _make(policy: Any, method: str, view: Any, source: str) -> Lifted:
     sink = DivisionSink()
     token = collect_divisions(sink)
     try:
-        result = run_guarded(policy, method, fresh, source=source)
+        result, paths = run_guarded(policy, method, fresh, source=source)
     finally:
         reset_divisions(token)
-    if isinstance(result, bool | int):
-        result = SymBool(z3.BoolVal(result)) if isinstance(result, bool) else Sym(z3.IntVal(result))
-    return Lifted(inputs, result, list(sink.quotients))
+    return Lifted(inputs, result, list(sink.quotients), paths)

@@ -513,9 +513,11 @@ def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -
     return lift(policy, method, view, source=source).instantiate(view)
 
 
-def run_guarded(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Any:
+def run_guarded(
+    policy: Any, method: str, view: Any, *, source: str = "built-in"
+) -> tuple[Any, list[z3.BoolRef]]:
     """Run ``policy.method(view)`` on symbolic values under a :class:`Guard`, once per branch
-    combination, and merge the paths into one value.
+    combination: the paths merged into one value, and each path's condition.
 
     ``source`` names where the policy came from (a plugin distribution), for the error.
     """
@@ -526,7 +528,7 @@ def run_guarded(policy: Any, method: str, view: Any, *, source: str = "built-in"
     try:
         outcome = explore(lambda: fn(view))
         if guard.violation is None:
-            return outcome.merged()
+            return outcome.merged(), [cond for cond, _ in outcome.paths]
     except (Unsupported, Breach) as exc:
         if guard.violation is None:
             raise SymbolicEvaluationError(
