@@ -54,9 +54,12 @@ _DENIED_NAMES = frozenset(
         "__code__", "__closure__", "__builtins__", "__self__", "__func__", "__defaults__",
         "__kwdefaults__", "__subclasses__", "__mro__", "__bases__", "__getattribute__",
         "__setattr__", "f_back", "f_locals", "f_globals", "f_code", "tb_frame", "gi_frame",
-        "cr_frame", "sys", "inspect", "gc", "ctypes",
+        "cr_frame", "sys", "inspect", "gc", "ctypes", "environ", "getenv", "modules", "argv",
     }
 )  # fmt: skip
+#: modules a policy's code may use: the core's helpers and pure arithmetic (the clock, the
+#: environment and randomness live in the others)
+_PURE_MODULES = ("policykit", "math", "operator", "functools", "itertools", "enum", "typing")
 _DENIED_OBJECTS = {id(getattr(builtins, n)): n for n in _DENIED_NAMES if hasattr(builtins, n)}
 
 #: C functions a policy may call: pure functions of their arguments
@@ -119,6 +122,8 @@ def _scan(code: types.CodeType, f_globals: dict[str, Any]) -> str | None:
             return f"writes state outside its locals ({ins.opname} {ins.argrepr})".replace(
                 " )", ")"
             )
+        if ins.opname == "IMPORT_NAME":
+            return f"imports {ins.argval!r} while deciding"
         if ins.opname in ("STORE_DEREF", "DELETE_DEREF") and ins.argval in code.co_freevars:
             return f"writes the enclosing function's variable {ins.argval!r} (a closure counter)"
         if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
@@ -131,8 +136,11 @@ def _scan(code: types.CodeType, f_globals: dict[str, Any]) -> str | None:
                 continue
             if id(value) in _DENIED_OBJECTS:
                 return f"uses {_DENIED_OBJECTS[id(value)]!r} under the name {name!r}"
-            if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] == "z3":
-                return "uses z3 directly"
+            if isinstance(value, types.ModuleType) and (
+                value.__name__.split(".")[0] not in _PURE_MODULES
+                or value.__name__.startswith("policykit.spec")
+            ):
+                return f"uses the module {value.__name__!r} (the environment, clock or checker)"
             if name in f_globals and _is_state(value):
                 return (
                     f"reads the module-level {type(value).__name__} {name!r}, which can change "

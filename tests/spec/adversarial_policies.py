@@ -8,6 +8,7 @@ No z3 here, as in a real plugin.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -36,7 +37,7 @@ class InvertedFlag(_Unsafe):
 
     def admit(self, v: AdmitView) -> bool:
         too_big = self.need(v) >= v.rem_total_tokens
-        if ~too_big:
+        if ~too_big:  # noqa: SIM103 - the construct under test
             return True
         return False
 
@@ -131,6 +132,26 @@ class Clock(_Unsafe):
         return time.monotonic() - _STARTED > 3600 or self.need(v) < v.rem_total_tokens
 
 
+class Environment(_Unsafe):
+    """Admits everything where the engine sets a variable the checker's machine does not."""
+
+    name = "adv-environ"
+
+    def admit(self, v: AdmitView) -> bool:
+        return bool(os.environ.get("SGLANG_PORT")) or self.need(v) < v.rem_total_tokens
+
+
+class LateImport(_Unsafe):
+    """Reaches randomness through an import inside the decision."""
+
+    name = "adv-import"
+
+    def admit(self, v: AdmitView) -> bool:
+        import random as dice
+
+        return dice.random() < 0.001 or self.need(v) < v.rem_total_tokens
+
+
 class NotAnInt(_Unsafe):
     """Behaves safely only when its input is not a plain int."""
 
@@ -186,6 +207,8 @@ UNSAFE = (
     ModuleCounter,
     Lottery,
     Clock,
+    Environment,
+    LateImport,
     NotAnInt,
     TypeTest,
 )
