@@ -12,8 +12,9 @@ The views are chosen to find differences, not only to be many:
 * one witness per symbolic path (z3 finds a view that takes it), so each branch the checker
   saw is run by Python at least once;
 * for every comparison the policy made, views on both sides of its boundary and on it;
-* boundary values (0, 1, a page, the chunk size, the pool cap, ±1 of each) and random views
-  over the checked range, up to the evaluator's range limit.
+* boundary values (0, 1, a page, the chunk size, the pool cap, ±1 of each), views whose
+  fields are all alike (identity tests and aliasing show there), and random views over the
+  checked range, up to the evaluator's range limit.
 
 Every view respects what the scheduler guarantees of it (a request has a token left, a chunk
 ends after it starts), so a policy that raises on one is refused too: the scheduler would
@@ -290,8 +291,13 @@ def _views(lifted: Lifted, template: Any, m: Method, engine: EngineConfig) -> It
                 {n: model.eval(v, model_completion=True).as_long() for n, v in x.items()}
             )
         solver.pop()
-    rng = random.Random(SEED)
     specials = _specials(engine)
+    for value in specials:  # every field alike: aliasing and identity tests show here
+        values = dict.fromkeys(x, value)
+        _repair(values, m, engine)
+        if all(-LIMIT <= v <= LIMIT for v in values.values()):
+            yield from emit(values)
+    rng = random.Random(SEED)
     wanted = len(seen) + RANDOM_VIEWS
     for _ in range(20 * RANDOM_VIEWS):
         if len(seen) >= wanted:

@@ -174,6 +174,28 @@ class TypeTest(_Unsafe):
         return self.need(v) < v.rem_total_tokens
 
 
+class Alias(_Unsafe):
+    """An identity test between two view fields: true for equal small ints in CPython."""
+
+    name = "adv-alias"
+
+    def admit(self, v: AdmitView) -> bool:
+        if v.rem_total_tokens is v.cur_rem_tokens:
+            return True
+        return self.need(v) < v.rem_total_tokens
+
+
+class Spins(_Unsafe):
+    """Never returns on a 64-token page."""
+
+    name = "adv-spin"
+
+    def admit(self, v: AdmitView) -> bool:
+        while v.page_size == 64:
+            pass
+        return self.need(v) < v.rem_total_tokens
+
+
 class BoolArithmetic(_Unsafe):
     """Conservative: a bool is an int (``(host > 0) * page``), and ``~~`` is the identity."""
 
@@ -211,6 +233,8 @@ UNSAFE = (
     LateImport,
     NotAnInt,
     TypeTest,
+    Alias,
+    Spins,
 )
 SAFE = (BoolArithmetic, DivmodPages)
 

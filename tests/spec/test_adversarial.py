@@ -60,6 +60,7 @@ def test_a_conservative_policy_with_the_same_constructs_is_proved(adversarial, c
         ("adv-import", "imports 'random'"),
         ("adv-isinstance", "'isinstance'"),
         ("adv-type", "'type'"),
+        ("adv-spin", "did not return within"),
     ],
 )
 def test_a_refusal_names_the_policy_its_distribution_the_line_and_the_construct(
@@ -77,3 +78,12 @@ def test_python_bool_semantics_make_an_admit_everything_policy_violated(adversar
     """``~``, ``== True`` and ``is True`` on a comparison mean what Python says: these admit
     everything, and the checker finds the OOM (not a refusal: the code is understood)."""
     assert _verdict(adversarial, name) == "violated"
+
+
+def test_an_identity_test_python_answers_differently_is_refused_with_the_view(adversarial):
+    """``a is b`` on two view fields passes the guard; cross-validation finds a view where
+    Python says True and the checker False, and prints it."""
+    verdict = _verdict(adversarial, "adv-alias")
+    assert verdict.startswith("refused"), verdict
+    assert "returns True in Python but False under the checker" in verdict
+    assert "AdmitView(" in verdict and "rem_total_tokens=" in verdict
