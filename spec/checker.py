@@ -26,7 +26,7 @@ from policykit.spec.bmc import (
     make_inputs,
     unroll_round,
 )
-from policykit.spec.counterexample import Counterexample, extract, minimise
+from policykit.spec.counterexample import Counterexample, extract, minimise, replay
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, ModelConfig, RoundModel
 from policykit.spec.solver import solve, unrolled
@@ -94,7 +94,7 @@ def check_combo(
     verdicts: dict[str, Verdict] = {}
     open_props: list[str] = []
     seconds: dict[str, float] = {}
-    ob = Obligations(combo, config, sources, timeout_ms)
+    ob = Obligations(combo, config, sources, timeout_ms, options.bounds.granule_for(config))
     for prop in props:
         t0 = time.perf_counter()
         outcome = ob.prove(prop)
@@ -152,14 +152,25 @@ class _Deepening:
             self._unknown(prop, k, reason)
 
     def _violated(self, prop: str, k: int, violation: z3.BoolRef, found: z3.ModelRef) -> None:
+        """Record the violation with a counterexample that replays to its failure in the real
+        scheduler: the minimised one if it does, else the one the solver found first."""
         t0 = time.perf_counter()
+        models = [found]
         if self.options.minimise:
-            found = minimise(
-                [*self.u.enc.facts, violation], self.u, found, expected_ms=self.last_ms[prop]
-            )
-        cx = extract(self.u, found, prop, k, self.u.combo)
+            facts = [*self.u.enc.facts, violation]
+            models.insert(0, minimise(facts, self.u, found, expected_ms=self.last_ms[prop]))
+        for model in models:
+            cx = replay(extract(self.u, model, prop, k, self.u.combo), self.u.combo)
+            if cx.failure is not None:
+                break
+        note = (
+            ""
+            if cx.failure is not None
+            else "the counterexample does not replay to this failure in the real scheduler "
+            "(the model and the scheduler disagree); it is not exported"
+        )
         self.seconds[prop] += time.perf_counter() - t0
-        self._close(Verdict(self.name, prop, VIOLATED, f"round {k}", self.seconds[prop], cx))
+        self._close(Verdict(self.name, prop, VIOLATED, f"round {k}", self.seconds[prop], cx, note))
 
     def _unknown(self, prop: str, k: int, reason: str) -> None:
         self._close(

@@ -293,7 +293,8 @@ def _export(folder: Path, verdicts: list) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for v in map(_as_dict, verdicts):
-            if v["counterexample"] is not None:
+            # only counterexamples that replay to their failure (``simulate`` exits non-zero)
+            if v["counterexample"] is not None and v["counterexample"].get("failure"):
                 path = folder / f"{_slug(v['combo'])}.{v['property']}.json"
                 path.write_text(json.dumps(v["counterexample"]["scenario"], indent=2) + "\n")
     except OSError as exc:
