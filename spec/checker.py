@@ -18,6 +18,7 @@ from typing import Any
 import z3
 
 from policykit.registry import Combo
+from policykit.scenario import Scenario, pool_tokens
 from policykit.spec.bmc import (
     PROPERTIES,
     Bounds,
@@ -53,6 +54,11 @@ class Verdict:
     seconds: float
     counterexample: Counterexample | None = None
     note: str = ""
+    #: the engine configuration the verdict holds for (:func:`config_dict`)
+    config: dict[str, Any] = field(default_factory=dict)
+    #: the bounds of the search behind a bounded proof, a violation or an unknown
+    #: (:func:`bounds_dict`); None for an unbounded proof
+    bounds: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -69,10 +75,49 @@ class Verdict:
             "bound": self.bound,
             "seconds": round(self.seconds, 3),
             "note": self.note,
+            "config": self.config,
+            "bounds": self.bounds,
             "counterexample": None
             if self.counterexample is None
             else self.counterexample.to_dict(),
         }
+
+
+def config_dict(config: ModelConfig) -> dict[str, Any]:
+    """The engine configuration a verdict holds for (the model fixes these numbers)."""
+    return {
+        "page_size": config.page_size,
+        "chunked_prefill_size": config.chunked_prefill_size,
+        "swa_window": config.swa_window,
+    }
+
+
+def bounds_dict(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
+    """What the bounded search covered: rounds, requests, the largest pool, the length grain."""
+    return {
+        "rounds": options.rounds,
+        "requests": options.requests,
+        "pool_cap_tokens": options.bounds.max_pool_tokens,
+        "granule": options.bounds.granule_for(config),
+    }
+
+
+def scope_text(config: ModelConfig, options: CheckOptions) -> str:
+    """One line naming what every verdict of a run holds for, and the bounded ones' bounds."""
+    swa = "no SWA" if config.swa_window is None else f"SWA window {config.swa_window}"
+    b = bounds_dict(config, options)
+    return (
+        f"for page size {config.page_size}, chunk size {config.chunked_prefill_size}, {swa}; "
+        f"bounded verdicts: up to {b['rounds']} rounds, {b['requests']} requests, a pool of "
+        f"at most {b['pool_cap_tokens']} tokens, lengths in multiples of {b['granule']}"
+    )
+
+
+def config_from_scenario(scenario: Scenario) -> tuple[ModelConfig, int]:
+    """The engine configuration of a user's scenario, and its pool size as the pool cap: the
+    node the user runs, not the checker's defaults."""
+    config = ModelConfig(scenario.page_size, scenario.chunked_prefill_size, scenario.sliding_window)
+    return config, pool_tokens(scenario)
 
 
 def properties_for(config: ModelConfig, wanted: tuple[str, ...] | None = None) -> list[str]:
@@ -108,6 +153,10 @@ def check_combo(
             _unroll_and_solve(
                 combo, config, options, sources, name, open_props, seconds, verdicts, enc
             )
+    scope, bounds = config_dict(config), bounds_dict(config, options)
+    for v in verdicts.values():
+        v.config = scope
+        v.bounds = None if v.verdict == PROVED and v.bound == "unbounded" else bounds
     return [verdicts[p] for p in props]
 
 

@@ -4,38 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from importlib import resources
-from pathlib import Path
 
 import click
 
 from policykit.cli.common import echo_json, json_option, load_registry
-from policykit.errors import ScenarioError
 from policykit.render import print_run
-from policykit.scenario import build_node, load_scenario
+from policykit.scenario import build_node, load_scenario, resolve_scenario_path
 from policykit.scheduler import RunResult, Scheduler
 
 EXIT_OOM = 1
 EXIT_NEVER_COMPLETES = 3
-
-
-def bundled_scenarios() -> dict[str, Path]:
-    """Scenarios shipped with policykit, by name (usable instead of a path)."""
-    folder = resources.files("policykit") / "scenarios"
-    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".json")}
-
-
-def resolve_scenario_path(arg: str) -> Path:
-    path = Path(arg)
-    if path.exists():
-        return path
-    bundled = bundled_scenarios()
-    if arg in bundled:
-        return bundled[arg]
-    raise ScenarioError(
-        f"There is no scenario file {arg!r}, and no bundled scenario of that name (bundled: "
-        f"{', '.join(sorted(bundled))})."
-    )
 
 
 @click.command()
