@@ -63,7 +63,8 @@ class Method:
     name: str
     returns: type  #: bool or int
     template: Callable[[EngineConfig], Any]  #: a view with Sym fields, shaped as the model's
-    valid: Callable[[dict[str, z3.ArithRef], EngineConfig], list[z3.BoolRef]]
+    #: what the scheduler guarantees of the view, over its int fields: z3 terms or ints alike
+    valid: Callable[[dict[str, Any], EngineConfig], list[Any]]
 
 
 def _sym(name: str) -> Sym:
@@ -269,7 +270,23 @@ def _show(view: Any) -> str:
 def _views(lifted: Lifted, template: Any, m: Method, engine: EngineConfig) -> Iterator[Any]:
     """Path witnesses, boundary views and random views, each valid, without repeats."""
     x = lifted.inputs
-    valid = [*m.valid(x, engine), *(z3.And(v >= -LIMIT, v <= LIMIT) for v in x.values())]
+    concrete = {
+        f.name: getattr(template, f.name)
+        for f in dataclasses.fields(template)
+        if f.name not in x and type(getattr(template, f.name)) is int
+    }
+    valid = [
+        *m.valid({**x, **{n: z3.IntVal(v) for n, v in concrete.items()}}, engine),
+        *(z3.And(v >= -LIMIT, v <= LIMIT) for v in x.values()),
+    ]
+
+    def admissible(values: dict[str, int]) -> dict[str, int] | None:
+        """``values`` repaired towards the view's guarantees, or None if still invalid."""
+        full = {**values, **concrete}
+        _repair(full, m, engine)
+        full.update(concrete)
+        ok = all(m.valid(full, engine)) and all(-LIMIT <= full[n] <= LIMIT for n in x)
+        return {n: full[n] for n in x} if ok else None
     definitions = [fact for v, d, q in lifted.quotients for fact in (d * q <= v, v < d * q + d)]
     seen: set[tuple[int, ...]] = set()
 
@@ -293,18 +310,16 @@ def _views(lifted: Lifted, template: Any, m: Method, engine: EngineConfig) -> It
         solver.pop()
     specials = _specials(engine)
     for value in specials:  # every field alike: aliasing and identity tests show here
-        values = dict.fromkeys(x, value)
-        _repair(values, m, engine)
-        if all(-LIMIT <= v <= LIMIT for v in values.values()):
+        values = admissible(dict.fromkeys(x, value))
+        if values is not None:
             yield from emit(values)
     rng = random.Random(SEED)
     wanted = len(seen) + RANDOM_VIEWS
     for _ in range(20 * RANDOM_VIEWS):
         if len(seen) >= wanted:
             break
-        values = {n: _draw(rng, specials) for n in x}
-        _repair(values, m, engine)
-        if all(-LIMIT <= v <= LIMIT for v in values.values()):
+        values = admissible({n: _draw(rng, specials) for n in x})
+        if values is not None:
             yield from emit(values)
 
 
