@@ -50,20 +50,19 @@ class Producer:
 
 
 PRODUCERS: tuple[Producer, ...] = (
-    Producer("check", ("check", "--all", "--json"), stdout=True, ok_codes=(0, 1, 3)),
+    Producer("check", ("check", "--all", "--json"), stdout=True, ok_codes=(0, 1, 3, 4)),
     Producer(
         "bench",
         (
             "bench",
             "--workload",
             "host-hit-heavy",
-            "--combos",
-            "all",
+            "--all",
             "--device",
             "cpu",
             "--model",
             "tiny",
-            "--json",
+            "--out",
             "{out}",
         ),
         stdout=False,
