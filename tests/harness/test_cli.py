@@ -44,9 +44,7 @@ def test_json_results_follow_the_schema(tmp_path: Path) -> None:
 
 
 def test_json_to_stdout_and_scenario_files() -> None:
-    result = bench(
-        "--workload", "seed-abc", "--combos", "admission=reserve-tail", *FAST, "--json"
-    )
+    result = bench("--workload", "seed-abc", "--combos", "admission=reserve-tail", *FAST, "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["workload"]["name"] == "seed-abc"
