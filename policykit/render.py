@@ -7,6 +7,7 @@ does not fit wraps onto the next line instead of being cut to ``trunc…``.
 from __future__ import annotations
 
 import os
+import re
 
 from rich import box
 from rich.console import Console
@@ -23,6 +24,34 @@ _KIND_STYLE = {
     EntryKind.RESUMED: "yellow",
     EntryKind.DEFERRED: "magenta",
 }
+
+
+#: inline reST a docstring may use: ``literal``, :role:`~dotted.Target` and *emphasis*
+_REST_INLINE = re.compile(
+    r"``(?P<literal>.+?)``|:[a-z]+:`~?(?P<role>[^`]+)`|(?<![*\w])\*(?P<em>[^*\s][^*]*)\*(?!\*)"
+)
+
+
+def rest_text(text: str) -> Text:
+    """A docstring's inline reST as styled terminal text, the markup itself removed.
+
+    ``literal`` prints as code (bold cyan), a cross-reference as the last part of its dotted
+    name (``:class:`~policykit.allocator.AllocatorFacade``` -> ``AllocatorFacade``), *emphasis*
+    in italics.
+    """
+    out = Text()
+    pos = 0
+    for m in _REST_INLINE.finditer(text):
+        out.append(text[pos : m.start()])
+        if m.group("literal") is not None:
+            out.append(m.group("literal"), style="bold cyan")
+        elif m.group("role") is not None:
+            out.append(m.group("role").rsplit(".", 1)[-1].removesuffix("()"), style="bold cyan")
+        else:
+            out.append(m.group("em"), style="italic")
+        pos = m.end()
+    out.append(text[pos:])
+    return out
 
 
 def fold(table: Table) -> Table:
