@@ -56,7 +56,7 @@ VERDICT_ORDER = ("proved", "violated", "unknown", "refused")
 _STYLE = {"proved": "green", "violated": "bold red", "unknown": "yellow", "refused": "magenta"}
 #: one glyph per verdict in the compact matrix (plain symbols every terminal font has)
 _GLYPH = {"proved": "✓", "violated": "✗", "unknown": "?", "refused": "–"}
-#: above this many combos the table is the compact matrix unless --verbose
+#: with --all, or above this many combos, the table is the compact matrix unless --verbose
 _COMPACT_ABOVE = 3
 
 
@@ -137,7 +137,7 @@ def _slug(text: str) -> str:
     "-v",
     is_flag=True,
     help="One row per combo and property, and every counterexample trace (the default for "
-    "three combos or fewer).",
+    "up to three --combo; --all prints one row per combo).",
 )
 @json_option
 @out_option
@@ -225,7 +225,7 @@ def check(
         echo_json(data)
     else:
         console = default_console()
-        detailed = verbose or len(chosen) <= _COMPACT_ABOVE
+        detailed = verbose or (not check_all and len(chosen) <= _COMPACT_ABOVE)
         console.print(_table(rows) if detailed else _matrix(rows))
         _print_refusals(console, rows)
         if detailed:
