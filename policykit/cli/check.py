@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 import z3
-from rich.console import Console
+from rich.console import Console, Group
 from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
@@ -381,7 +381,7 @@ def _table(rows: list[dict[str, Any]]) -> Table:
     return fold(table)
 
 
-def _matrix(rows: list[dict[str, Any]]) -> Table:
+def _matrix(rows: list[dict[str, Any]]) -> Group:
     """One row per combo, one glyph per property: readable at 80 columns for 80 combos."""
     props = list(dict.fromkeys(r["property"] for r in rows if r["property"] != "*"))
     by_combo: dict[str, dict[str, dict[str, Any]]] = {}
@@ -389,13 +389,7 @@ def _matrix(rows: list[dict[str, Any]]) -> Table:
         by_combo.setdefault(r["combo"], {})[r["property"]] = r
     legend = "  ".join(f"{g} {v}" for v, g in _GLYPH.items()) + "  (b: proved bounded only)"
     keys = "  ".join(f"{chr(ord('A') + i)} {p}" for i, p in enumerate(props))
-    table = Table(
-        title="policykit check",
-        title_justify="left",
-        header_style="bold",
-        caption=f"{keys}\n{legend}",
-        caption_justify="left",
-    )
+    table = Table(title="policykit check", title_justify="left", header_style="bold")
     table.add_column("combo (admission/chunking/alignment)", overflow="fold")
     for i in range(len(props)):
         table.add_column(f"{chr(ord('A') + i)}", justify="center", no_wrap=True)
@@ -411,7 +405,7 @@ def _matrix(rows: list[dict[str, Any]]) -> Table:
                 mark += "b"
             glyphs.append(Text(mark, style=_STYLE.get(v["verdict"], "")))
         table.add_row(combo, *glyphs)
-    return fold(table)
+    return Group(fold(table), Text(keys), Text(legend))
 
 
 def _print_refusals(console: Console, rows: list[dict[str, Any]]) -> None:
