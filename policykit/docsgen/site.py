@@ -27,6 +27,7 @@ from policykit.docsgen.results import (
     load_results_file,
     now_utc,
 )
+from policykit.docsgen.views import write_plugin_reference
 from policykit.errors import PolicykitError
 from policykit.registry import PolicyRegistry
 
@@ -167,6 +168,7 @@ def generate(
     report.pages.append(write_policies_page(registry, out, here))
     report.pages.append(write_cli_page(out))
     report.pages.extend(write_concept_tables(registry, out))
+    report.pages.extend(write_plugin_reference(out))
     report.pages.extend(write_comparisons(registry, results, out))
 
 
