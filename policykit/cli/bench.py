@@ -193,8 +193,9 @@ def bench(
     pm, registry = load_registry()
     engine = bench_input.config.engine
     chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
+    warned: set[str] = set()
     for combo in chosen:
-        warn_if_uncheckable(combo, engine, as_json=as_json)
+        warn_if_uncheckable(combo, engine, as_json=as_json, seen=warned)
     console = Console(stderr=True)
     if executor != "inline":
         unit_args = {

@@ -130,16 +130,22 @@ def combo_texts(
     return None if check_all else texts
 
 
-def warn_if_uncheckable(combo: Combo, engine: EngineConfig, *, as_json: bool = False) -> None:
+def warn_if_uncheckable(
+    combo: Combo, engine: EngineConfig, *, as_json: bool = False, seen: set[str] | None = None
+) -> None:
     """Say on stderr (without failing) when ``policykit check`` would refuse ``combo``.
 
     Under ``--json`` the warning is a one-line JSON object, so that stderr stays machine-read.
+    A reason already in ``seen`` is not repeated (one float-using policy in 12 combos of a
+    bench is one warning).
     """
     from policykit.spec import checkable
 
     reason = checkable(combo, engine)
-    if reason is None:
+    if reason is None or (seen is not None and reason in seen):
         return
+    if seen is not None:
+        seen.add(reason)
     text = f"{combo} is not checkable, so `policykit check` will refuse it: {reason}"
     if as_json:
         click.echo(json.dumps({"warning": " ".join(text.split())}), err=True)
