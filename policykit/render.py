@@ -59,6 +59,7 @@ def fold(table: Table) -> Table:
     the lighter box spends two columns per cell instead of three."""
     table.box = box.SIMPLE_HEAD
     table.pad_edge = False
+    table.padding = (0, 1, 0, 0)
     for column in table.columns:
         column.overflow = "fold"
         column.no_wrap = False
@@ -69,13 +70,13 @@ def rounds_table(result: RunResult, title: str) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("round", justify="right")
     table.add_column("request")
-    table.add_column("chunk [start, end)", justify="right")
+    table.add_column("chunk\n[start,end)", justify="right")
     table.add_column("tokens", justify="right")
     table.add_column("kind")
-    table.add_column("load-back", justify="right")
-    table.add_column("rem_total", justify="right")
-    table.add_column("cur_rem", justify="right")
-    table.add_column("free after", justify="right")
+    table.add_column("load-\nback", justify="right")
+    table.add_column("rem_\ntotal", justify="right")
+    table.add_column("cur_\nrem", justify="right")
+    table.add_column("free\nafter", justify="right")
     for record in result.rounds:
         plan = record.plan
         marks = {m.request_id: m for m in plan.marks}
@@ -85,7 +86,7 @@ def rounds_table(result: RunResult, title: str) -> Table:
             rows.append(
                 [
                     entry.request_id,
-                    f"[{entry.start}, {entry.end})" if entry.tokens else "-",
+                    f"[{entry.start},{entry.end})" if entry.tokens else "-",
                     str(entry.tokens),
                     Text(entry.kind.value, style=_KIND_STYLE[entry.kind]),
                     str(entry.load_back) if entry.load_back else "",
