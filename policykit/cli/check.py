@@ -271,31 +271,33 @@ def _check_pool(
 
     console = Console(stderr=True)
     verdicts: list = []
-    with (
-        Progress(console=console, transient=True, disable=quiet or len(chosen) < 2) as bar,
-        Heartbeat("check", len(chosen), enabled=len(chosen) > 1) as beat,
-    ):
-        task = bar.add_task("checking", total=len(chosen))
-        if jobs == 1:
-            for combo in chosen:
+    # z3 is single-threaded: separate processes use the cores; each re-resolves its combo
+    # from the installed plugins (policies themselves are not sent across). The workers are
+    # forked before the progress threads start, so that no child inherits a lock they hold.
+    pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+    futures = (
+        [pool.submit(_check_in_worker, combo.as_dict(), config, options) for combo in chosen]
+        if pool is not None
+        else []
+    )
+    try:
+        with (
+            Progress(console=console, transient=True, disable=quiet or len(chosen) < 2) as bar,
+            Heartbeat("check", len(chosen), enabled=len(chosen) > 1) as beat,
+        ):
+            task = bar.add_task("checking", total=len(chosen))
+            for i, combo in enumerate(chosen):
                 bar.update(task, description=str(combo))
                 beat.describe(str(combo))
-                verdicts += check_or_refuse(combo, config, options, _sources(registry, combo))
+                if pool is None:
+                    verdicts += check_or_refuse(combo, config, options, _sources(registry, combo))
+                else:
+                    verdicts += futures[i].result()
                 bar.advance(task)
                 beat.advance()
-        else:
-            # z3 is single-threaded: separate processes use the cores; each re-resolves its
-            # combo from the installed plugins (policies themselves are not sent across)
-            with ProcessPoolExecutor(jobs) as pool:
-                futures = [
-                    pool.submit(_check_in_worker, combo.as_dict(), config, options)
-                    for combo in chosen
-                ]
-                for combo, future in zip(chosen, futures, strict=True):
-                    beat.describe(str(combo))
-                    verdicts += future.result()
-                    bar.advance(task)
-                    beat.advance()
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return verdicts
 
 
