@@ -234,7 +234,7 @@ def run_bench(
 ) -> dict[str, Any]:
     """Every combination in turn; the whole result as one :data:`SCHEMA` document."""
     t0 = time.perf_counter()
-    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     store = PrefixKV(model)
     rows = []
     summary = dict(bench.summary)
@@ -245,7 +245,7 @@ def run_bench(
         rows.append(run.row)
         summary["pool_tokens"] = run.pool_tokens
     return bench_document(
-        summary, model.preset, model.device, model.dtype, rows, started, time.perf_counter() - t0
+        summary, model.preset, model.device, model.dtype, rows, created, time.perf_counter() - t0
     )
 
 
@@ -255,13 +255,13 @@ def bench_document(
     device: torch.device,
     dtype: torch.dtype,
     rows: list[dict[str, Any]],
-    started: str,
+    created: str,
     wall_seconds: float,
 ) -> dict[str, Any]:
     """The :data:`SCHEMA` document around per-combo rows, however they were produced."""
     return {
         "schema": SCHEMA,
-        "started": started,
+        "created": created,
         "wall_seconds": wall_seconds,
         "workload": workload,
         "model": {

@@ -274,7 +274,6 @@ def _unroll_and_solve(
 
 
 def combo_label(combo: Combo) -> str:
-    """``admission+chunking+alignment``: the decisions a check is about (the allocator phase
-    plans nothing, so it is not part of a verdict's name)."""
-    d = combo.as_dict()
-    return f"{d['admission']}+{d['chunking']}+{d['alignment']}"
+    """The combo as the tool prints it everywhere (:func:`policykit.registry.format_combo`):
+    ``admission/chunking/alignment``, the allocator phase only when it is not the default."""
+    return str(combo)

@@ -287,6 +287,7 @@ def _views(lifted: Lifted, template: Any, m: Method, engine: EngineConfig) -> It
         full.update(concrete)
         ok = all(m.valid(full, engine)) and all(-LIMIT <= full[n] <= LIMIT for n in x)
         return {n: full[n] for n in x} if ok else None
+
     definitions = [fact for v, d, q in lifted.quotients for fact in (d * q <= v, v < d * q + d)]
     seen: set[tuple[int, ...]] = set()
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
 
 import click
 
-from policykit.cli.common import echo_json, json_option, load_registry
+from policykit.cli.common import echo_json, json_option, load_registry, warn_if_uncheckable
 from policykit.render import print_run
 from policykit.scenario import build_node, load_scenario, resolve_scenario_path
 from policykit.scheduler import RunResult, Scheduler
@@ -19,7 +18,12 @@ EXIT_NEVER_COMPLETES = 3
 @click.command()
 @click.argument("scenario")
 @click.option(
-    "--combo", default=None, help="KIND=POLICY[,KIND=POLICY...]; overrides the scenario's."
+    "--combo",
+    "combos",
+    multiple=True,
+    metavar="COMBO",
+    help="ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE] or KIND=POLICY[,...]; overrides the "
+    "scenario's. Repeatable: later ones override earlier ones kind by kind.",
 )
 @click.option("--max-rounds", type=click.IntRange(min=1), default=100_000, show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="Where the KV pool lives.")
@@ -33,7 +37,7 @@ EXIT_NEVER_COMPLETES = 3
 @json_option
 def simulate(
     scenario: str,
-    combo: str | None,
+    combos: tuple[str, ...],
     max_rounds: int,
     device: str,
     starvation_rounds: int,
@@ -51,19 +55,13 @@ def simulate(
     path = resolve_scenario_path(scenario)
     sc = load_scenario(path)
     pm, registry = load_registry()
-    chosen = registry.resolve(sc.combo, combo, config=sc.config.engine)
+    chosen = registry.resolve(sc.combo, *combos, config=sc.config.engine)
+    warn_if_uncheckable(chosen, sc.config.engine, as_json=as_json)
     node = build_node(sc, device=resolve_device(device))
     sched = Scheduler(node, chosen, pm=pm, starvation_rounds=starvation_rounds)
     result = sched.run(max_rounds=max_rounds)
     if as_json:
-        echo_json(
-            {
-                "schema": "policykit.simulate/1",
-                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                "scenario": sc.name,
-                **result.to_dict(),
-            }
-        )
+        echo_json({"scenario": sc.name, **result.to_dict()}, "policykit.simulate/1")
     else:
         print_run(result, title=f"{sc.name} — {chosen}")
     sys.exit(exit_code(result))

@@ -32,7 +32,7 @@ from policykit.docsgen.results import (
 )
 from policykit.errors import PolicykitError
 from policykit.policy import EngineConfig
-from policykit.registry import DEFAULT_COMBO, PolicyRegistry
+from policykit.registry import DEFAULT_COMBO, PolicyRegistry, format_combo
 
 #: scenarios every combination is replayed through
 REPLAY_SCENARIOS: tuple[str, ...] = ("seed-abc", "seed-incident-1keim", str(HYBRID_SWA))
@@ -41,7 +41,7 @@ ENUMERATION_CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
 _SHOWN_KINDS = ("admission", "chunking", "alignment")
 #: marks in the verdict matrix; plain symbols that the common system fonts carry (no emoji font
 #: is needed offline), coloured by the site's extra.css
-_MARK = {"proved": "✓", "violated": "✗", "unknown": "?"}
+_MARK = {"proved": "✓", "violated": "✗", "unknown": "?", "refused": "–"}
 
 
 def registered_combos(registry: PolicyRegistry) -> list[str]:
@@ -50,11 +50,8 @@ def registered_combos(registry: PolicyRegistry) -> list[str]:
 
 
 def short_label(key: str) -> str:
-    parts = combo_parts(key)
-    shown = [parts[k] for k in _SHOWN_KINDS]
-    if parts["allocator-phase"] != DEFAULT_COMBO["allocator-phase"]:
-        shown.append(parts["allocator-phase"])
-    return " · ".join(shown)
+    """The combo as the tool prints it everywhere (``policykit.registry.format_combo``)."""
+    return format_combo(combo_parts(key))
 
 
 def _combo_cells(key: str) -> list[str]:
@@ -80,7 +77,7 @@ def verdict_cell(v: Verdict | None) -> str:
     elif v.verdict == "proved":
         text = f"proved ({'unbounded' if v.unbounded else f'to K={v.bound}'})"
     else:
-        text = "unknown"
+        text = v.verdict
     title = f' title="{html.escape(v.note, quote=True)}"' if v.note else ""
     return f'<span class="pk-{v.verdict}"{title}>{_MARK[v.verdict]} {text}</span>'
 

@@ -24,7 +24,7 @@ from policykit.registry import DEFAULT_COMBO, parse_combo
 #: the shape the adapters accept, written down in docs/results-format.md
 PROVISIONAL_SCHEMA = 0
 
-VERDICTS = ("proved", "violated", "unknown")
+VERDICTS = ("proved", "violated", "unknown", "refused")
 _VERDICT_WORDS = {
     "proved": "proved",
     "proven": "proved",
@@ -34,6 +34,7 @@ _VERDICT_WORDS = {
     "unsafe": "violated",
     "unknown": "unknown",
     "timeout": "unknown",
+    "refused": "refused",
 }
 
 
@@ -59,7 +60,7 @@ class Verdict:
 
     combo: str
     property: str
-    verdict: str  #: proved | violated | unknown
+    verdict: str  #: proved | violated | unknown | refused
     bound: int | None  #: rounds explored; ``None`` on a proof means unbounded (induction)
     seconds: float | None
     scenario: dict[str, Any] | None  #: the counterexample exported as a scenario file

@@ -27,6 +27,7 @@ from policykit.docsgen.results import (
     load_results_file,
     now_utc,
 )
+from policykit.docsgen.views import write_plugin_reference
 from policykit.errors import PolicykitError
 from policykit.registry import PolicyRegistry
 
@@ -50,20 +51,19 @@ class Producer:
 
 
 PRODUCERS: tuple[Producer, ...] = (
-    Producer("check", ("check", "--all", "--json"), stdout=True, ok_codes=(0, 1, 3)),
+    Producer("check", ("check", "--all", "--json"), stdout=True, ok_codes=(0, 1, 3, 4)),
     Producer(
         "bench",
         (
             "bench",
             "--workload",
             "host-hit-heavy",
-            "--combos",
-            "all",
+            "--all",
             "--device",
             "cpu",
             "--model",
             "tiny",
-            "--json",
+            "--out",
             "{out}",
         ),
         stdout=False,
@@ -168,6 +168,7 @@ def generate(
     report.pages.append(write_policies_page(registry, out, here))
     report.pages.append(write_cli_page(out))
     report.pages.extend(write_concept_tables(registry, out))
+    report.pages.extend(write_plugin_reference(out))
     report.pages.extend(write_comparisons(registry, results, out))
 
 

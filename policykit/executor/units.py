@@ -111,11 +111,13 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
     ``args``: ``combo`` (a combo string), ``page_size``, ``chunk_size``, and optionally
     ``swa_window``, ``rounds``, ``requests``, ``timeout`` (seconds per solver query) and
     ``granule``, with ``policykit check``'s defaults. A violated property is a result, not a
-    failure: the unit raises only when the check itself cannot run.
+    failure, and so is a refusal (``refused`` verdicts with the reason): the unit raises only
+    when the check itself cannot run.
     """
     from policykit.policy import EngineConfig
+    from policykit.spec import check_or_refuse
     from policykit.spec.bmc import Bounds
-    from policykit.spec.checker import CheckOptions, check_combo
+    from policykit.spec.checker import CheckOptions
     from policykit.spec.model import ModelConfig
 
     page, chunk = int(args["page_size"]), int(args["chunk_size"])
@@ -136,5 +138,5 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
         kind: str(registry.entry(kind, getattr(combo, kind).name).source)
         for kind in ("admission", "chunking", "alignment")
     }
-    verdicts = check_combo(combo, ModelConfig(page, chunk, window), options, sources)
+    verdicts = check_or_refuse(combo, ModelConfig(page, chunk, window), options, sources)
     return {"combo": args["combo"], "verdicts": [v.to_dict() for v in verdicts]}
