@@ -110,7 +110,7 @@ def resolve_input(arg: str, pool_tokens: int, seed: int = 0) -> BenchInput:
         return from_workload(load_trace(path, pool_tokens))
     if path.suffix == ".json" or (not path.suffix and path.exists()):
         return from_scenario(path)
-    from policykit.cli.simulate import bundled_scenarios
+    from policykit.scenario import bundled_scenarios
 
     bundled = bundled_scenarios()
     if arg in bundled:
@@ -301,7 +301,7 @@ def run_bench(
     times vary, and are reported as median and range. ``on_combo_start`` is called before
     every run."""
     t0 = time.perf_counter()
-    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     store = PrefixKV(model)
     chosen = list(combos)
     runs: list[list[ComboRun]] = [[] for _ in chosen]
@@ -325,7 +325,7 @@ def run_bench(
         summary["pool_tokens"] = runs[0][0].pool_tokens
     rows = [merge_repeats([r.row for r in done]) for done in runs]
     return bench_document(
-        summary, model.preset, model.device, model.dtype, rows, started, time.perf_counter() - t0
+        summary, model.preset, model.device, model.dtype, rows, created, time.perf_counter() - t0
     )
 
 
@@ -335,14 +335,13 @@ def bench_document(
     device: torch.device,
     dtype: torch.dtype,
     rows: list[dict[str, Any]],
-    started: str,
+    created: str,
     wall_seconds: float,
 ) -> dict[str, Any]:
     """The :data:`SCHEMA` document around per-combo rows, however they were produced."""
     return {
         "schema": SCHEMA,
-        "created": started,
-        "started": started,
+        "created": created,
         "wall_seconds": wall_seconds,
         "workload": workload,
         "model": {

@@ -3,8 +3,16 @@
 A policy sees a frozen *view* of plain integers and returns integers or booleans. It never
 touches the pool, the cache or the request objects. That restriction is what lets the same
 code run in three places: the scheduler (concrete ints), the z3 spec (symbolic ints, see
-``policykit.spec``) and a printed plan. Write a policy with ordinary Python arithmetic,
-comparisons, ``min``/``max`` and ``if``; keep it deterministic and free of side effects.
+``policykit.spec``) and a printed plan.
+
+The contract, which ``policykit check`` enforces rather than assumes: a policy method is a
+*pure function of its view*. Its answer depends only on the view's fields and on what the
+policy was constructed with (its parameter); it keeps no state between calls (no counters on
+``self`` or in the module), reads no clock, randomness or environment, catches no exceptions,
+and does not ask a value its type. Write it with ``int`` arithmetic (``//`` and ``%`` by a
+positive int), comparisons, ``min``/``max``/``abs`` and ``if``. The checker refuses code
+outside this contract with a reason instead of giving a verdict (docs/spec.md, "What the
+checker trusts, and what it refuses").
 
 Every policy class has a ``kind``, a ``name`` and a docstring (shown by ``policykit
 policies``). A policy that takes a parameter (``checkpoint:256``) declares it as ``parameter``;
@@ -78,18 +86,18 @@ class AdmitView:
     remaining_tokens: int  #: prompt minus the device prefix hit (includes any host hit)
     host_prefix_tokens: int  #: what a load-back would copy to the device
     first_tokens: int  #: KV for generated tokens the node reserves (1 on a prefill node)
-    page_size: int
-    rem_total_tokens: int
-    cur_rem_tokens: int
+    page_size: int  #: tokens per KV page (concrete: the engine's configuration)
+    rem_total_tokens: int  #: pool the ledger may still promise (this batch and earlier tails)
+    cur_rem_tokens: int  #: pool this round's batch leaves (``>= rem_total_tokens``)
 
 
 @dataclass(frozen=True)
 class TailView:
     """A request that was just truncated: what it still has to compute in later rounds."""
 
-    tail_tokens: int
-    first_tokens: int
-    page_size: int
+    tail_tokens: int  #: the prompt tokens left for later rounds after this round's chunk
+    first_tokens: int  #: KV for generated tokens the node reserves (1 on a prefill node)
+    page_size: int  #: tokens per KV page (concrete: the engine's configuration)
 
 
 class AdmissionPolicy(Policy):
@@ -112,11 +120,11 @@ class ChunkView:
     """A request about to get a chunk, and the budgets left in this round."""
 
     remaining_tokens: int  #: tokens still to compute for this request
-    rem_chunk_tokens: int
-    rem_total_tokens: int
-    rem_swa_tokens: int  #: equal to ``rem_total_tokens`` without hybrid SWA
-    page_size: int
-    hybrid_swa: bool  #: concrete per configuration
+    rem_chunk_tokens: int  #: compute budget left in this round (of ``chunked_prefill_size``)
+    rem_total_tokens: int  #: pool the ledger may still promise (this batch and earlier tails)
+    rem_swa_tokens: int  #: sliding-window pool left (``rem_total_tokens`` without hybrid SWA)
+    page_size: int  #: tokens per KV page (concrete: the engine's configuration)
+    hybrid_swa: bool  #: the model has sliding-window layers (concrete per configuration)
 
 
 class ChunkingPolicy(Policy):
@@ -130,9 +138,11 @@ class ChunkingPolicy(Policy):
     kind = "chunking"
 
     def new_chunk(self, v: ChunkView) -> int:
+        """Tokens to compute this round for a request that starts now (``0``: not this round)."""
         raise NotImplementedError
 
     def resume_chunk(self, v: ChunkView) -> int:
+        """Tokens to compute this round for the in-progress chunked request (``0``: defer it)."""
         raise NotImplementedError
 
 
@@ -141,9 +151,9 @@ class ChunkingPolicy(Policy):
 class AlignView:
     """A non-final chunk ``[start, end)`` whose end may have to move back."""
 
-    start: int
-    end: int
-    page_size: int
+    start: int  #: the first prompt token of the chunk
+    end: int  #: where the budget would end it (exclusive); return a value in ``(start, end]``
+    page_size: int  #: tokens per KV page (concrete: the engine's configuration)
 
 
 class AlignmentPolicy(Policy):

@@ -1,13 +1,18 @@
 """The policy registry: every policy the plugins registered, and combos resolved against it.
 
-A *combo* is one policy per kind, written ``admission=reserve-tail,alignment=checkpoint:256``.
-Kinds left out take the defaults in :data:`DEFAULT_COMBO`.
+A *combo* is one policy per kind. The tool prints a combo one way only, positionally
+(:func:`format_combo`): ``reserve-tail/sglang/checkpoint:256`` is admission/chunking/alignment,
+with a fourth part only when the allocator phase is not the default. ``--combo`` accepts that
+form back, the explicit ``admission=reserve-tail,alignment=checkpoint:256`` form (kinds left
+out keep the defaults in :data:`DEFAULT_COMBO`, or a scenario's own choice), and the older
+printed spellings ``sglang+sglang+page`` and ``sglang · sglang · page`` (:func:`parse_combo`).
 """
 
 from __future__ import annotations
 
 import inspect
 import itertools
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -69,11 +74,39 @@ class Combo:
         return (self.admission, self.chunking, self.alignment, self.allocator_phase)
 
     def __str__(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.as_dict().items())
+        return format_combo(self.as_dict())
+
+
+#: the separator of the printed form; the others are older printed spellings, still accepted
+COMBO_SEPARATOR = "/"
+_POSITIONAL_SPLIT = re.compile(r"\s*(?:/|\+|·)\s*")
+#: characters a policy name may not contain, so that every printed combo parses back
+NAME_FORBIDDEN = ",=:/+· \t"
+
+
+def format_combo(combo: Mapping[str, str]) -> str:
+    """The one printed form of a combo: ``admission/chunking/alignment[/allocator-phase]``.
+
+    Kinds missing from ``combo`` are the defaults; the allocator phase is printed only when it
+    is not the default, since it plans nothing and most combos leave it alone.
+    """
+    chosen = {**DEFAULT_COMBO, **combo}
+    parts = [chosen[k] for k in KINDS[:3]]
+    if chosen["allocator-phase"] != DEFAULT_COMBO["allocator-phase"]:
+        parts.append(chosen["allocator-phase"])
+    return COMBO_SEPARATOR.join(parts)
 
 
 def parse_combo(text: str) -> dict[str, str]:
-    """``"admission=x,alignment=checkpoint:256"`` -> ``{"admission": "x", ...}``."""
+    """A ``--combo`` string as ``{kind: policy}``.
+
+    ``"admission=x,alignment=checkpoint:256"`` gives just the kinds it names; the positional
+    form ``"x/sglang/checkpoint:256"`` (or with ``+`` or `` · `` between the parts, as older
+    versions printed it) names every kind, the allocator phase being the default when there
+    are three parts.
+    """
+    if "=" not in text and _POSITIONAL_SPLIT.search(text.strip()):
+        return _parse_positional(text.strip())
     out: dict[str, str] = {}
     for part in text.split(","):
         part = part.strip()
@@ -84,7 +117,8 @@ def parse_combo(text: str) -> dict[str, str]:
         if not sep or not spec:
             raise ComboError(
                 f"The combo part {quote(part)} is not of the form KIND=POLICY; write for example "
-                "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256."
+                "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256, or the short "
+                "form reserve-tail/sglang/checkpoint:256."
             )
         if kind not in KINDS:
             raise ComboError(
@@ -95,6 +129,17 @@ def parse_combo(text: str) -> dict[str, str]:
             raise ComboError(f"The combo gives the kind {quote(kind)} twice.")
         out[kind] = spec
     return out
+
+
+def _parse_positional(text: str) -> dict[str, str]:
+    parts = _POSITIONAL_SPLIT.split(text)
+    if not 3 <= len(parts) <= 4 or not all(parts):
+        raise ComboError(
+            f"The combo {quote(text)} has {len(parts)} part(s); the short form is "
+            "ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE], for example "
+            "reserve-tail/sglang/checkpoint:256 (or write admission=reserve-tail,...)."
+        )
+    return dict(zip(KINDS, [*parts, DEFAULT_COMBO["allocator-phase"]][:4], strict=True))
 
 
 class PolicyRegistry:
@@ -135,10 +180,11 @@ class PolicyRegistry:
         name = getattr(policy_cls, "name", None)
         if kind not in POLICY_BASES or not issubclass(policy_cls, POLICY_BASES[kind]):
             raise PluginError(f"{where} registered {policy_cls.__name__} with no valid kind.")
-        if not isinstance(name, str) or not name or any(c in name for c in ",=: "):
+        if not isinstance(name, str) or not name or any(c in name for c in NAME_FORBIDDEN):
             raise PluginError(
                 f"{where} registered {policy_cls.__name__} with the name {quote(name)}; a policy "
-                "name is a non-empty string without spaces, commas, '=' or ':'."
+                "name is a non-empty string without spaces, commas, '=', ':', '/', '+' or '·' "
+                "(they separate the parts of a combo)."
             )
         key = (kind, name)
         if key in self._entries:
@@ -257,10 +303,12 @@ def registry_from(pm: PolicykitPluginManager | None = None) -> PolicyRegistry:
 
 
 __all__ = [
+    "COMBO_SEPARATOR",
     "DEFAULT_COMBO",
     "Combo",
     "PolicyEntry",
     "PolicyRegistry",
+    "format_combo",
     "parse_combo",
     "registry_from",
 ]

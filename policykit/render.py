@@ -1,7 +1,15 @@
-"""Terminal rendering of a run: one row per scheduling decision, like seed 000's A/B/C table."""
+"""Terminal rendering of a run: one row per scheduling decision, like seed 000's A/B/C table.
+
+Every table the commands print goes through :func:`fold` so that, at 80 columns, a cell that
+does not fit wraps onto the next line instead of being cut to ``trunc…``.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -18,17 +26,57 @@ _KIND_STYLE = {
 }
 
 
+#: inline reST a docstring may use: ``literal``, :role:`~dotted.Target` and *emphasis*
+_REST_INLINE = re.compile(
+    r"``(?P<literal>.+?)``|:[a-z]+:`~?(?P<role>[^`]+)`|(?<![*\w])\*(?P<em>[^*\s][^*]*)\*(?!\*)"
+)
+
+
+def rest_text(text: str) -> Text:
+    """A docstring's inline reST as styled terminal text, the markup itself removed.
+
+    ``literal`` prints as code (bold cyan), a cross-reference as the last part of its dotted
+    name (``:class:`~policykit.allocator.AllocatorFacade``` -> ``AllocatorFacade``), *emphasis*
+    in italics.
+    """
+    out = Text()
+    pos = 0
+    for m in _REST_INLINE.finditer(text):
+        out.append(text[pos : m.start()])
+        if m.group("literal") is not None:
+            out.append(m.group("literal"), style="bold cyan")
+        elif m.group("role") is not None:
+            out.append(m.group("role").rsplit(".", 1)[-1].removesuffix("()"), style="bold cyan")
+        else:
+            out.append(m.group("em"), style="italic")
+        pos = m.end()
+    out.append(text[pos:])
+    return out
+
+
+def fold(table: Table) -> Table:
+    """``table`` made to fit a narrow terminal: cells wrap (``fold``), never end in ``…``, and
+    the lighter box spends two columns per cell instead of three."""
+    table.box = box.SIMPLE_HEAD
+    table.pad_edge = False
+    table.padding = (0, 1, 0, 0)
+    for column in table.columns:
+        column.overflow = "fold"
+        column.no_wrap = False
+    return table
+
+
 def rounds_table(result: RunResult, title: str) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("round", justify="right")
-    table.add_column("request", no_wrap=True)
-    table.add_column("chunk [start, end)", justify="right", no_wrap=True)
+    table.add_column("request")
+    table.add_column("chunk\n[start,end)", justify="right")
     table.add_column("tokens", justify="right")
-    table.add_column("kind", no_wrap=True)
-    table.add_column("load-back", justify="right")
-    table.add_column("rem_total", justify="right")
-    table.add_column("cur_rem", justify="right")
-    table.add_column("free after", justify="right")
+    table.add_column("kind")
+    table.add_column("load-\nback", justify="right")
+    table.add_column("rem_\ntotal", justify="right")
+    table.add_column("cur_\nrem", justify="right")
+    table.add_column("free\nafter", justify="right")
     for record in result.rounds:
         plan = record.plan
         marks = {m.request_id: m for m in plan.marks}
@@ -38,7 +86,7 @@ def rounds_table(result: RunResult, title: str) -> Table:
             rows.append(
                 [
                     entry.request_id,
-                    f"[{entry.start}, {entry.end})" if entry.tokens else "-",
+                    f"[{entry.start},{entry.end})" if entry.tokens else "-",
                     str(entry.tokens),
                     Text(entry.kind.value, style=_KIND_STYLE[entry.kind]),
                     str(entry.load_back) if entry.load_back else "",
@@ -58,14 +106,15 @@ def rounds_table(result: RunResult, title: str) -> Table:
             last = i == len(rows) - 1
             table.add_row(str(plan.round) if i == 0 else "", *row, after if last else "")
         table.add_section()
-    return table
+    return fold(table)
 
 
-def default_console() -> Console:
-    """A console that does not squeeze tables to 80 columns when output is piped."""
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=120)
+def default_console(*, stderr: bool = False, piped_width: int = 120) -> Console:
+    """A console of the terminal's width; when output is piped and ``COLUMNS`` is not set,
+    ``piped_width`` columns (a log is read in an editor, not squeezed to 80)."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, width=piped_width)
     return console
 
 
@@ -77,11 +126,20 @@ def print_run(result: RunResult, *, title: str, console: Console | None = None) 
         who = f" while placing {result.oom.request}" if result.oom.request else ""
         console.print(Text(f"OOM in round {result.oom.round}{who}:", style="bold red"))
         console.print(Text(result.oom.message, style="red"))
-    else:
+    if result.never_completes is not None:
+        nc = result.never_completes
+        console.print(
+            Text(
+                f"Admitted request {nc.request} can never complete (round {nc.round}, {nc.cause}):",
+                style="bold red",
+            )
+        )
+        console.print(Text(nc.message, style="red"))
+    if result.oom is None:
         console.print(
             Text(
                 f"No OOM after {len(result.rounds)} rounds (stopped: {result.stopped_by}).",
-                style="bold green",
+                style="bold green" if result.never_completes is None else "yellow",
             )
         )
     console.print(f"completed: {', '.join(result.completed) or '-'}")

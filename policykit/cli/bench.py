@@ -6,9 +6,7 @@ ones cost in throughput and time to first token.
 
 from __future__ import annotations
 
-import json
 import socket
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,31 +16,36 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from policykit.cli.common import load_registry, ray_address_option
+from policykit.cli.common import (
+    check_out_path,
+    combo_options,
+    combo_texts,
+    document,
+    echo_json,
+    json_option,
+    load_registry,
+    out_option,
+    ray_address_option,
+    warn_if_uncheckable,
+    write_json,
+)
 from policykit.errors import PolicykitError
-from policykit.registry import Combo, PolicyRegistry
+from policykit.heartbeat import Heartbeat
+from policykit.registry import Combo, PolicyRegistry, format_combo
+from policykit.render import default_console, fold
 
 DEFAULT_POOL_TOKENS = 8192
 
 
-def _combos(registry: PolicyRegistry, text: str, config) -> list[Combo]:
-    if text.strip() == "all":
+def _combos(registry: PolicyRegistry, texts: list[str] | None, config) -> list[Combo]:
+    """The combos to run: every registered one unless some were named."""
+    if not texts:
         return list(registry.all_combos(config))
-    combos = [registry.resolve(part, config=config) for part in text.split(";") if part.strip()]
-    if not combos:
-        raise PolicykitError(
-            f"--combos {text!r} names no combination; write 'all' or COMBO;COMBO, for example "
-            "'admission=sglang,alignment=checkpoint:256;admission=reserve-tail'."
-        )
-    return combos
+    return [registry.resolve(text, config=config) for text in texts]
 
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:,.0f}"
-
-
-def _short(policies: dict[str, str]) -> str:
-    return "/".join(v for k, v in policies.items() if k != "allocator-phase" or v != "default")
 
 
 def results_table(result: dict[str, Any]) -> Table:
@@ -57,8 +60,8 @@ def results_table(result: dict[str, Any]) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    table.add_column("admission/chunking/alignment", no_wrap=True)
-    table.add_column("status", no_wrap=True)
+    table.add_column("admission/chunking/alignment")
+    table.add_column("status")
     for name, justify in (
         ("done/rej/fail/def/pend", "right"),
         ("rounds", "right"),
@@ -81,7 +84,7 @@ def results_table(result: dict[str, Any]) -> Table:
         else:
             status = Text(row["status"], style="yellow")
         cells = [
-            _short(row["policies"]),
+            format_combo(row["policies"]),
             status,
             f"{req['completed']}/{req['rejected']}/{req.get('failed', 0)}/{req['deferred']}"
             f"/{req['pending']}",
@@ -101,7 +104,7 @@ def results_table(result: dict[str, Any]) -> Table:
                 f"{mark.get('frag_gap', 0) / 2**30:.2f}",
             ]
         table.add_row(*cells)
-    return table
+    return fold(table)
 
 
 if TYPE_CHECKING:
@@ -119,12 +122,7 @@ if TYPE_CHECKING:
     help="A named workload (long-prompts, host-hit-heavy, shared-prefix, mixed, "
     "seed-incident), a JSONL trace (.jsonl) or a scenario file / bundled scenario name.",
 )
-@click.option(
-    "--combos",
-    default="all",
-    show_default=True,
-    help="'all', or combinations separated by ';' (KIND=POLICY,... each).",
-)
+@combo_options
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option("--model", "preset", default="tiny", show_default=True, help="Model preset.")
 @click.option(
@@ -170,17 +168,13 @@ if TYPE_CHECKING:
 )
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Local workers.")
 @ray_address_option
-@click.option(
-    "--json",
-    "json_out",
-    default=None,
-    metavar="OUT",
-    help="Write the results (schema policykit.bench/1) to OUT; '-' prints them instead of the "
-    "table.",
-)
+@json_option
+@out_option
 def bench(
     workload: str,
-    combos: str,
+    combos: tuple[str, ...],
+    combo_list: tuple[str, ...],
+    check_all: bool,
     device: str,
     preset: str,
     pool_tokens: int,
@@ -192,13 +186,15 @@ def bench(
     executor: str,
     workers: int | None,
     ray_address: str | None,
-    json_out: str | None,
+    as_json: bool,
+    out: Path | None,
 ) -> None:
     """Run WORKLOAD through policy combinations on a real model and compare them.
 
-    Each combination gets a fresh node; a pool or torch out-of-memory marks it crashed at that
-    round and the next one runs. Exit code 0 when the benchmark ran (crashes are results); 2 on
-    bad input.
+    Every registered combination runs unless --combo names some. Each combination gets a fresh
+    node; a pool or torch out-of-memory marks it crashed at that round and the next one runs.
+    A combination `policykit check` would refuse is run, with a warning. Exit code 0 when the
+    benchmark ran (crashes are results); 2 on bad input.
     """
     import torch
 
@@ -213,16 +209,17 @@ def bench(
             f"--repeats {repeats} needs --executor inline: repeated timings are only comparable "
             "when every repeat runs in the same process on the same model."
         )
-    if json_out not in (None, "-") and not Path(json_out).parent.is_dir():
-        raise PolicykitError(
-            f"--json {json_out!r}: the folder {str(Path(json_out).parent)!r} does not exist."
-        )
+    check_out_path(out)
     dev = resolve_device(device)
     if dev.type == "cpu":
         torch.set_num_threads(cpu_threads)
     bench_input = resolve_input(workload, pool_tokens, seed)
     pm, registry = load_registry()
-    chosen = _combos(registry, combos, bench_input.config.engine)
+    engine = bench_input.config.engine
+    chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
+    warned: set[str] = set()
+    for combo in chosen:
+        warn_if_uncheckable(combo, engine, as_json=as_json, seen=warned)
     console = Console(stderr=True)
     if executor != "inline":
         unit_args = {
@@ -248,7 +245,7 @@ def bench(
         result = _bench_inline(
             bench_input, shape, dev, chosen, pm, seed, max_rounds, console, repeats, priced
         )
-    _report(result, json_out, console)
+    _report(document(result, "policykit.bench/1"), as_json, out, console)
 
 
 def _bench_inline(
@@ -267,14 +264,17 @@ def _bench_inline(
     from policykit.harness.model import Decoder
     from policykit.harness.runner import run_bench
 
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with (
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress,
+        Heartbeat("bench", len(chosen) * repeats) as beat,
+    ):
         console.print(f"building {shape.name} on {dev} and laying out {bench_input.name} ...")
         model = Decoder(shape, dev, seed=seed)
         task = progress.add_task("runs", total=len(chosen) * repeats)
@@ -283,11 +283,14 @@ def _bench_inline(
         def start(combo: Combo) -> None:
             if current["combo"]:
                 progress.advance(task)
-            current["combo"] = _short(combo.as_dict())
+                beat.advance()
+            current["combo"] = str(combo)
             progress.update(task, description=current["combo"])
+            beat.describe(current["combo"])
 
         def on_round(record) -> None:
             progress.update(task, description=f"{current['combo']} — round {record.plan.round}")
+            beat.describe(f"{current['combo']}, round {record.plan.round}")
 
         result = run_bench(
             bench_input,
@@ -301,6 +304,7 @@ def _bench_inline(
             predict_model=predict_model,
         )
         progress.advance(task)
+        beat.advance()
     result["executor"] = {"name": "inline", "host": socket.gethostname()}
     return result
 
@@ -332,7 +336,7 @@ def _bench_units(
         )
         for c in chosen
     ]
-    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     name = executor_options.pop("executor")
     with (
@@ -345,7 +349,7 @@ def _bench_units(
         if r.status is Status.OK and r.result is not None:
             rows.append({**r.result, "executor": r.executor, "node": r.node})
     doc = bench_document(
-        bench_input.summary, shape, dev, default_dtype(dev), rows, started, time.perf_counter() - t0
+        bench_input.summary, shape, dev, default_dtype(dev), rows, created, time.perf_counter() - t0
     )
     doc["executor"] = results.executor
     doc["failed"] = [
@@ -355,19 +359,12 @@ def _bench_units(
     return doc
 
 
-def _report(result: dict[str, Any], json_out: str | None, console: Console) -> None:
-    if json_out == "-":
-        click.echo(json.dumps(result, indent=2))
+def _report(result: dict[str, Any], as_json: bool, out: Path | None, console: Console) -> None:
+    if out is not None:
+        write_json(out, result)
+        console.print(f"results written to {out}")
+    if as_json:
+        echo_json(result)
         return
-    # a table this wide is unreadable folded to 80 columns when the output is not a terminal
-    out = Console() if sys.stdout.isatty() else Console(width=200)
-    out.print(results_table(result))
-    if json_out is not None:
-        path = Path(json_out)
-        try:
-            path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise PolicykitError(
-                f"Cannot write the results to {json_out!r}: {exc.strerror}."
-            ) from None
-        console.print(f"results written to {path}")
+    # a table this wide is hard to read folded to 80 columns when the output is a log file
+    default_console(piped_width=200).print(results_table(result))

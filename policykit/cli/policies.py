@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from policykit.cli.common import echo_json, json_option, load_registry
 from policykit.policy import KINDS
 from policykit.registry import DEFAULT_COMBO
+from policykit.render import default_console, rest_text
 
 
 @click.command()
+@click.option("--verbose", "-v", is_flag=True, help="The whole docstring, not its first line.")
 @json_option
-def policies(as_json: bool) -> None:
-    """List every registered policy by kind, with its source and one-line doc."""
+def policies(verbose: bool, as_json: bool) -> None:
+    """List every registered policy by kind, with its source and what it does.
+
+    A name written `NAME:<x>` takes a parameter after a colon (checkpoint:256). Combine one
+    policy per kind into a combo: ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE].
+    """
     _, registry = load_registry()
     rows = []
     for kind in KINDS:
@@ -31,17 +37,27 @@ def policies(as_json: bool) -> None:
                     "source": str(entry.source),
                     "plugin": entry.source.plugin_name,
                     "summary": entry.summary,
+                    "doc": entry.doc,
                 }
             )
     if as_json:
-        echo_json({"policies": rows})
+        echo_json({"policies": rows}, "policykit.policies/1")
         return
-    table = Table(title="Registered policies", show_lines=False)
-    for col in ("kind", "policy", "source", "what it does"):
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        name = row["name"] + (f":<{row['parameter']['name']}>" if row["parameter"] else "")
-        if row["default"]:
-            name += " (default)"
-        table.add_row(row["kind"], name, row["source"], row["summary"])
-    Console().print(table)
+    console = default_console()
+    for kind in KINDS:
+        table = Table(
+            title=kind, title_justify="left", title_style="bold", box=None, show_header=False
+        )
+        table.add_column("policy", style="bold", no_wrap=True)
+        table.add_column("what it does", overflow="fold")
+        for row in (r for r in rows if r["kind"] == kind):
+            name = row["name"] + (f":<{row['parameter']['name']}>" if row["parameter"] else "")
+            if row["default"]:
+                name += " (default)"
+            text = rest_text(" ".join(row["doc"].split()) if verbose else row["summary"])
+            if row["source"] != "built-in":
+                text.append(f"  [{row['source']}]", style="dim")
+            table.add_row(name, text)
+        console.print(table)
+        console.print()
+    console.print(Text(f"combo: {'/'.join(KINDS[:3])}[/{KINDS[3]}]", style="dim"))

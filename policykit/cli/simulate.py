@@ -3,43 +3,27 @@
 from __future__ import annotations
 
 import sys
-from importlib import resources
-from pathlib import Path
 
 import click
 
-from policykit.cli.common import echo_json, json_option, load_registry
-from policykit.errors import ScenarioError
+from policykit.cli.common import echo_json, json_option, load_registry, warn_if_uncheckable
 from policykit.render import print_run
-from policykit.scenario import build_node, load_scenario
-from policykit.scheduler import Scheduler
+from policykit.scenario import build_node, load_scenario, resolve_scenario_path
+from policykit.scheduler import RunResult, Scheduler
 
 EXIT_OOM = 1
-
-
-def bundled_scenarios() -> dict[str, Path]:
-    """Scenarios shipped with policykit, by name (usable instead of a path)."""
-    folder = resources.files("policykit") / "scenarios"
-    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".json")}
-
-
-def resolve_scenario_path(arg: str) -> Path:
-    path = Path(arg)
-    if path.exists():
-        return path
-    bundled = bundled_scenarios()
-    if arg in bundled:
-        return bundled[arg]
-    raise ScenarioError(
-        f"There is no scenario file {arg!r}, and no bundled scenario of that name (bundled: "
-        f"{', '.join(sorted(bundled))})."
-    )
+EXIT_NEVER_COMPLETES = 3
 
 
 @click.command()
 @click.argument("scenario")
 @click.option(
-    "--combo", default=None, help="KIND=POLICY[,KIND=POLICY...]; overrides the scenario's."
+    "--combo",
+    "combos",
+    multiple=True,
+    metavar="COMBO",
+    help="ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE] or KIND=POLICY[,...]; overrides the "
+    "scenario's. Repeatable: later ones override earlier ones kind by kind.",
 )
 @click.option("--max-rounds", type=click.IntRange(min=1), default=100_000, show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="Where the KV pool lives.")
@@ -53,7 +37,7 @@ def resolve_scenario_path(arg: str) -> Path:
 @json_option
 def simulate(
     scenario: str,
-    combo: str | None,
+    combos: tuple[str, ...],
     max_rounds: int,
     device: str,
     starvation_rounds: int,
@@ -61,20 +45,31 @@ def simulate(
 ) -> None:
     """Replay SCENARIO (a JSON file, or a bundled name such as seed-incident-1keim).
 
-    Exit code 0: no OOM (requests that never fit are listed as pending); 1: the simulated
-    engine ran out of memory; 2: bad input.
+    Exit code 0: no OOM and every admitted request can complete (requests that never fit
+    are listed as pending); 1: the simulated engine ran out of memory; 2: bad input; 3: no
+    OOM, but an admitted request can never complete (it owes more KV than the node can ever
+    free again, or it was failed for waiting forever).
     """
     from policykit.devices import resolve_device
 
     path = resolve_scenario_path(scenario)
     sc = load_scenario(path)
     pm, registry = load_registry()
-    chosen = registry.resolve(sc.combo, combo, config=sc.config.engine)
+    chosen = registry.resolve(sc.combo, *combos, config=sc.config.engine)
+    warn_if_uncheckable(chosen, sc.config.engine, as_json=as_json)
     node = build_node(sc, device=resolve_device(device))
     sched = Scheduler(node, chosen, pm=pm, starvation_rounds=starvation_rounds)
     result = sched.run(max_rounds=max_rounds)
     if as_json:
-        echo_json({"scenario": sc.name, **result.to_dict()})
+        echo_json({"scenario": sc.name, **result.to_dict()}, "policykit.simulate/1")
     else:
         print_run(result, title=f"{sc.name} — {chosen}")
-    sys.exit(EXIT_OOM if result.oom is not None else 0)
+    sys.exit(exit_code(result))
+
+
+def exit_code(result: RunResult) -> int:
+    """1 for an OOM (the worse failure, and the one that ends a run), else 3 for an admitted
+    request that can never complete, else 0."""
+    if result.oom is not None:
+        return EXIT_OOM
+    return EXIT_NEVER_COMPLETES if result.never_completes is not None else 0

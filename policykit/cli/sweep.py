@@ -6,12 +6,21 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from policykit.cli.common import echo_json, load_registry, ray_address_option
+from policykit.cli.common import (
+    check_out_path,
+    combo_options,
+    combo_texts,
+    echo_json,
+    json_option,
+    load_registry,
+    out_option,
+    ray_address_option,
+    write_json,
+)
 from policykit.cli.simulate import resolve_scenario_path
-from policykit.errors import ComboError, PolicykitError, ScenarioError
+from policykit.errors import ComboError, ScenarioError
 from policykit.executor import (
     EXECUTORS,
     Status,
@@ -22,8 +31,8 @@ from policykit.executor import (
     open_executor,
     run_units,
 )
-from policykit.policy import KINDS
-from policykit.registry import PolicyRegistry, parse_combo
+from policykit.registry import PolicyRegistry
+from policykit.render import default_console, fold
 from policykit.scenario import Scenario, load_scenario
 
 SIMULATE_TARGET = "policykit.executor.units:simulate_unit"
@@ -34,9 +43,13 @@ _LISTED = 5
 
 
 def sweep_units(
-    scenarios: list[Scenario], combos: str, registry: PolicyRegistry, max_rounds: int
+    scenarios: list[Scenario],
+    combos: list[str] | None,
+    registry: PolicyRegistry,
+    max_rounds: int,
 ) -> list[Unit]:
-    """One simulate unit per scenario and combo, each combo fully resolved here.
+    """One simulate unit per scenario and combo (``None``: every registered combo), each combo
+    fully resolved here and written in its printed form.
 
     Resolving on the driver turns a bad combo into exit code 2 before anything runs, and
     ships the scenario itself (not its path) so that a remote node needs no copy of the file.
@@ -51,16 +64,13 @@ def sweep_units(
     units = []
     for sc in scenarios:
         config = sc.config.engine
-        if combos.strip() == "all":
+        if not combos:
             chosen = [str(c) for c in registry.all_combos(config)]
         else:
-            parts = [p for p in combos.split(";") if p.strip()]
-            if not parts:
-                raise ComboError("--combos is empty; give 'all' or combos separated by ';'.")
-            chosen = [str(registry.resolve(sc.combo, p, config=config)) for p in parts]
+            chosen = [str(registry.resolve(sc.combo, p, config=config)) for p in combos]
         if len(set(chosen)) != len(chosen):
             raise ComboError(
-                f"--combos names the same combination twice for scenario {sc.name!r} (after "
+                f"--combo names the same combination twice for scenario {sc.name!r} (after "
                 "filling in defaults and the scenario's own combo)."
             )
         args = {"scenario": sc.to_dict(), "max_rounds": max_rounds}
@@ -73,12 +83,7 @@ def sweep_units(
 
 @click.command()
 @click.option("--scenarios", required=True, help="Comma-separated scenario files or bundled names.")
-@click.option(
-    "--combos",
-    default="all",
-    show_default=True,
-    help="'all' (every registered combination) or combos separated by ';'.",
-)
+@combo_options
 @click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True)
 @click.option(
     "--workers", type=click.IntRange(min=1), default=None, help="Local workers [default: CPUs]."
@@ -92,21 +97,24 @@ def sweep_units(
     help="Seconds one unit may run before it is stopped and counted failed.",
 )
 @click.option("--max-rounds", type=click.IntRange(min=1), default=100_000, show_default=True)
-@click.option(
-    "--json", "json_out", default=None, metavar="OUT", help="Write merged results ('-': stdout)."
-)
+@json_option
+@out_option
 def sweep(
     scenarios: str,
-    combos: str,
+    combos: tuple[str, ...],
+    combo_list: tuple[str, ...],
+    check_all: bool,
     executor: str,
     workers: int | None,
     ray_address: str | None,
     retries: int,
     timeout: float | None,
     max_rounds: int,
-    json_out: str | None,
+    as_json: bool,
+    out: Path | None,
 ) -> None:
-    """Simulate every scenario under every combo, each pair an independent unit of work.
+    """Simulate every scenario under each combo (every registered one unless --combo names
+    some), each pair an independent unit of work.
 
     Exit code 0: every unit ran (a simulated OOM is a result, not a failure); 1: some unit
     still failed after its retries; 2: bad input; 130: interrupted, partial results written.
@@ -114,52 +122,45 @@ def sweep(
     names = [s.strip() for s in scenarios.split(",") if s.strip()]
     if not names:
         raise ScenarioError("--scenarios is empty; name at least one scenario.")
+    check_out_path(out)
     loaded = [load_scenario(resolve_scenario_path(n)) for n in names]
     _, registry = load_registry()
-    units = sweep_units(loaded, combos, registry, max_rounds)
+    units = sweep_units(loaded, combo_texts(combos, combo_list, check_all), registry, max_rounds)
     with (
         open_executor(executor, workers=workers, ray_address=ray_address, timeout=timeout) as pool,
         SweepProgress(len(units), label="simulate") as progress,
     ):
         results = run_units(units, pool, retries=retries, listener=progress)
-    if json_out == "-":
+    if out is not None:
+        write_json(out, results.to_dict())
+    if as_json:
         echo_json(results.to_dict())
     else:
-        if json_out is not None:
-            _write(results, Path(json_out))
         _print_table(results)
     if results.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(0 if results.all_ok else EXIT_FAILED)
 
 
-def _write(results: SweepResults, path: Path) -> None:
-    try:
-        results.write(path)
-    except OSError as exc:
-        raise PolicykitError(f"Cannot write results to {str(path)!r}: {exc.strerror}.") from None
-
-
 def _print_table(results: SweepResults) -> None:
-    table = Table(
-        title=f"sweep on {results.executor['name']} ({results.wall_seconds:.1f} s)",
-        caption=f"combo: {' · '.join(KINDS)}",
-    )
+    table = Table(title=f"sweep on {results.executor['name']} ({results.wall_seconds:.1f} s)")
     table.add_column("scenario")
-    table.add_column("combo", overflow="fold")
+    table.add_column("combo (admission/chunking/alignment)")
     for column in ("outcome", "rounds", "node", "tries"):
         table.add_column(column)
     for r in results.units:
-        _, scenario, combo = r.unit.id.split("/", 2)
-        policies = " · ".join(parse_combo(combo).values())
-        table.add_row(scenario, policies, _outcome(r), _rounds(r), r.host or "-", str(r.attempts))
-    Console().print(table)
+        scenario = r.unit.args["scenario"]
+        name = scenario.get("name", "?") if isinstance(scenario, dict) else str(scenario)
+        row = (name, r.unit.args["combo"], _outcome(r), _rounds(r), r.host or "-", str(r.attempts))
+        table.add_row(*row)
+    default_console().print(fold(table))
     if results.interrupted:
         click.echo("Interrupted: units that had not finished are listed as missing.", err=True)
     for label, ids in (("failed", results.failed), ("missing", results.missing)):
         if ids:
             shown = ", ".join(ids[:_LISTED])
-            more = f" and {len(ids) - _LISTED} more (all in --json)" if len(ids) > _LISTED else ""
+            rest = len(ids) - _LISTED
+            more = f" and {rest} more (all in --json and --out)" if rest > 0 else ""
             click.echo(f"{len(ids)} unit(s) {label}: {shown}{more}", err=True)
 
 

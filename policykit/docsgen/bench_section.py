@@ -18,6 +18,7 @@ from policykit.docsgen.labels import short_label
 from policykit.docsgen.markdown import EVERY_PAGE, Links, esc, table
 from policykit.docsgen.results import BenchResults, BenchRun
 from policykit.harness.metrics import distinct
+from policykit.registry import COMBO_SEPARATOR
 
 #: the GPU whose predictions the charts show (the tables show every preset)
 CHART_GPU = "H200"
@@ -38,8 +39,10 @@ def _pct(value: Any) -> str:
 
 
 def _label(r: BenchRun) -> str:
-    """The combination as separate code spans, so a narrow column wraps between policies."""
-    return " · ".join(f"`{part}`" for part in short_label(r.combo).split(" · "))
+    """The combination's printed form as separate code spans with a line-break opportunity
+    after each separator, so a narrow column wraps between policies (it copies unchanged)."""
+    parts = short_label(r.combo).split(COMBO_SEPARATOR)
+    return f"{COMBO_SEPARATOR}<wbr>".join(f"`{part}`" for part in parts)
 
 
 def _status(r: BenchRun) -> str:

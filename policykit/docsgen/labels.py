@@ -1,8 +1,9 @@
 """How the comparison pages name combinations: short labels, table cells, grouped lists.
 
 A combination's canonical key (``admission=...,chunking=...,alignment=...,allocator-phase=...``)
-is what ``--combo`` accepts; the pages show the shorter ``admission · chunking · alignment``
-(the allocator phase only when it is not the default) and link to traces by a slug of it.
+is what ``--combo`` accepts; the pages show the shorter printed form ``admission/chunking/
+alignment`` (the allocator phase only when it is not the default), which ``--combo`` accepts
+too, and link to traces by a slug of it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterable
 
 from policykit.docsgen.results import Verdict, combo_key, combo_parts
 from policykit.policy import EngineConfig
-from policykit.registry import DEFAULT_COMBO, PolicyRegistry
+from policykit.registry import COMBO_SEPARATOR, DEFAULT_COMBO, PolicyRegistry, format_combo
 
 #: the engine facts registered combinations are enumerated for (the bundled scenarios' page)
 ENUMERATION_CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
@@ -25,11 +26,8 @@ def registered_combos(registry: PolicyRegistry) -> list[str]:
 
 
 def short_label(key: str) -> str:
-    parts = combo_parts(key)
-    shown = [parts[k] for k in SHOWN_KINDS]
-    if parts["allocator-phase"] != DEFAULT_COMBO["allocator-phase"]:
-        shown.append(parts["allocator-phase"])
-    return " · ".join(shown)
+    """The combo as the tool prints it everywhere (``--combo`` accepts it back)."""
+    return format_combo(combo_parts(key))
 
 
 def combo_cells(key: str) -> list[str]:
@@ -48,7 +46,7 @@ def trace_slug(verdict: Verdict) -> str:
 
 def describe_set(keys: Iterable[str], universe: Iterable[str]) -> str:
     """A set of combinations in words, grouped by admission: ``sglang`` with any chunking and
-    alignment; ``reserve-tail`` with ``sglang · page``, ... (``universe``: every combination
+    alignment; ``reserve-tail`` with ``sglang/page``, ... (``universe``: every combination
     checked, to say "any" when an admission's whole row is in the set)."""
     chosen = list(dict.fromkeys(keys))
     if not chosen:
@@ -64,6 +62,6 @@ def describe_set(keys: Iterable[str], universe: Iterable[str]) -> str:
         if set(members) >= set(by_admission.get(admission, [])):
             out.append(f"`{admission}` with any chunking and alignment")
             continue
-        rest = [" · ".join(short_label(k).split(" · ")[1:]) for k in members]
+        rest = [COMBO_SEPARATOR.join(short_label(k).split(COMBO_SEPARATOR)[1:]) for k in members]
         out.append(f"`{admission}` with " + ", ".join(f"`{r}`" for r in rest))
     return "; ".join(out)

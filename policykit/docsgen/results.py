@@ -26,7 +26,6 @@ PROVISIONAL_SCHEMA = 0
 
 VERDICTS = ("proved", "violated", "unknown", "refused")
 _VERDICT_WORDS = {
-    "refused": "refused",
     "proved": "proved",
     "proven": "proved",
     "safe": "proved",
@@ -35,6 +34,7 @@ _VERDICT_WORDS = {
     "unsafe": "violated",
     "unknown": "unknown",
     "timeout": "unknown",
+    "refused": "refused",
 }
 
 

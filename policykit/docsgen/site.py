@@ -38,7 +38,6 @@ from policykit.docsgen.comparisons import write_comparisons
 from policykit.docsgen.concepts import write_concept_tables
 from policykit.docsgen.markdown import Links, Provenance
 from policykit.docsgen.policies import write_policies_page
-from policykit.docsgen.progress import Heartbeat
 from policykit.docsgen.results import (
     Results,
     ResultsError,
@@ -46,7 +45,9 @@ from policykit.docsgen.results import (
     load_results_file,
     now_utc,
 )
+from policykit.docsgen.views import write_plugin_reference
 from policykit.errors import PolicykitError
+from policykit.heartbeat import Heartbeat
 from policykit.registry import PolicyRegistry
 
 MARKER = ".policykit-generated"
@@ -65,6 +66,8 @@ HARNESS_WORKLOAD = "host-hit-heavy"
 HARNESS_MODEL = "tiny"
 HARNESS_POOL_TOKENS = 4096
 HARNESS_REPEATS = 3
+#: how progress lines start (:class:`~policykit.heartbeat.Heartbeat`, on a non-terminal)
+LABEL = "policykit docs"
 #: the model the harness's schedules are priced for (predicted time on H100/H200/B200)
 PREDICT_MODEL = "llama3-8b"
 
@@ -74,14 +77,17 @@ class DocsError(PolicykitError):
 
 
 #: builds a results document itself when its producer command failed as a whole
-Fallback = Callable[[PolicyRegistry, Heartbeat], dict[str, Any]]
+Fallback = Callable[[PolicyRegistry], dict[str, Any]]
 
 
-def _check_each_fallback(registry: PolicyRegistry, heartbeat: Heartbeat) -> dict[str, Any]:
-    def on_combo(i: int, n: int, combo) -> None:
-        heartbeat.detail = f"{i + 1}/{n}: {combo}"
+def _check_each_fallback(registry: PolicyRegistry) -> dict[str, Any]:
+    with Heartbeat(f"{LABEL}: checking each combination on its own", 0) as beat:
 
-    return check_each(registry, on_combo=on_combo)
+        def on_combo(i: int, n: int, combo) -> None:
+            beat.total, beat.done = n, i
+            beat.describe(str(combo))
+
+        return check_each(registry, on_combo=on_combo)
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ PRODUCERS: tuple[Producer, ...] = (
         "check",
         ("check", "--all", "--json"),
         stdout=True,
-        ok_codes=(0, 1, 3),
+        ok_codes=(0, 1, 3, 4),  # 4: some combination refused (its rows say why)
         fallback=_check_each_fallback,
     ),
 )
@@ -201,12 +207,10 @@ def run_producers(
     folder: Path,
     report: DocsReport,
     registry: PolicyRegistry | None = None,
-    heartbeat: Heartbeat | None = None,
 ) -> list[Results]:
     """Run each registered producer command, keeping its JSON under ``folder``."""
     from policykit.cli import COMMANDS
 
-    heartbeat = heartbeat or Heartbeat()
     folder.mkdir(parents=True, exist_ok=True)
     results: list[Results] = []
     for producer in PRODUCERS:
@@ -217,13 +221,14 @@ def run_producers(
             continue
         target = folder / f"{producer.command}.json"
         args = [a.replace("{out}", str(target)) for a in producer.args]
-        with heartbeat.phase(f"running `policykit {' '.join(args)}`"):
+        with Heartbeat(f"{LABEL}: policykit {' '.join(args)}", 1) as beat:
             proc = subprocess.run(
                 [sys.executable, "-c", "from policykit.cli import main; main()", *args],
                 capture_output=True,
                 text=True,
                 check=False,
             )
+            beat.advance()
         failed = proc.returncode not in producer.ok_codes
         why = proc.stderr.strip()[-800:] or proc.stdout.strip()[-800:]
         if failed and (producer.fallback is None or registry is None):
@@ -236,8 +241,7 @@ def run_producers(
                 "results were made one combination at a time instead, refusing any that could "
                 "not be checked."
             )
-            with heartbeat.phase(f"checking each combination on its own ({producer.command})"):
-                doc = producer.fallback(registry, heartbeat)
+            doc = producer.fallback(registry)
             target.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         elif producer.stdout:
             target.write_text(proc.stdout, encoding="utf-8")
@@ -251,7 +255,7 @@ def run_producers(
     return results
 
 
-def run_harness(folder: Path, report: DocsReport, heartbeat: Heartbeat) -> list[Results]:
+def run_harness(folder: Path, report: DocsReport) -> list[Results]:
     """The CPU harness over every registered combination, :data:`HARNESS_REPEATS` times each,
     run in this process (the bench's ``policykit.bench/1`` document, written to
     ``folder/bench.json``)."""
@@ -267,18 +271,16 @@ def run_harness(folder: Path, report: DocsReport, heartbeat: Heartbeat) -> list[
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the tiny model gains nothing from more (see `bench --cpu-threads`)
     try:
-        with heartbeat.phase(
-            f"benchmarking every combination on `{HARNESS_WORKLOAD}` ({HARNESS_REPEATS} repeats)"
-        ):
-            pm = make_plugin_manager()
-            bench = resolve_input(HARNESS_WORKLOAD, HARNESS_POOL_TOKENS)
-            combos = list(Registry.from_plugins(pm).all_combos(bench.config.engine))
-            done = {"n": 0}
+        pm = make_plugin_manager()
+        bench = resolve_input(HARNESS_WORKLOAD, HARNESS_POOL_TOKENS)
+        combos = list(Registry.from_plugins(pm).all_combos(bench.config.engine))
+        label = f"{LABEL}: bench {HARNESS_WORKLOAD}, {HARNESS_REPEATS} runs per combination"
+        with Heartbeat(label, len(combos) * HARNESS_REPEATS) as beat:
 
             def start(combo) -> None:
-                done["n"] += 1
-                total = len(combos) * HARNESS_REPEATS
-                heartbeat.detail = f"run {done['n']}/{total}: {combo}"
+                if beat.current:
+                    beat.advance()
+                beat.describe(str(combo))
 
             doc = run_bench(
                 bench,
@@ -289,6 +291,7 @@ def run_harness(folder: Path, report: DocsReport, heartbeat: Heartbeat) -> list[
                 repeats=HARNESS_REPEATS,
                 predict_model=get_preset(PREDICT_MODEL),
             )
+            beat.advance()
     finally:
         torch.set_num_threads(threads)
     doc["executor"] = {"name": "policykit docs, inline"}
@@ -327,13 +330,13 @@ def generate(
     report.pages.append(write_policies_page(registry, out, here, links))
     report.pages.append(write_cli_page(out))
     report.pages.extend(write_concept_tables(registry, out))
+    report.pages.extend(write_plugin_reference(out))
     report.pages.extend(write_comparisons(registry, results, out, links))
 
 
-def build_site(config: Path, site: Path, heartbeat: Heartbeat | None = None) -> None:
+def build_site(config: Path, site: Path) -> None:
     """``mkdocs build --strict``, run in the config's folder (snippet paths are relative to it)."""
-    heartbeat = heartbeat or Heartbeat()
-    with heartbeat.phase("building the site with `mkdocs build --strict`"):
+    with Heartbeat(f"{LABEL}: mkdocs build --strict", 1) as beat:
         proc = subprocess.run(
             [
                 sys.executable,
@@ -352,6 +355,7 @@ def build_site(config: Path, site: Path, heartbeat: Heartbeat | None = None) -> 
             text=True,
             check=False,
         )
+        beat.advance()
     if proc.returncode != 0:
         raise DocsError(
             f"`mkdocs build --strict` failed (exit {proc.returncode}): "
@@ -400,9 +404,7 @@ def make_docs(
     results_dir: Path | None = None,
     site: Path | None = None,
     build: bool = True,
-    heartbeat: Heartbeat | None = None,
 ) -> DocsReport:
-    heartbeat = heartbeat or Heartbeat()
     config, generated = resolve_config(config, out, build)
     check_replaceable(generated)
     report = DocsReport(generated, config=config)
@@ -415,13 +417,14 @@ def make_docs(
         if results_dir is not None:
             results = keep_results(results_dir, staging / "results")
         else:
-            results = run_producers(staging / "results", report, registry, heartbeat)
-            results += run_harness(staging / "results", report, heartbeat)
+            results = run_producers(staging / "results", report, registry)
+            results += run_harness(staging / "results", report)
         report.results = [
             (str(generated / "results" / Path(r.source).name), r.kind) for r in results
         ]
-        with heartbeat.phase("writing the generated pages"):
+        with Heartbeat(f"{LABEL}: writing the generated pages", 1) as beat:
             generate(registry, staging, results, report, Links(docs_dir_of(config)))
+            beat.advance()
         report.pages = [generated / p.relative_to(staging) for p in report.pages]
         with swapped_in(staging, generated):
             if build:
@@ -431,7 +434,7 @@ def make_docs(
                     tempfile.mkdtemp(prefix=f".{report.site.name}.", dir=report.site.parent)
                 )
                 try:
-                    build_site(config, fresh, heartbeat)
+                    build_site(config, fresh)
                 except BaseException:
                     shutil.rmtree(fresh, ignore_errors=True)
                     raise

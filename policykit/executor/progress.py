@@ -1,7 +1,8 @@
 """One rich progress bar over all units of a sweep, with how many each node has finished.
 
 It draws on stderr, so ``--json -`` output on stdout stays clean; rich draws nothing live when
-stderr is not a terminal (CI logs get no bar spam).
+stderr is not a terminal (CI logs get no bar spam): there a :class:`~policykit.heartbeat.Heartbeat`
+prints a plain line at least every 10 s instead.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rich.progress import (
 )
 
 from policykit.executor.work import Attempt, Status, UnitResult
+from policykit.heartbeat import Heartbeat
 
 
 class SweepProgress:
@@ -39,6 +41,8 @@ class SweepProgress:
             transient=False,
         )
         self._task = self._progress.add_task(label, total=total, status="")
+        # a log (stderr not a terminal) gets a plain line at least every 10 s instead
+        self._heartbeat = Heartbeat(label, total)
 
     def attempt_ended(self, attempt: Attempt, result: UnitResult | None) -> None:
         if result is None:
@@ -47,6 +51,9 @@ class SweepProgress:
             self.per_node[attempt.host or "?"] += 1
             self.failed += result.status is Status.FAILED
         self._progress.update(self._task, advance=result is not None, status=self.status_line())
+        if result is not None:
+            self._heartbeat.advance()
+            self._heartbeat.describe(attempt.unit_id)
 
     def status_line(self) -> str:
         nodes = " · ".join(f"{host} {n}" for host, n in sorted(self.per_node.items()))
@@ -59,6 +66,7 @@ class SweepProgress:
 
     def __enter__(self) -> Self:
         self._progress.start()
+        self._heartbeat.__enter__()
         return self
 
     def __exit__(
@@ -67,4 +75,5 @@ class SweepProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._heartbeat.__exit__(exc_type, exc, tb)
         self._progress.stop()

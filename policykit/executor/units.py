@@ -13,7 +13,13 @@ from typing import Any
 
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
-from policykit.scenario import Scenario, build_node, load_scenario, parse_scenario
+from policykit.scenario import (
+    Scenario,
+    build_node,
+    load_scenario,
+    parse_scenario,
+    resolve_scenario_path,
+)
 from policykit.scheduler import Scheduler
 
 
@@ -59,8 +65,6 @@ def simulate_unit(args: dict[str, Any]) -> dict[str, Any]:
 def _scenario(spec: str | dict[str, Any]) -> Scenario:
     if isinstance(spec, dict):
         return parse_scenario(spec, source=f"scenario {spec.get('name', '?')!r}")
-    from policykit.cli.simulate import resolve_scenario_path
-
     return load_scenario(resolve_scenario_path(spec))
 
 
@@ -107,11 +111,13 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
     ``args``: ``combo`` (a combo string), ``page_size``, ``chunk_size``, and optionally
     ``swa_window``, ``rounds``, ``requests``, ``timeout`` (seconds per solver query) and
     ``granule``, with ``policykit check``'s defaults. A violated property is a result, not a
-    failure: the unit raises only when the check itself cannot run.
+    failure, and so is a refusal (``refused`` verdicts with the reason): the unit raises only
+    when the check itself cannot run.
     """
     from policykit.policy import EngineConfig
+    from policykit.spec import check_or_refuse
     from policykit.spec.bmc import Bounds
-    from policykit.spec.checker import CheckOptions, check_combo
+    from policykit.spec.checker import CheckOptions
     from policykit.spec.model import ModelConfig
 
     page, chunk = int(args["page_size"]), int(args["chunk_size"])
@@ -123,11 +129,14 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
         int(args.get("rounds", 4)),
         int(args.get("requests", 3)),
         float(args.get("timeout", 10.0)),
-        Bounds(granule=args.get("granule")),
+        Bounds(
+            max_pool_tokens=int(args.get("pool_cap") or Bounds.max_pool_tokens),
+            granule=args.get("granule"),
+        ),
     )
     sources = {
         kind: str(registry.entry(kind, getattr(combo, kind).name).source)
         for kind in ("admission", "chunking", "alignment")
     }
-    verdicts = check_combo(combo, ModelConfig(page, chunk, window), options, sources)
+    verdicts = check_or_refuse(combo, ModelConfig(page, chunk, window), options, sources)
     return {"combo": args["combo"], "verdicts": [v.to_dict() for v in verdicts]}

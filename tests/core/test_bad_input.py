@@ -74,6 +74,10 @@ def test_bad_scenario(tmp_path, case):
         ("admission", "not of the form KIND=POLICY"),
         ("colour=red", "kind 'colour', which does not exist"),
         ("admission=sglang:3", "takes no parameter"),
+        ("sglang/defer", "has 2 part(s)"),
+        ("sglang/defer/page/default/x", "has 5 part(s)"),
+        ("nope/sglang/page", "no admission policy named 'nope'"),
+        ("sglang/sglang/checkpoint:100", "not a positive multiple of the page size 64"),
     ],
 )
 def test_bad_combo(combo, expected):
@@ -81,6 +85,22 @@ def test_bad_combo(combo, expected):
     assert result.exit_code == 2, result.output
     assert expected in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "--all", "--combo", "sglang/sglang/page"],
+        ["check", "--combos", ";"],
+        ["bench", "--workload", "seed-abc", "--out", "/no/such/folder/r.json"],
+        ["sweep", "--scenarios", "seed-abc", "--combo", "sglang/sglang/page", "--combo",
+         "admission=sglang,chunking=sglang,alignment=page"],
+    ],
+)  # fmt: skip
+def test_bad_command_lines_are_one_paragraph(args):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1
 
 
 def test_missing_scenario_file():

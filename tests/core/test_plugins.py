@@ -101,6 +101,40 @@ def test_entry_point_policy_is_listed_with_its_distribution(installed_plugin):
     assert json.loads(run.output)["combo"]["chunking"] == "halves"
 
 
+def test_plugins_lists_distribution_version_hooks_and_policies(installed_plugin):
+    listed = invoke(["plugins", "--json"])
+    assert listed.exit_code == 0, listed.output
+    doc = json.loads(listed.output)
+    assert doc["schema"] == "policykit.plugins/1" and doc["created"]
+    rows = {row["plugin"]: row for row in doc["plugins"]}
+    assert rows["tinychunk"] == {
+        "plugin": "tinychunk",
+        "distribution": "tinychunk-policy",
+        "version": "1.2.3",
+        "built_in": False,
+        "hooks": ["policykit_register_policies"],
+        "policies": ["chunking:halves"],
+    }
+    assert rows["policykit.plugins.admission"]["built_in"] is True
+    text = invoke(["plugins"])
+    assert text.exit_code == 0
+    assert "tinychunk (tinychunk-policy 1.2.3)" in text.output
+    assert "chunking:  halves" in text.output
+
+
+def test_plugins_shows_observer_hooks():
+    class Observer:
+        @policykit.hookimpl
+        def policykit_round_end(self, round_no, plan):
+            pass
+
+    pm = make_plugin_manager(entry_points=False)
+    pm.register(Observer(), name="observer")
+    doc = json.loads(invoke(["plugins", "--json"], pm).output)
+    (row,) = [r for r in doc["plugins"] if r["plugin"] == "observer"]
+    assert row["hooks"] == ["policykit_round_end"] and row["policies"] == []
+
+
 def test_blocked_plugin_is_not_loaded(installed_plugin, monkeypatch):
     monkeypatch.setenv("POLICYKIT_BLOCK_PLUGINS", "tinychunk")
     names = {e.name for e in PolicyRegistry.from_plugins(make_plugin_manager()).entries()}
@@ -126,6 +160,8 @@ def test_plugin_failing_to_import_is_named(tmp_path, monkeypatch):
     [
         (int, "not a policy class"),
         (type("Nameless", (policykit.AdmissionPolicy,), {"name": ""}), "with the name ''"),
+        (type("Slash", (policykit.AdmissionPolicy,), {"name": "a/b"}), "separate the parts"),
+        (type("Plus", (policykit.AdmissionPolicy,), {"name": "a+b"}), "separate the parts"),
         (type("Dup", (policykit.AdmissionPolicy,), {"name": "sglang"}), "already registered"),
     ],
 )

@@ -181,15 +181,13 @@ def test_verdict_summary_says_what_is_safe_under_which_configuration(comparison:
         section
     )
     assert "`reserve-tail` with any chunking" not in section  # only one of its 12 was checked
-    assert "`no-oom` is **violated** by 1: `sglang` with `sglang · checkpoint:256`" in section
-    assert "**unknown** for 1: `sglang` with `defer · truncation:192`" in section
+    assert "`no-oom` is **violated** by 1: `sglang` with `sglang/checkpoint:256`" in section
+    assert "**unknown** for 1: `sglang` with `defer/truncation:192`" in section
 
 
 def test_refused_verdicts_are_shown_distinctly_with_their_reason(comparison: Path):
     page = (comparison / "index.md").read_text()
-    assert "**Refused** `no-evict · defer · page`: no-evict's admit() multiplies by a float" in (
-        page
-    )
+    assert "**Refused** `no-evict/defer/page`: no-evict's admit() multiplies by a float" in (page)
     row = next(
         r for r in _section_rows(page, "Formal verdicts") if r.startswith("| `no-evict` | `defer`")
     )
@@ -225,7 +223,7 @@ def test_trace_pages_say_what_broke_and_never_end_in_success(comparison: Path):
     # no description: the property and the round the replay crashed in
     plain = pages["no-oom"]
     assert '!!! failure "Property broken: no-oom (round 4)"' in plain
-    assert "no-oom is violated in round 4 under sglang · sglang · checkpoint:256" in plain
+    assert "no-oom is violated in round 4 under sglang/sglang/checkpoint:256" in plain
     for page in pages.values():
         assert "!!! success" not in page
         assert "| **✗ 4** |" in page  # the failing round is marked in the replayed table

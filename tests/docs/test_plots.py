@@ -143,10 +143,11 @@ def test_a_difference_inside_the_spread_is_called_the_same(tmp_path: Path):
     bench = BenchResults(Provenance("cpu", "tiny", "d", "b"), "w", runs, Path("b.json"))
     rows = bench_section(bench, tmp_path).split("#### Measured", 1)[1].split("| --- |", 1)[1]
     lines = {line.split("|")[1].strip(): line for line in rows.splitlines() if "|" in line}
-    assert "fastest median" in lines["`sglang` · `sglang` · `page`"]
-    assert "same as the fastest within noise" in lines["`sglang` · `sglang` · `none`"]
+    assert "fastest median" in lines["`sglang`/<wbr>`sglang`/<wbr>`page`"]
+    assert "same as the fastest within noise" in lines["`sglang`/<wbr>`sglang`/<wbr>`none`"]
     assert (
-        "slower than the fastest, beyond noise" in lines["`sglang` · `sglang` · `checkpoint:256`"]
+        "slower than the fastest, beyond noise"
+        in lines["`sglang`/<wbr>`sglang`/<wbr>`checkpoint:256`"]
     )
 
 

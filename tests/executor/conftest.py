@@ -34,7 +34,7 @@ def registry() -> PolicyRegistry:
 def simulate_units(registry) -> list[Unit]:
     """4 combos x the two bundled scenarios, built the way ``policykit sweep`` builds them."""
     scenarios = [load_scenario(SCENARIOS / f"{name}.json") for name in BUNDLED]
-    return sweep_units(scenarios, COMBOS, registry, max_rounds=10_000)
+    return sweep_units(scenarios, COMBOS.split(";"), registry, max_rounds=10_000)
 
 
 #: bench units: 2 combos x 2 harness workloads on the tiny model, on the CPU

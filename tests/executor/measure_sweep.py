@@ -86,7 +86,7 @@ def main() -> None:
         for label, extra in CONFIGS.items():
             out = Path(tmp) / "out.json"
             cmd = [policykit, "sweep", "--scenarios", ",".join(paths), "--combos", opts.combos,
-                   *extra, "--json", str(out)]  # fmt: skip
+                   *extra, "--out", str(out)]  # fmt: skip
             started = time.perf_counter()
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             wall = time.perf_counter() - started

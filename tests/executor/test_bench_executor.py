@@ -14,7 +14,7 @@ OUTCOME = ("combo", "status", "crash", "requests", "rounds", "prompt_tokens_comp
 
 def bench(*extra: str) -> dict:
     args = ["bench", "--workload", "host-hit-heavy", "--device", "cpu", "--combos", COMBOS]
-    result = CliRunner().invoke(main, [*args, *extra, "--json", "-"])
+    result = CliRunner().invoke(main, [*args, *extra, "--json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 

@@ -23,10 +23,7 @@ def pool():
         yield executor
 
 
-UPSTREAM_INCIDENT = (
-    "simulate/seed-incident-1keim/"
-    "admission=sglang,chunking=sglang,alignment=checkpoint:256,allocator-phase=default"
-)
+UPSTREAM_INCIDENT = "simulate/seed-incident-1keim/sglang/sglang/checkpoint:256"
 
 
 def test_simulate_units_equal_the_core_run_in_process(local_sweep, simulate_units, registry):

@@ -24,7 +24,7 @@ def test_oom_is_a_result_not_a_failure(tmp_path):
     out = tmp_path / "sweep.json"
     res = sweep(
         "--scenarios", "seed-incident-1keim", "--combos", f"{UPSTREAM};{FIX}",
-        "--workers", "1", "--json", str(out),
+        "--workers", "1", "--out", str(out),
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "OOM in round 4" in res.output
@@ -39,7 +39,7 @@ def test_a_unit_failing_after_its_retries_exits_1_and_is_listed(tmp_path):
     out = tmp_path / "sweep.json"
     res = sweep(
         "--scenarios", "seed-abc", "--combos", FIX, "--workers", "1",
-        "--timeout", "0.001", "--retries", "1", "--json", str(out),
+        "--timeout", "0.001", "--retries", "1", "--out", str(out),
     )  # fmt: skip
     assert res.exit_code == 1, res.output
     doc = json.loads(out.read_text())
@@ -51,7 +51,7 @@ def test_a_unit_failing_after_its_retries_exits_1_and_is_listed(tmp_path):
 BAD = {
     "unknown scenario": (["--scenarios", "no-such"], "no bundled scenario"),
     "unknown policy": (["--scenarios", "seed-abc", "--combos", "admission=nope"], "no admission"),
-    "empty combos": (["--scenarios", "seed-abc", "--combos", ";"], "--combos is empty"),
+    "empty combos": (["--scenarios", "seed-abc", "--combos", ";"], "names no combination"),
     "same combo twice": (["--scenarios", "seed-abc", "--combos", f"{FIX};{FIX}"], "twice"),
     "same scenario twice": (["--scenarios", "seed-abc,seed-abc"], "distinct 'name'"),
     "ray address with local": (

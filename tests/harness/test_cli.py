@@ -22,7 +22,7 @@ def bench(*args: str):
 
 def test_json_results_follow_the_schema(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    result = bench("--workload", "host-hit-heavy", "--combos", TWO, *FAST, "--json", str(out))
+    result = bench("--workload", "host-hit-heavy", "--combos", TWO, *FAST, "--out", str(out))
     assert result.exit_code == 0, result.output
     assert "crashed at round" in result.output  # the table
     data = json.loads(out.read_text())
@@ -44,9 +44,7 @@ def test_json_results_follow_the_schema(tmp_path: Path) -> None:
 
 
 def test_json_to_stdout_and_scenario_files() -> None:
-    result = bench(
-        "--workload", "seed-abc", "--combos", "admission=reserve-tail", *FAST, "--json", "-"
-    )
+    result = bench("--workload", "seed-abc", "--combos", "admission=reserve-tail", *FAST, "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["workload"]["name"] == "seed-abc"
@@ -60,7 +58,7 @@ def test_trace_file(tmp_path: Path) -> None:
         '{"id": "b", "prompt_tokens": 300, "prefix_group": "g", "prefix_tokens": 200, '
         '"host_prefix_tokens": 200, "arrival_round": 2}\n'
     )
-    result = bench("--workload", str(trace), "--combos", "admission=sglang", *FAST, "--json", "-")
+    result = bench("--workload", str(trace), "--combos", "admission=sglang", *FAST, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["combos"][0]["requests"]["completed"] == 2
 
@@ -82,7 +80,7 @@ def _error(result) -> str:
         (["--workload", "mixed", "--device", "cpu", "--combos", "admission=zzz"], "zzz"),
         (["--workload", "mixed", "--device", "cpu", "--combos", ";"], "names no combination"),
         (["--workload", "mixed", "--device", "tpu"], "tpu"),
-        (["--workload", "mixed", "--device", "cpu", "--json", "/no/such/dir/x.json"], "folder"),
+        (["--workload", "mixed", "--device", "cpu", "--out", "/no/such/dir/x.json"], "folder"),
     ],
 )
 def test_bad_input(args: list[str], message: str) -> None:

@@ -1,0 +1,63 @@
+"""Whether the checker can reason about a combo at all, asked before anything is run.
+
+``simulate`` and ``bench`` run any policy, but a user comparing policies should know when one of
+them is outside what ``policykit check`` can vouch for (a float, state, the clock): they warn
+with the reason instead of failing. The question is answered by the checker's own first step,
+the cross-validation of :mod:`policykit.spec.crossval` (each decision lifted under the guard,
+then compared with Python on concrete views), so a policy refused here is refused there.
+
+:func:`check_or_refuse` is the other side: ``check`` turns a refusal into ``refused`` verdicts
+for that combo, and goes on with the others.
+"""
+
+from __future__ import annotations
+
+import time
+
+from policykit.errors import PolicykitError
+from policykit.policy import EngineConfig
+from policykit.registry import Combo
+from policykit.spec.checker import (
+    CheckOptions,
+    Verdict,
+    check_combo,
+    combo_label,
+    properties_for,
+)
+from policykit.spec.crossval import check_policies
+from policykit.spec.model import ModelConfig
+
+
+def checkable(combo: Combo, engine: EngineConfig) -> str | None:
+    """The reason ``policykit check`` would refuse ``combo`` on ``engine``, or ``None``."""
+    try:
+        check_policies(combo, engine)
+    except PolicykitError as exc:
+        return str(exc)
+    return None
+
+
+#: the verdict of a combo the checker cannot reason about (see :func:`check_or_refuse`)
+REFUSED = "refused"
+
+
+def check_or_refuse(
+    combo: Combo,
+    config: ModelConfig,
+    options: CheckOptions,
+    sources: dict[str, str] | None = None,
+) -> list[Verdict]:
+    """:func:`~policykit.spec.checker.check_combo`, except that a combo the checker refuses
+    (a :class:`~policykit.errors.PolicykitError` while encoding it: a float, an unsupported
+    construct, a policy that raised) gives one ``refused`` verdict per property, the reason as
+    its note, instead of an exception: ``check --all`` goes on with the other combos."""
+    t0 = time.perf_counter()
+    try:
+        return check_combo(combo, config, options, sources)
+    except PolicykitError as exc:
+        seconds = time.perf_counter() - t0
+        reason = " ".join(str(exc).split())
+        return [
+            Verdict(combo_label(combo), prop, REFUSED, "-", seconds, note=reason)
+            for prop in properties_for(config, options.properties)
+        ]

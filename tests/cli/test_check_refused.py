@@ -1,0 +1,142 @@
+"""``check`` survives a policy it cannot reason about: that combo is ``refused`` with the reason,
+every other combo still gets its verdict, on each executor path."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+
+import pytest
+
+import policykit
+from policykit.plugin_manager import PluginSource, make_plugin_manager
+from policykit.plugins.admission import ReserveTailAdmission, SGLangAdmission
+from policykit.plugins.alignment import PageAlignment
+from policykit.plugins.allocator_phase import DefaultAllocator
+from policykit.plugins.chunking import SGLangChunking
+
+FLOAT_RATIO = '''
+import policykit
+
+class FloatRatio(policykit.AdmissionPolicy):
+    """Uses a float ratio: cannot be checked symbolically."""
+    name = "float-ratio"
+    def admit(self, v):
+        return v.remaining_tokens / v.page_size < v.rem_total_tokens
+    def tail_reserve(self, v):
+        return 0
+
+@policykit.hookimpl
+def policykit_register_policies(register):
+    register(FloatRatio)
+'''
+
+
+class FewBuiltIns:
+    """A small registry, so that ``check --all`` stays fast: three combos."""
+
+    @policykit.hookimpl
+    def policykit_register_policies(self, register):
+        for cls in (SGLangAdmission, ReserveTailAdmission, SGLangChunking, PageAlignment):
+            register(cls)
+        register(DefaultAllocator)
+
+
+@pytest.fixture
+def float_plugin(tmp_path, monkeypatch):
+    """The float-using policy installed as a distribution with an entry point."""
+    (tmp_path / "floaty_policy.py").write_text(textwrap.dedent(FLOAT_RATIO))
+    dist = tmp_path / "floaty_policy-0.3.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: floaty-policy\nVersion: 0.3\n")
+    (dist / "entry_points.txt").write_text("[policykit]\nfloaty = floaty_policy\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("floaty_policy", None)
+
+
+def _small_pm():
+    pm = make_plugin_manager(entry_points=False, environ={"POLICYKIT_BLOCK_PLUGINS": ",".join(
+        f"policykit.plugins.{m}" for m in ("admission", "chunking", "alignment",
+                                           "allocator_phase"))})  # fmt: skip
+    pm.register(FewBuiltIns(), name="few-built-ins")
+    import floaty_policy
+
+    pm.register_source(floaty_policy, PluginSource("floaty", "floaty-policy", "0.3"))
+    return pm
+
+
+def _verdicts(doc: dict) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for v in doc["verdicts"]:
+        out.setdefault(v["combo"], set()).add(v["verdict"])
+    return out
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_check_all_completes_with_the_float_policy_refused(cli, float_plugin, jobs):
+    res = cli("check", "--all", "--json", "--jobs", jobs, pm=_small_pm())
+    doc = json.loads(res.stdout)
+    # a refusal is exit code 4 unless something is violated (1 takes precedence)
+    assert res.exit_code == (1 if doc["summary"]["violated"] else 2), res.output
+    by_combo = _verdicts(doc)
+    assert by_combo == {
+        "sglang/sglang/page": by_combo["sglang/sglang/page"],
+        "reserve-tail/sglang/page": {"proved"},
+        "float-ratio/sglang/page": {"refused"},
+    }
+    assert by_combo["sglang/sglang/page"] <= {"proved", "violated"}
+    notes = {v["note"] for v in doc["verdicts"] if v["verdict"] == "refused"}
+    (note,) = notes
+    assert "float-ratio" in note and "floaty-policy 0.3" in note and "floaty_policy.py" in note
+    assert doc["summary"]["refused"] == len([v for v in doc["verdicts"] if v["combo"] ==
+                                             "float-ratio/sglang/page"])  # fmt: skip
+
+
+def test_text_output_says_refused_why_and_ends_with_a_summary(cli, float_plugin):
+    res = cli("check", "--all", "--jobs", "1", pm=_small_pm(), columns=80)
+    assert res.exit_code in (1, 2), res.output
+    lines = res.stdout.strip().splitlines()
+    assert re.match(r"3 combos: \d+ proved \(\d+ unbounded\), \d+ violated, 0 unknown, 5 refused",
+                    lines[-1]), lines[-1]  # fmt: skip
+    assert "refused (float-ratio/sglang/page)" in res.stdout
+    assert "…" not in res.stdout
+
+
+def test_refused_alone_exits_2(cli, float_plugin):
+    res = cli("check", "--combo", "float-ratio/sglang/page", pm=_small_pm())
+    assert res.exit_code == 2, res.output
+
+
+def test_local_executor_returns_refused_rows(cli, float_plugin):
+    """Spawned workers load the installed plugin themselves (entry point)."""
+    res = cli(
+        "check", "--executor", "local", "--jobs", "2", "--json",
+        "--combo", "float-ratio/sglang/page", "--combo", "reserve-tail/sglang/page",
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    by_combo = _verdicts(json.loads(res.stdout))
+    assert by_combo == {
+        "float-ratio/sglang/page": {"refused"},
+        "reserve-tail/sglang/page": {"proved"},
+    }
+
+
+def test_simulate_warns_but_runs(cli, float_plugin):
+    res = cli("simulate", "seed-abc", "--combo", "admission=float-ratio")
+    assert res.exit_code in (0, 1), res.output
+    assert res.stderr.startswith("Warning: float-ratio/sglang/page is not checkable")
+    assert "completed:" in res.stdout
+
+
+def test_checkable_is_none_for_every_built_in():
+    from policykit.policy import EngineConfig
+    from policykit.registry import registry_from
+    from policykit.spec import checkable
+
+    registry = registry_from(make_plugin_manager(entry_points=False))
+    for engine in (EngineConfig(64, 4096), EngineConfig(64, 4096, hybrid_swa=True)):
+        for combo in registry.all_combos(engine):
+            assert checkable(combo, engine) is None, str(combo)

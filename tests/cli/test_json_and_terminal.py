@@ -1,0 +1,122 @@
+"""``--json`` is a flag everywhere, every document carries ``schema`` and ``created``, errors
+under ``--json`` are JSON on stderr; tables fit 80 columns; long work reports progress in logs."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+
+import pytest
+
+from policykit.heartbeat import Heartbeat
+
+DOCUMENTS = {
+    "policies": ["policies"],
+    "plugins": ["plugins"],
+    "simulate": ["simulate", "seed-abc"],
+    "check": ["check", "--combo", "reserve-tail/defer/page", "--rounds", "2"],
+    "plan-memory": ["plan-memory", "--model", "llama3-8b", "--gpu-mem-gib", "80"],
+}
+
+
+@pytest.mark.parametrize("command", DOCUMENTS)
+def test_every_document_has_schema_and_created(cli, command):
+    res = cli(*DOCUMENTS[command], "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == f"policykit.{command}/1"
+    assert doc["created"].endswith("+00:00") and "started" not in doc
+    assert list(doc)[:2] == ["schema", "created"]
+
+
+def test_out_writes_the_same_document(cli, tmp_path):
+    out = tmp_path / "check.json"
+    res = cli("check", "--combo", "reserve-tail/defer/page", "--rounds", "2", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "policykit.check/1" and doc["summary"]["proved"] == 5
+
+
+ERRORS = {
+    "policykit error": ["simulate", "no-such-scenario"],
+    "bad combo": ["check", "--combo", "sglang/defer"],
+    "usage error": ["check", "--rounds", "99"],
+    "unknown option": ["sweep", "--scenarios", "seed-abc", "--no-such-option"],
+    "both --all and --combo": ["bench", "--workload", "seed-abc", "--all", "--combo", "x/y/z"],
+}
+
+
+@pytest.mark.parametrize("case", ERRORS)
+def test_errors_under_json_are_json_on_stderr_with_exit_2(cli, case):
+    res = cli(*ERRORS[case], "--json")
+    assert res.exit_code == 2, res.output
+    assert res.stdout == ""
+    err = json.loads(res.stderr)
+    assert err["schema"] == "policykit.error/1" and err["exit_code"] == 2
+    assert err["error"] and "\n" not in err["error"] and "Traceback" not in err["error"]
+
+
+def test_errors_without_json_stay_one_paragraph(cli):
+    res = cli("check", "--combo", "sglang/defer")
+    assert res.exit_code == 2
+    assert res.stderr.startswith("Error: The combo 'sglang/defer' has 2 part(s)")
+    assert res.stderr.count("\n") == 1
+
+
+def _widest(text: str) -> int:
+    return max(len(line.rstrip()) for line in text.splitlines())
+
+
+def test_policies_fit_80_columns_one_or_two_lines_each_without_rest_markup(cli):
+    res = cli("policies", columns=80)
+    assert res.exit_code == 0
+    assert _widest(res.stdout) <= 80
+    assert "``" not in res.stdout and ":class:" not in res.stdout and "…" not in res.stdout
+    assert "GUARANTEED_NO_EVICT style" in res.stdout
+    # a policy's row starts with its name; its one-sentence summary wraps onto at most two
+    # more lines (the whole docstring, with --verbose, took 5 to 8 in a four-column table)
+    continued = 0
+    for line in res.stdout.splitlines():
+        if re.match(r"^ \S", line) or not line.strip():
+            continued = 0
+        else:
+            continued += line.startswith("  ")
+        assert continued <= 2, res.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["simulate", "seed-incident-1keim", "--combo", "sglang/sglang/checkpoint:256"],
+        ["check", "--combo", "reserve-tail/swa-reserve/truncation:192", "--rounds", "2"],
+        ["plugins"],
+    ],
+)
+def test_tables_fold_instead_of_truncating_at_80_columns(cli, args):
+    res = cli(*args, columns=80)
+    assert res.exit_code in (0, 1), res.output
+    assert "…" not in res.stdout
+    assert _widest(res.stdout) <= 80
+
+
+def test_heartbeat_prints_to_a_log_and_not_to_a_terminal():
+    log = io.StringIO()
+    with Heartbeat("check", 3, stream=log, interval=0.02) as beat:
+        beat.describe("sglang/sglang/page")
+        time.sleep(0.1)
+        beat.advance()
+    lines = log.getvalue().splitlines()
+    assert len(lines) >= 3
+    assert lines[0].startswith("check: 0/3 done, ") and lines[0].endswith("— sglang/sglang/page")
+    assert lines[-1].startswith("check: 1/3 done")
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Terminal()
+    with Heartbeat("check", 3, stream=tty, interval=0.02):
+        time.sleep(0.06)
+    assert tty.getvalue() == ""
