@@ -249,6 +249,20 @@ def provenance_of(top: Mapping[str, Any], tool: str) -> Provenance:
 
 
 # --- adapters -----------------------------------------------------------------------------------
+def _failure(value: Any) -> tuple[str, int | None]:
+    """A counterexample's failure in words, and its round. The checker gives an object
+    (``summary``, ``message``, ``kind``, ``round``); a plain string is taken as the words. An
+    OOM's ``message`` is the engine's log line, which the replay shows anyway."""
+    if isinstance(value, dict):
+        words = [str(value.get("summary") or "").strip()]
+        if value.get("kind") != "oom" and value.get("message"):
+            words.append(str(value["message"]).strip())
+        found = value.get("round")
+        at = found if isinstance(found, int) and not isinstance(found, bool) else None
+        return " ".join(w for w in words if w), at
+    return ("" if value is None else str(value)), None
+
+
 def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
     where = path.name
     verdicts = []
@@ -262,7 +276,7 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
             )
         trace = _pick(item, "trace.rounds", "trace", "counterexample.rounds")
         scenario = _pick(item, "scenario", "counterexample.scenario")
-        failure = _pick(item, "failure", "counterexample.failure")
+        failure, failed_in = _failure(_pick(item, "failure", "counterexample.failure"))
         verdicts.append(
             Verdict(
                 combo=_combo(item, at),
@@ -273,11 +287,11 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
                 scenario=scenario if isinstance(scenario, dict) else None,
                 trace=_trace_rows(trace),
                 note=str(item.get("note") or ""),
-                failure=str(failure or ""),
+                failure=failure,
                 steps=tuple(s for s in trace if isinstance(s, dict))
                 if isinstance(trace, list)
                 else (),
-                round=_int(item, at, "round", "counterexample.round"),
+                round=_int(item, at, "round", "counterexample.round") or failed_in,
             )
         )
     config = top.get("config") if isinstance(top.get("config"), dict) else {}

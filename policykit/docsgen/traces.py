@@ -103,7 +103,7 @@ def trace_page(v: Verdict, registry: PolicyRegistry, provenance: Provenance) -> 
         f"# Counterexample: {esc(v.property)} under `{short_label(v.combo)}`\n\n",
         f'!!! failure "Property broken: {esc(v.property)}'
         + (f" (round {at})" if at is not None else "")
-        + f'"\n    {esc(what)}.\n\n',
+        + f'"\n    {esc(what.rstrip("."))}.\n\n',
         provenance.note(),
         f"`policykit check` found **{esc(v.property)}** violated for `{v.combo}`"
         + (f" within {v.bound} rounds" if v.bound is not None else "")

@@ -219,7 +219,7 @@ def test_trace_pages_say_what_broke_and_never_end_in_success(comparison: Path):
     # the counterexample's own failure description, and its failing round from the trace
     told = pages["admitted-completes"]
     assert '!!! failure "Property broken: admitted-completes (round 4)"' in told
-    assert "request B was admitted in round 1 but the pool cannot hold" in told
+    assert "Round 4: admitted request B can never complete. request B was admitted" in told
     # no description: the property and the round the replay crashed in
     plain = pages["no-oom"]
     assert '!!! failure "Property broken: no-oom (round 4)"' in plain
