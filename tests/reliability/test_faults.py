@@ -316,6 +316,6 @@ def test_simulate_names_a_failed_request_and_the_policy_that_failed_it(monkeypat
     assert text.exit_code == 0, text.output
     flat = " ".join(text.output.split())
     assert "failed: B: The chunking policy 'bad:negative' (misbehaving-policies 0.0.1)" in flat
-    out = json.loads(CliRunner().invoke(main, [*args, "--json"]).output)
+    out = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)  # stderr: a warning
     assert [f["id"] for f in out["failed"]] == ["B"]
     assert "B" not in out["completed"] and "B" not in out["pending"]
