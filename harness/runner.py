@@ -107,7 +107,7 @@ def resolve_input(arg: str, pool_tokens: int, seed: int = 0) -> BenchInput:
         return from_workload(load_trace(path, pool_tokens))
     if path.suffix == ".json" or (not path.suffix and path.exists()):
         return from_scenario(path)
-    from policykit.cli.simulate import bundled_scenarios
+    from policykit.scenario import bundled_scenarios
 
     bundled = bundled_scenarios()
     if arg in bundled:

@@ -20,6 +20,7 @@ from typing import Any
 
 from policykit.errors import PolicyError
 from policykit.ledger import Budget, Ledger, ceil_paged
+from policykit.liveness import idle_admit_view, idle_capacity, idle_chunk_view
 from policykit.node import FIRST_TOKENS, PrefillNode
 from policykit.plan import NEVER, Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.policy import AdmitView, AlignView, ChunkView, Policy, TailView
@@ -261,34 +262,20 @@ class Planner:
         that policies admit no less when more is free.
         """
         node, cfg, page = self.node, self.node.config, self.node.config.page_size
-        capacity = node.pool.total_tokens - node.cache.pinned_tokens
+        capacity = idle_capacity(node.pool.total_tokens, node.cache.pinned_tokens)
         pinned = node.cache.pinned_prefix(req.tokens)
         host = node.host.lookup(req.tokens, pinned)
         host_len = 0 if host is None else host.end - pinned
         remaining = req.prompt_tokens - pinned
-        idle = AdmitView(
-            prompt_tokens=req.prompt_tokens,
-            remaining_tokens=remaining,
-            host_prefix_tokens=host_len,
-            first_tokens=FIRST_TOKENS,
-            page_size=page,
-            rem_total_tokens=capacity,
-            cur_rem_tokens=capacity,
-        )
+        idle = idle_admit_view(req.prompt_tokens, remaining, host_len, FIRST_TOKENS, page, capacity)
         where = f"even on an idle node ({capacity} tokens could ever be free"
         where += f", {pinned} of its prompt cached and pinned)" if pinned else ")"
         adm = self.combo.admission
         if not _admits(adm, idle, req.id):
             return f"{describe(adm)} refuses its {req.prompt_tokens}-token prompt {where}."
-        after_load = capacity - pages_for(host_len, page) * page
         swa_total = None if node.swa_pool is None else node.swa_pool.total_tokens
-        view = ChunkView(
-            remaining_tokens=remaining - host_len,
-            rem_chunk_tokens=cfg.chunked_prefill_size,
-            rem_total_tokens=after_load,
-            rem_swa_tokens=after_load if swa_total is None else swa_total,
-            page_size=page,
-            hybrid_swa=swa_total is not None,
+        view = idle_chunk_view(
+            remaining - host_len, host_len, page, cfg.chunked_prefill_size, capacity, swa_total
         )
         chunking = self.combo.chunking
         chunk = ask(chunking, chunking.new_chunk, view, req.id)

@@ -3,8 +3,16 @@
 A policy sees a frozen *view* of plain integers and returns integers or booleans. It never
 touches the pool, the cache or the request objects. That restriction is what lets the same
 code run in three places: the scheduler (concrete ints), the z3 spec (symbolic ints, see
-``policykit.spec``) and a printed plan. Write a policy with ordinary Python arithmetic,
-comparisons, ``min``/``max`` and ``if``; keep it deterministic and free of side effects.
+``policykit.spec``) and a printed plan.
+
+The contract, which ``policykit check`` enforces rather than assumes: a policy method is a
+*pure function of its view*. Its answer depends only on the view's fields and on what the
+policy was constructed with (its parameter); it keeps no state between calls (no counters on
+``self`` or in the module), reads no clock, randomness or environment, catches no exceptions,
+and does not ask a value its type. Write it with ``int`` arithmetic (``//`` and ``%`` by a
+positive int), comparisons, ``min``/``max``/``abs`` and ``if``. The checker refuses code
+outside this contract with a reason instead of giving a verdict (docs/spec.md, "What the
+checker trusts, and what it refuses").
 
 Every policy class has a ``kind``, a ``name`` and a docstring (shown by ``policykit
 policies``). A policy that takes a parameter (``checkpoint:256``) declares it as ``parameter``;

@@ -126,11 +126,20 @@ def print_run(result: RunResult, *, title: str, console: Console | None = None) 
         who = f" while placing {result.oom.request}" if result.oom.request else ""
         console.print(Text(f"OOM in round {result.oom.round}{who}:", style="bold red"))
         console.print(Text(result.oom.message, style="red"))
-    else:
+    if result.never_completes is not None:
+        nc = result.never_completes
+        console.print(
+            Text(
+                f"Admitted request {nc.request} can never complete (round {nc.round}, {nc.cause}):",
+                style="bold red",
+            )
+        )
+        console.print(Text(nc.message, style="red"))
+    if result.oom is None:
         console.print(
             Text(
                 f"No OOM after {len(result.rounds)} rounds (stopped: {result.stopped_by}).",
-                style="bold green",
+                style="bold green" if result.never_completes is None else "yellow",
             )
         )
     console.print(f"completed: {', '.join(result.completed) or '-'}")

@@ -12,6 +12,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -306,6 +307,38 @@ def prefix_hit_problem(prompt: int, device: int, host: int, pinned: bool, page: 
     return None
 
 
+def bundled_scenarios() -> dict[str, Path]:
+    """Scenarios shipped with policykit, by name (usable instead of a path)."""
+    folder = resources.files("policykit") / "scenarios"
+    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".json")}
+
+
+def resolve_scenario_path(arg: str) -> Path:
+    """A scenario file's path, or a bundled scenario's by name."""
+    path = Path(arg)
+    if path.exists():
+        return path
+    bundled = bundled_scenarios()
+    if arg in bundled:
+        return bundled[arg]
+    raise ScenarioError(
+        f"There is no scenario file {arg!r}, and no bundled scenario of that name (bundled: "
+        f"{', '.join(sorted(bundled))})."
+    )
+
+
+def pool_tokens(scenario: Scenario) -> int:
+    """The size of the scenario's KV pool, as :func:`build_node` lays it out."""
+    page = scenario.page_size
+    pinned = sum(r.device_prefix_tokens for r in scenario.requests if r.device_prefix_pinned)
+    chunked_kv = sum(
+        pages_for(r.computed_tokens - r.device_prefix_tokens, page) * page
+        for r in scenario.requests
+        if r.chunked
+    )
+    return scenario.free_tokens + scenario.evictable_tokens + pinned + chunked_kv
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     path = Path(path)
@@ -335,13 +368,7 @@ def build_node(scenario: Scenario, device: str | torch.device = "cpu") -> Prefil
     The pool holds free + evictable + pinned device prefixes + the in-progress request's KV.
     """
     page = scenario.page_size
-    pinned = sum(r.device_prefix_tokens for r in scenario.requests if r.device_prefix_pinned)
-    chunked_kv = sum(
-        pages_for(r.computed_tokens - r.device_prefix_tokens, page) * page
-        for r in scenario.requests
-        if r.chunked
-    )
-    total = scenario.free_tokens + scenario.evictable_tokens + pinned + chunked_kv
+    total = pool_tokens(scenario)
     if total < page:
         raise ScenarioError(
             f"scenario {scenario.name!r}: the pool holds {total} tokens, less than one page."

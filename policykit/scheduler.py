@@ -14,6 +14,7 @@ from typing import Any
 
 from policykit.errors import PolicyError, PrefillOutOfMemory, RequestFault
 from policykit.ledger import Ledger
+from policykit.liveness import never_completes, owed_tokens
 from policykit.node import PrefillNode
 from policykit.plan import NEVER, Entry, EntryKind, Plan
 from policykit.planner import Observer, Planner, describe
@@ -33,6 +34,24 @@ class OOMReport:
     available: int
     message: str
     pool: str = "full"
+
+
+@dataclass(frozen=True)
+class NeverCompletes:
+    """An admitted request that can never complete: the failure ``admitted-completes`` names.
+
+    ``cause`` is ``"memory"`` when what the request still owes (``owed`` slots) is more than
+    the node can ever have free again (``reclaimable``: free + evictable + the KV of held
+    requests still due back), ``"stuck"`` when the scheduler failed it for waiting forever, or
+    ``"policy-error"`` when a policy of the combo broke its contract while deciding on it.
+    """
+
+    round: int
+    request: str
+    cause: str
+    owed: int
+    reclaimable: int
+    message: str
 
 
 @dataclass
@@ -94,6 +113,8 @@ class RunResult:
     combo: Combo
     rounds: list[RoundRecord] = field(default_factory=list)
     oom: OOMReport | None = None
+    #: the first admitted request found unable to ever complete (or None)
+    never_completes: NeverCompletes | None = None
     completed: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)
@@ -106,6 +127,9 @@ class RunResult:
             "combo": self.combo.as_dict(),
             "rounds": [r.to_dict() for r in self.rounds],
             "oom": None if self.oom is None else self.oom.__dict__.copy(),
+            "never_completes": None
+            if self.never_completes is None
+            else self.never_completes.__dict__.copy(),
             "completed": self.completed,
             "pending": self.pending,
             "rejected": [{"id": k, "reason": v} for k, v in self.rejected.items()],
@@ -224,6 +248,7 @@ class Scheduler:
             self._record(record, t0)
         self._track_deferrals(plan)
         self._fail_if_stuck(plan, record)
+        self._check_completable(r)
         if self.pm is not None:
             self.pm.hook.policykit_round_end(round_no=r, plan=plan)
         return record
@@ -233,6 +258,10 @@ class Scheduler:
         req = self.node.requests.get(err.request_id) if err.request_id is not None else None
         if req is None or req.state not in (State.WAITING, State.CHUNKED):
             raise err
+        if req.state is State.CHUNKED and isinstance(err, PolicyError):
+            # admitted, then failed by its own combo's policy: it can never complete
+            owed = owed_tokens(req.prompt_tokens, req.seq_len, self.node.config.page_size)
+            self._never_completes(req.id, "policy-error", owed, self.reclaimable(), str(err))
         self.node.fail(req, str(err))
         failed.append(req.id)
 
@@ -247,23 +276,66 @@ class Scheduler:
             self.result.rounds.append(record)
 
     def _fail_if_stuck(self, plan: Plan, record: RoundRecord) -> None:
-        """Fail the in-progress request when it was deferred on an otherwise empty node.
+        """Fail the in-progress request when it was deferred and no memory can come back.
 
-        Memory only comes back when held KV is released; with nothing held and nothing else
-        computed, the next round sees the same ledger and defers it again, forever, while its
-        KV blocks everyone behind it. Failing it frees that KV for them.
+        Memory only comes back when held KV is released; with nothing due for release (nothing
+        held, or held KV that is never released) and nothing else computed, the next round sees
+        the same ledger and defers it again, forever, while its KV blocks everyone behind it.
+        Failing it frees that KV for them; the run reports it as never completing.
         """
         req = self.node.chunked
-        if req is None or plan.batch or self.node.held:
+        if req is None or plan.batch or self.node.pending_releases():
             return
         chunking = self.combo.chunking
-        self.node.fail(
-            req,
-            f"{describe(chunking)} deferred it on a node with nothing else running or held, so "
-            f"no memory can come back for it: with {req.remaining} of its {req.prompt_tokens} "
-            "tokens left it would wait forever.",
+        message = (
+            f"{describe(chunking)} deferred it on a node with nothing else running and no held "
+            f"KV due back, so no memory can come back for it: with {req.remaining} of its "
+            f"{req.prompt_tokens} tokens left it would wait forever."
         )
+        owed = owed_tokens(req.prompt_tokens, req.seq_len, self.node.config.page_size)
+        self._never_completes(req.id, "stuck", owed, self.reclaimable(), message)
+        self.node.fail(req, message)
         record.failed.append(req.id)
+
+    def reclaimable(self) -> int:
+        """The most the node can ever have free again: free + evictable now, plus the KV of
+        held requests whose release is still to come (own pages and unpinned locked prefix).
+        New admissions only borrow from this, so nothing can ever raise it."""
+        node = self.node
+        out = node.baseline
+        if node.config.kv_release_rounds is None:
+            return out
+        page = node.config.page_size
+        for q in node.held:
+            pinned = node.cache.pinned_prefix(q.tokens[: q.cached_len])
+            out += q.own_pages.numel() * page + q.cached_len - pinned
+        return out
+
+    def _check_completable(self, round_no: int) -> None:
+        """Record the in-progress request if it owes more than the node can ever free again."""
+        req = self.node.chunked
+        if req is None or self.result.never_completes is not None:
+            return
+        owed = owed_tokens(req.prompt_tokens, req.seq_len, self.node.config.page_size)
+        reclaimable = self.reclaimable()
+        if never_completes(owed, reclaimable):
+            self._never_completes(
+                req.id,
+                "memory",
+                owed,
+                reclaimable,
+                f"it still needs {owed} KV slots to finish its {req.remaining} remaining tokens, "
+                f"but the node can never have more than {reclaimable} free again (free + "
+                "evictable + held KV still due back).",
+            )
+
+    def _never_completes(
+        self, request: str, cause: str, owed: int, reclaimable: int, message: str
+    ) -> None:
+        if self.result.never_completes is None:
+            self.result.never_completes = NeverCompletes(
+                self.round_no, request, cause, owed, reclaimable, message
+            )
 
     def _track_deferrals(self, plan: Plan) -> None:
         """Count consecutive rounds the in-progress request was deferred (for starvation)."""

@@ -21,6 +21,7 @@ from typing import Any
 import z3
 
 from policykit.ledger import ceil_paged
+from policykit.liveness import idle_capacity, never_completes
 from policykit.registry import Combo
 from policykit.spec.model import (
     DEFERRED,
@@ -48,8 +49,9 @@ PROPERTIES = ("no-oom", "swa-no-oom", "admitted-completes", "progress", "ledger"
 PROPERTY_DOCS = {
     "no-oom": "the full KV pool can pay for every planned batch (load-backs + alloc_extend)",
     "swa-no-oom": "the sliding-window pool can pay extend + page_size per chunk (hybrid SWA)",
-    "admitted-completes": "after every round, what the in-progress request still needs to "
-    "finish fits in free + evictable",
+    "admitted-completes": "every admitted request can still complete after every round: what "
+    "it owes fits in what the node can ever free again (free + evictable + held KV still due "
+    "back), and the scheduler never fails it for waiting forever (full and SWA pools)",
     "progress": "a round that opens with memory to finish the in-progress request schedules it",
     "ledger": "cur_rem_tokens >= rem_total_tokens after every placed chunk",
     "contract": "every policy decision is one the planner accepts (chunk in range, aligned end "
@@ -84,6 +86,9 @@ class Inputs:
     release_never: z3.BoolRef
     release_rounds: Sym
     requests: list[Req]
+    #: the pool's size and the pinned prefixes in it (what never-fits measures an idle node by)
+    pool_total: Sym
+    pinned: Sym
 
 
 @dataclass
@@ -99,6 +104,10 @@ class RoundTrace:
     need_full: Sym
     baseline_after: Sym
     owed_after: Sym
+    #: what the node can ever free again after the round (free + evictable + held KV due back)
+    reclaimable_after: Sym
+    #: per request: failed this round for waiting forever (the stuck-request valve)
+    stuck: list[z3.BoolRef]
 
 
 @dataclass
@@ -164,7 +173,7 @@ def make_inputs(enc: Encoder, config: ModelConfig, n: int, rounds: int, bounds: 
         ]
         if i:
             f.append(reqs[i - 1].arrival.t <= r.arrival.t)
-    return Inputs(free, evictable, swa_free, never, delay, reqs)
+    return Inputs(free, evictable, swa_free, never, delay, reqs, total, pinned)
 
 
 @dataclass
@@ -249,7 +258,7 @@ def unroll_round(
         entries = [_combine(quiet_entry(), e, in_progress[i]) for i in range(n)]
     admitted = s.admitted
     rejected = list(s.rejected)
-    idle = IdleNode(capacity=inp.free + inp.evictable, swa_total=inp.swa_free)
+    idle = IdleNode(capacity=idle_capacity(inp.pool_total, inp.pinned), swa_total=inp.swa_free)
     for j, q in enumerate(reqs):
         consider = z3.And(admitted.t <= j, q.arrival.t <= r)
         e, placed, never = model.admit(state, consider, q, idle)
@@ -282,16 +291,22 @@ def unroll_round(
             swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))
             swa_after = swa_after - ite(computes, e.tokens, 0) + ite(computes, grown - kept, 0)
     swa_after = enc.bind("swa_free_after", swa_after)
-    # the scheduler fails an in-progress request deferred on an otherwise empty node (nothing
-    # computed, no KV held): no memory can ever come back for it, and its pages go back
-    batch = z3.Or(*(z3.And(e.kind.t >= WHOLE, e.kind.t <= FINAL) for e in entries))
-    held = z3.Or(
-        *(
-            z3.And(finished[i].t > 0, z3.Not(s.released[i]), z3.Not(released_now[i]))
-            for i in range(n)
+    # KV that held requests will still give back (none where held KV is never released)
+    due = [
+        z3.And(
+            finished[i].t > 0,
+            z3.Not(s.released[i]),
+            z3.Not(released_now[i]),
+            z3.Not(inp.release_never),
         )
-    )
+        for i in range(n)
+    ]
+    # the scheduler fails an in-progress request deferred on an otherwise idle node (nothing
+    # computed, no held KV due back): no memory can ever come back for it, and its pages go back
+    batch = z3.Or(*(z3.And(e.kind.t >= WHOLE, e.kind.t <= FINAL) for e in entries))
+    held = z3.Or(*due)
     freed = Sym(num(0))
+    stuck_now: list[z3.BoolRef] = []
     for i, q in enumerate(reqs):
         stuck = z3.And(
             z3.Not(batch),
@@ -300,6 +315,7 @@ def unroll_round(
             finished[i].t == 0,
             z3.Not(rejected[i]),
         )
+        stuck_now.append(stuck)
         freed = freed + ite(stuck, owed(seq[i], q.device, page), 0)
         swa_after = swa_after + ite(stuck, swa_hold[i], 0)
         swa_hold[i] = ite(stuck, 0, swa_hold[i])
@@ -311,6 +327,10 @@ def unroll_round(
         still = z3.And(admitted.t > i, finished[i].t == 0, z3.Not(rejected[i]))
         owed_after = owed_after + ite(still, owed(q.prompt, seq[i], page), 0)
     owed_after = enc.bind("owed_after", owed_after)
+    reclaimable = baseline_after + sum(
+        (ite(due[i], owed(q.prompt, q.device, page), 0) for i, q in enumerate(reqs)), Sym(num(0))
+    )
+    reclaimable = enc.bind("reclaimable_after", reclaimable)
 
     alive = s.alive
     oom = z3.Or(oom_full, oom_swa)
@@ -318,7 +338,10 @@ def unroll_round(
         "no-oom": z3.And(alive, z3.Not(state.bad_contract), oom_full),
         "swa-no-oom": z3.And(alive, z3.Not(state.bad_contract), oom_swa),
         "admitted-completes": z3.And(
-            alive, z3.Not(state.bad_contract), z3.Not(oom), owed_after.t > baseline_after.t
+            alive,
+            z3.Not(state.bad_contract),
+            z3.Not(oom),
+            z3.Or(t(never_completes(owed_after, reclaimable)), *stuck_now),
         ),
         "progress": z3.And(alive, z3.Not(state.bad_contract), progress_bad),
         "ledger": z3.And(alive, state.bad_ledger),
@@ -337,6 +360,8 @@ def unroll_round(
             need_full=need,
             baseline_after=baseline_after,
             owed_after=owed_after,
+            reclaimable_after=reclaimable,
+            stuck=stuck_now,
         )
     )
     nxt = NodeState(

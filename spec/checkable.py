@@ -1,10 +1,10 @@
 """Whether the checker can reason about a combo at all, asked before anything is run.
 
 ``simulate`` and ``bench`` run any policy, but a user comparing policies should know when one of
-them is outside what ``policykit check`` can prove (a float, an unsupported call): they warn
-with the reason instead of failing. The question is answered by evaluating each decision method
-of each policy once, symbolically, on a view whose numbers are fresh unknowns: the same
-evaluator the checker uses, so a policy refused here is refused there.
+them is outside what ``policykit check`` can vouch for (a float, state, the clock): they warn
+with the reason instead of failing. The question is answered by the checker's own first step,
+the cross-validation of :mod:`policykit.spec.crossval` (each decision lifted under the guard,
+then compared with Python on concrete views), so a policy refused here is refused there.
 
 :func:`check_or_refuse` is the other side: ``check`` turns a refusal into ``refused`` verdicts
 for that combo, and goes on with the others.
@@ -13,19 +13,9 @@ for that combo, and goes on with the others.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import fields
-from typing import Any
 
 from policykit.errors import PolicykitError
-from policykit.policy import (
-    AdmitView,
-    AlignView,
-    ChunkView,
-    EngineConfig,
-    Policy,
-    TailView,
-)
+from policykit.policy import EngineConfig
 from policykit.registry import Combo
 from policykit.spec.checker import (
     CheckOptions,
@@ -34,44 +24,16 @@ from policykit.spec.checker import (
     combo_label,
     properties_for,
 )
+from policykit.spec.crossval import check_policies
 from policykit.spec.model import ModelConfig
-from policykit.spec.symbolic import Sym, evaluate, int_var
-
-#: decision methods per kind, with the view each one receives
-_METHODS: dict[str, tuple[tuple[str, type], ...]] = {
-    "admission": (("admit", AdmitView), ("tail_reserve", TailView)),
-    "chunking": (("new_chunk", ChunkView), ("resume_chunk", ChunkView)),
-    "alignment": (("align_end", AlignView),),
-}
-
-
-def _fresh_view(view_cls: type, engine: EngineConfig, prefix: str) -> Any:
-    """A view whose numbers are fresh symbols, except the engine's concrete facts."""
-    values: dict[str, Any] = {}
-    for f in fields(view_cls):
-        if f.name == "page_size":
-            values[f.name] = engine.page_size
-        elif f.name == "hybrid_swa":
-            values[f.name] = engine.hybrid_swa
-        else:
-            values[f.name] = Sym(int_var(f"{prefix}.{f.name}"))
-    return view_cls(**values)
-
-
-def _calls(combo: Combo) -> Iterator[tuple[Policy, str, type]]:
-    for policy in combo.policies():
-        for method, view_cls in _METHODS.get(policy.kind, ()):
-            yield policy, method, view_cls
 
 
 def checkable(combo: Combo, engine: EngineConfig) -> str | None:
     """The reason ``policykit check`` would refuse ``combo`` on ``engine``, or ``None``."""
-    for policy, method, view_cls in _calls(combo):
-        view = _fresh_view(view_cls, engine, f"{policy.kind}.{method}")
-        try:
-            evaluate(policy, method, view, source=policy.source)
-        except PolicykitError as exc:
-            return str(exc)
+    try:
+        check_policies(combo, engine)
+    except PolicykitError as exc:
+        return str(exc)
     return None
 
 

@@ -17,7 +17,9 @@ from typing import Any
 
 import z3
 
+from policykit.policy import EngineConfig
 from policykit.registry import Combo
+from policykit.scenario import Scenario, pool_tokens
 from policykit.spec.bmc import (
     PROPERTIES,
     Bounds,
@@ -26,7 +28,8 @@ from policykit.spec.bmc import (
     make_inputs,
     unroll_round,
 )
-from policykit.spec.counterexample import Counterexample, extract, minimise
+from policykit.spec.counterexample import Counterexample, extract, minimise, replay
+from policykit.spec.crossval import check_lifted, check_policies
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, ModelConfig, RoundModel
 from policykit.spec.solver import solve, unrolled
@@ -53,6 +56,11 @@ class Verdict:
     seconds: float
     counterexample: Counterexample | None = None
     note: str = ""
+    #: the engine configuration the verdict holds for (:func:`config_dict`)
+    config: dict[str, Any] = field(default_factory=dict)
+    #: the bounds of the search behind a bounded proof, a violation or an unknown
+    #: (:func:`bounds_dict`); None for an unbounded proof
+    bounds: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -69,10 +77,49 @@ class Verdict:
             "bound": self.bound,
             "seconds": round(self.seconds, 3),
             "note": self.note,
+            "config": self.config,
+            "bounds": self.bounds,
             "counterexample": None
             if self.counterexample is None
             else self.counterexample.to_dict(),
         }
+
+
+def config_dict(config: ModelConfig) -> dict[str, Any]:
+    """The engine configuration a verdict holds for (the model fixes these numbers)."""
+    return {
+        "page_size": config.page_size,
+        "chunked_prefill_size": config.chunked_prefill_size,
+        "swa_window": config.swa_window,
+    }
+
+
+def bounds_dict(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
+    """What the bounded search covered: rounds, requests, the largest pool, the length grain."""
+    return {
+        "rounds": options.rounds,
+        "requests": options.requests,
+        "pool_cap_tokens": options.bounds.max_pool_tokens,
+        "granule": options.bounds.granule_for(config),
+    }
+
+
+def scope_text(config: ModelConfig, options: CheckOptions) -> str:
+    """One line naming what every verdict of a run holds for, and the bounded ones' bounds."""
+    swa = "no SWA" if config.swa_window is None else f"SWA window {config.swa_window}"
+    b = bounds_dict(config, options)
+    return (
+        f"for page size {config.page_size}, chunk size {config.chunked_prefill_size}, {swa}; "
+        f"bounded verdicts: up to {b['rounds']} rounds, {b['requests']} requests, a pool of "
+        f"at most {b['pool_cap_tokens']} tokens, lengths in multiples of {b['granule']}"
+    )
+
+
+def config_from_scenario(scenario: Scenario) -> tuple[ModelConfig, int]:
+    """The engine configuration of a user's scenario, and its pool size as the pool cap: the
+    node the user runs, not the checker's defaults."""
+    config = ModelConfig(scenario.page_size, scenario.chunked_prefill_size, scenario.sliding_window)
+    return config, pool_tokens(scenario)
 
 
 def properties_for(config: ModelConfig, wanted: tuple[str, ...] | None = None) -> list[str]:
@@ -88,13 +135,15 @@ def check_combo(
 ) -> list[Verdict]:
     """All verdicts for one combo."""
     sources = sources or {}
+    engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
+    check_policies(combo, engine, sources)
     name = combo_label(combo)
     props = properties_for(config, options.properties)
     timeout_ms = int(options.timeout_s * 1000)
     verdicts: dict[str, Verdict] = {}
     open_props: list[str] = []
     seconds: dict[str, float] = {}
-    ob = Obligations(combo, config, sources, timeout_ms)
+    ob = Obligations(combo, config, sources, timeout_ms, options.bounds.granule_for(config))
     for prop in props:
         t0 = time.perf_counter()
         outcome = ob.prove(prop)
@@ -108,6 +157,11 @@ def check_combo(
             _unroll_and_solve(
                 combo, config, options, sources, name, open_props, seconds, verdicts, enc
             )
+    check_lifted(combo, engine, sources)
+    scope, bounds = config_dict(config), bounds_dict(config, options)
+    for v in verdicts.values():
+        v.config = scope
+        v.bounds = None if v.verdict == PROVED and v.bound == "unbounded" else bounds
     return [verdicts[p] for p in props]
 
 
@@ -152,14 +206,25 @@ class _Deepening:
             self._unknown(prop, k, reason)
 
     def _violated(self, prop: str, k: int, violation: z3.BoolRef, found: z3.ModelRef) -> None:
+        """Record the violation with a counterexample that replays to its failure in the real
+        scheduler: the minimised one if it does, else the one the solver found first."""
         t0 = time.perf_counter()
+        models = [found]
         if self.options.minimise:
-            found = minimise(
-                [*self.u.enc.facts, violation], self.u, found, expected_ms=self.last_ms[prop]
-            )
-        cx = extract(self.u, found, prop, k, self.u.combo)
+            facts = [*self.u.enc.facts, violation]
+            models.insert(0, minimise(facts, self.u, found, expected_ms=self.last_ms[prop]))
+        for model in models:
+            cx = replay(extract(self.u, model, prop, k, self.u.combo), self.u.combo)
+            if cx.failure is not None:
+                break
+        note = (
+            ""
+            if cx.failure is not None
+            else "the counterexample does not replay to this failure in the real scheduler "
+            "(the model and the scheduler disagree); it is not exported"
+        )
         self.seconds[prop] += time.perf_counter() - t0
-        self._close(Verdict(self.name, prop, VIOLATED, f"round {k}", self.seconds[prop], cx))
+        self._close(Verdict(self.name, prop, VIOLATED, f"round {k}", self.seconds[prop], cx, note))
 
     def _unknown(self, prop: str, k: int, reason: str) -> None:
         self._close(

@@ -8,6 +8,7 @@ scenario file (``policykit.scenario``) that ``policykit simulate`` replays.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -47,20 +48,73 @@ class TraceRound:
     owed_after: int
 
 
+#: the failure ``policykit simulate`` must end in when it replays a counterexample, by property
+#: (``oom`` with the pool, or ``never-completes``: an admitted request that can never finish)
+REPLAYS_TO = {
+    "no-oom": ("oom", "full"),
+    "swa-no-oom": ("oom", "swa"),
+    "admitted-completes": ("never-completes", None),
+    "progress": ("never-completes", None),
+    "contract": ("never-completes", None),
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What broke when the real scheduler replayed the counterexample, in which round."""
+
+    kind: str  #: "oom" or "never-completes"
+    round: int
+    request: str | None
+    #: the pool that ran out ("full" / "swa"), or why the request can never complete
+    #: ("memory", "stuck", "policy-error")
+    detail: str
+    message: str  #: the scheduler's own words
+
+    @property
+    def summary(self) -> str:
+        """One sentence: what broke, in which round."""
+        if self.kind == "oom":
+            who = f" while placing {self.request}" if self.request else ""
+            return f"Round {self.round}: the {self.detail} KV pool ran out of memory{who}."
+        why = {
+            "memory": "it owes more KV than the node can ever free again",
+            "stuck": "it was deferred with no memory ever coming back, and failed",
+            "policy-error": "a policy broke its contract on it, and it failed",
+        }.get(self.detail, self.detail)
+        return f"Round {self.round}: admitted request {self.request} can never complete ({why})."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "round": self.round,
+            "request": self.request,
+            "detail": self.detail,
+            "message": self.message,
+            "summary": self.summary,
+        }
+
+
 @dataclass(frozen=True)
 class Counterexample:
-    """A violating run: the scenario (as scenario JSON) and its rounds as the model sees them."""
+    """A violating run: the scenario (as scenario JSON) and its rounds as the model sees them.
+
+    ``failure`` is what the real scheduler did when it replayed ``scenario`` (the failure the
+    property names), or None where the replay did not fail that way: such a counterexample is
+    not exported (it would be a mismatch between the model and the scheduler)."""
 
     property: str
     round: int
     scenario: dict[str, Any]
     rounds: tuple[TraceRound, ...]
+    failure: Failure | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "property": self.property,
             "round": self.round,
             "scenario": self.scenario,
+            "failure": None if self.failure is None else self.failure.to_dict(),
             "rounds": [
                 {
                     "round": r.round,
@@ -196,6 +250,25 @@ def extract(
     }
     parse_scenario(scenario, source="the exported counterexample")  # must be replayable
     return Counterexample(prop, depth, scenario, tuple(rounds))
+
+
+def replay(cx: Counterexample, combo: Combo, extra_rounds: int = 8) -> Counterexample:
+    """Run ``cx``'s scenario through the real scheduler (as ``policykit simulate`` does) and
+    record the failure its property names, if the run ends in it."""
+    from policykit.scenario import build_node
+    from policykit.scheduler import Scheduler
+
+    sc = parse_scenario(cx.scenario, source="the counterexample")
+    result = Scheduler(build_node(sc), combo).run(max_rounds=cx.round + extra_rounds)
+    kind, pool = REPLAYS_TO.get(cx.property, (None, None))
+    failure = None
+    if kind == "oom" and result.oom is not None and result.oom.pool == pool:
+        oom = result.oom
+        failure = Failure("oom", oom.round, oom.request, oom.pool, oom.message)
+    elif kind == "never-completes" and result.never_completes is not None:
+        nc = result.never_completes
+        failure = Failure("never-completes", nc.round, nc.request, nc.cause, nc.message)
+    return dataclasses.replace(cx, failure=failure)
 
 
 def trace_table(cx: Counterexample, title: str) -> Table:

@@ -17,6 +17,11 @@ candidate invariant at two levels and three obligations, each one z3 validity qu
 3. *exit*: ``J`` gives the property at commit and ``Inv`` of the next round; releases only add
    memory, so ``Inv`` survives them whatever their timing — so any number of rounds.
 
+``Inv`` implies the memory half of admitted-completes (what is owed fits in free + evictable,
+so certainly in what can ever be freed). Its other half — the scheduler never fails an admitted
+request for waiting forever — needs one more obligation (:meth:`Obligations._never_stuck`):
+from a round start where ``Inv`` holds, the in-progress request is not deferred.
+
 When ``J`` is not inductive, ``no-oom`` and admitted => completes get a second candidate:
 ``J``, *or* ``A + owed <= baseline`` with the compute budget spent (nothing else can join the
 round), with the budget kept in whole pages. That is upstream SGLang's implicit protection
@@ -80,9 +85,12 @@ class Obligations:
         config: ModelConfig,
         sources: dict[str, str],
         timeout_ms: int,
+        granule: int = 1,
     ) -> None:
         self.combo, self.config, self.sources = combo, config, sources
         self.timeout_ms = timeout_ms
+        #: prompt and host-prefix lengths are multiples of this (the checked bounds)
+        self.granule = granule
         self._full: str | None = None  # no-oom and admitted-completes share one induction
 
     # -- states ----------------------------------------------------------------------------
@@ -160,7 +168,7 @@ class Obligations:
         return q
 
     def _admit_step(self, enc: Encoder, model: RoundModel, mid: Mid) -> tuple[Mid, Entry]:
-        q = self._request(enc)
+        q = self._last_request = self._request(enc)
         e, placed, _ = model.admit(mid.state, z3.BoolVal(True), q)
         page = self.config.page_size
         extend = mid.extend + full_need(e, page) - e.load_back_slots
@@ -267,6 +275,8 @@ class Obligations:
                 if self._full == "invalid":
                     self._full = self._two_level(self._j_spent, inv, post)
             out = self._full
+            if prop == "admitted-completes" and out == "valid":
+                out = self._never_stuck()
             if prop == "no-oom" and out == "invalid":
                 # no invariant between rounds at all: any round start, however much the
                 # in-progress request still owes, plans only what fits
@@ -302,6 +312,56 @@ class Obligations:
             mid = self._arbitrary_mid(enc, model)
             nxt, _ = self._admit_step(enc, model, mid)
             second = self._valid(enc, z3.Not(nxt.state.bad_contract))
+        if "unknown" in (first, second):
+            return "unknown"
+        return "valid" if first == second == "valid" else "invalid"
+
+    def _never_stuck(self) -> str:
+        """The stuck-request valve never fails an admitted request: from any round start where
+        what the in-progress request owes fits (``Inv``), its resume is not a deferral. (The
+        valve only fires on a deferral; this asks more — any deferral, not only one on an
+        idle node — so where it fails the verdict falls back to bounded model checking.)"""
+        page = self.config.page_size
+        aligned = self.granule % page == 0 and self._ends_stay_aligned() == "valid"
+        with Encoder() as enc:
+            model = RoundModel(self.combo, self.config, enc, self.sources)
+            mid, i = self._after_resume(enc, model)
+            enc.facts += [
+                i["has"],
+                owed(i["p"], i["seq"], page).t <= i["B"].t,
+                z3.Not(mid.state.bad_contract),
+            ]
+            if aligned:
+                enc.facts += [(i["p"] % page).t == 0, (i["seq"] % page).t == 0]
+            return self._valid(enc, i["entry"].end.t > i["entry"].start.t)
+
+    def _ends_stay_aligned(self) -> str:
+        """Where prompts and host prefixes are whole pages, every chunk ends on a page: the
+        resume from a round start at a page boundary, and any admission from any ledger. Then
+        an in-progress request always owes at least a page (without it, a request whose rest
+        fits in its last partly filled page owes nothing, and a policy may defer it on a full
+        pool forever)."""
+        page = self.config.page_size
+        with Encoder() as enc:
+            model = RoundModel(self.combo, self.config, enc, self.sources)
+            mid, i = self._after_resume(enc, model)
+            e = i["entry"]
+            enc.facts += [
+                (i["p"] % page).t == 0,
+                (i["seq"] % page).t == 0,
+                z3.Not(mid.state.bad_contract),
+            ]
+            first = self._valid(enc, z3.Implies(e.end.t > e.start.t, (e.end % page).t == 0))
+        with Encoder() as enc:
+            model = RoundModel(self.combo, self.config, enc, self.sources)
+            mid = self._arbitrary_mid(enc, model)
+            nxt, e = self._admit_step(enc, model, mid)
+            enc.facts.append(z3.Not(nxt.state.bad_contract))
+            # the request of the step: its prompt and host prefix are whole pages
+            enc.facts += [
+                (v % page).t == 0 for v in (self._last_request.prompt, self._last_request.host)
+            ]
+            second = self._valid(enc, z3.Implies(e.end.t > e.start.t, (e.end % page).t == 0))
         if "unknown" in (first, second):
             return "unknown"
         return "valid" if first == second == "valid" else "invalid"

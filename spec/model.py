@@ -24,6 +24,7 @@ from typing import Any
 import z3
 
 from policykit.ledger import Budget, Ledger
+from policykit.liveness import idle_admit_view, idle_chunk_view, owed_tokens
 from policykit.node import FIRST_TOKENS
 from policykit.plan import NEVER
 from policykit.policy import AdmitView, AlignView, ChunkView, TailView
@@ -375,25 +376,18 @@ class RoundModel:
     def _never_fits(self, state: RoundState, req: Req, compute: Sym, idle: IdleNode) -> Any:
         """``Planner.never_fits``: the round's policies asked about the best case an idle node
         can ever offer (every slot but the pinned prefixes free, the whole compute budget)."""
-        page = self.config.page_size
-        view = AdmitView(
-            prompt_tokens=req.prompt,  # type: ignore[arg-type]
-            remaining_tokens=req.prompt - req.device,  # type: ignore[arg-type]
-            host_prefix_tokens=req.host,  # type: ignore[arg-type]
-            first_tokens=FIRST_TOKENS,
-            page_size=page,
-            rem_total_tokens=idle.capacity,  # type: ignore[arg-type]
-            cur_rem_tokens=idle.capacity,  # type: ignore[arg-type]
+        page, cfg = self.config.page_size, self.config
+        view = idle_admit_view(
+            req.prompt, req.prompt - req.device, req.host, FIRST_TOKENS, page, idle.capacity
         )
         ok = self.enc.bind_bool("idle_admit", self._ask("admission", "admit", view))
-        after_load = idle.capacity - pages_for(req.host, page) * page  # type: ignore[arg-type]
-        chunk_view = ChunkView(
-            remaining_tokens=compute,  # type: ignore[arg-type]
-            rem_chunk_tokens=Sym(num(self.config.chunked_prefill_size)),  # type: ignore[arg-type]
-            rem_total_tokens=after_load,
-            rem_swa_tokens=idle.swa_total if self.config.hybrid else after_load,
-            page_size=page,
-            hybrid_swa=self.config.hybrid,
+        chunk_view = idle_chunk_view(
+            compute,
+            req.host,
+            page,
+            cfg.chunked_prefill_size,
+            idle.capacity,
+            idle.swa_total if cfg.hybrid else None,
         )
         chunk = self.enc.bind("idle_chunk", self._ask("chunking", "new_chunk", chunk_view))
         state.bad_contract = z3.Or(
@@ -404,7 +398,8 @@ class RoundModel:
 
 @dataclass(frozen=True)
 class IdleNode:
-    """What an idle node could ever offer: the pool minus pinned prefixes, the SWA pool."""
+    """What an idle node could ever offer: the pool minus pinned prefixes
+    (:func:`policykit.liveness.idle_capacity`), the SWA pool."""
 
     capacity: Sym
     swa_total: Sym
@@ -432,4 +427,4 @@ def swa_need(entry: Entry, page: int) -> Sym:
 
 def owed(prompt: Sym, seq: Sym, page: int) -> Sym:
     """Slots an in-progress request still needs to finish (its remaining ``alloc_extend``)."""
-    return extend_pages(prompt, seq, page) * page  # type: ignore[arg-type]
+    return owed_tokens(prompt, seq, page)

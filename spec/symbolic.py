@@ -13,6 +13,14 @@ scheduler runs. What cannot be followed symbolically (floats, ``int()`` of a sym
 or ``range`` with a symbol, division by a symbol, products of two symbols, a function that
 takes different branches when re-run) raises :class:`SymbolicEvaluationError`, which names
 the policy and the line, never a z3 stack trace.
+
+Exactness is the contract: every operation a :class:`Sym` accepts means what it means on a
+Python ``int``, or it is refused. While a policy is explored, a comparison does not build a
+symbolic truth value at all: it forks there and hands the policy a real ``bool``, so whatever
+the policy does with it (``~``, ``== True``, ``is``, arithmetic: a bool is an int) is Python's
+own behaviour on that path. The evaluator's signals derive from ``BaseException`` so that
+``except Exception`` cannot swallow them, and :mod:`policykit.spec.guard` refuses a policy
+that catches anything at all, or that steps outside its view (identity, state, clock).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from typing import Any
 import z3
 
 from policykit.errors import PolicykitError
+from policykit.spec.guard import Breach, Guard, trusted
 
 #: paths one evaluation may take before it is refused (a policy that loops on a symbol)
 MAX_PATHS = 512
@@ -38,8 +47,25 @@ class SymbolicEvaluationError(PolicykitError):
     """A policy did something the symbolic evaluator cannot follow."""
 
 
-class Unsupported(Exception):
-    """Raised inside policy code at the unsupported operation; turned into a readable error."""
+class Unsupported(BaseException):
+    """Raised inside policy code at the unsupported operation; turned into a readable error.
+
+    A ``BaseException``, so ``except Exception`` in a policy does not swallow it; the active
+    guard records it when it is made, so even ``except BaseException`` cannot hide it.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        guard = _GUARD.get()
+        if guard is not None:
+            guard.note(message, _first_untrusted_frame())
+
+
+def _first_untrusted_frame() -> Any:
+    frame = sys._getframe(1)
+    while frame is not None and trusted(frame.f_code):
+        frame = frame.f_back
+    return frame
 
 
 IntLike = Any  # int | Sym
@@ -48,11 +74,32 @@ IntLike = Any  # int | Sym
 def _term(x: IntLike) -> z3.ArithRef:
     if isinstance(x, Sym):
         return x.t
+    if isinstance(x, SymBool):
+        return z3.If(x.t, num(1), num(0))
     if isinstance(x, bool):
         return num(int(x))
     if isinstance(x, int):
         return num(x)
-    raise Unsupported(f"mixes a symbolic integer with a {type(x).__name__} ({x!r})")
+    raise Unsupported(f"mixes a symbolic integer with a {type(x).__name__}")
+
+
+def _compare(term: z3.BoolRef) -> Any:
+    """A comparison's result: while a policy is explored, a real ``bool`` (the evaluation forks
+    here), so that everything done with it afterwards is Python's own semantics; elsewhere (the
+    model's own formulas) a :class:`SymBool`."""
+    explorer = _CURRENT.get()
+    return SymBool(term) if explorer is None else explorer.decide(term)
+
+
+def _shift(k: Any, op: str) -> int:
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise Unsupported(
+            f"shifts by {'a symbolic value' if isinstance(k, Sym) else repr(k)} "
+            f"({op}); only by a non-negative int"
+        )
+    if k < 0:
+        raise Unsupported(f"shifts by a negative count ({op} {k})")
+    return 1 << k
 
 
 def _positive_divisor(d: IntLike, op: str) -> int:
@@ -91,6 +138,8 @@ class DivisionSink:
 
     facts: list[z3.BoolRef] = field(default_factory=list)
     cache: dict[tuple[int, int], z3.ArithRef] = field(default_factory=dict)
+    #: every quotient in the order it was made: ``(x, d, q)``
+    quotients: list[tuple[z3.ArithRef, int, z3.ArithRef]] = field(default_factory=list)
 
     def quotient(self, x: z3.ArithRef, d: int) -> z3.ArithRef:
         key = (x.get_id(), d)
@@ -99,6 +148,7 @@ class DivisionSink:
             q = z3.FreshInt("q")
             self.facts += [d * q <= x, x < d * q + d]
             self.cache[key] = q
+            self.quotients.append((x, d, q))
         return q
 
 
@@ -116,7 +166,7 @@ def reset_divisions(token: contextvars.Token) -> None:
     _DIVISIONS.reset(token)
 
 
-def _quotient(x: z3.ArithRef, d: int) -> z3.ArithRef:
+def quotient(x: z3.ArithRef, d: int) -> z3.ArithRef:
     """Python's ``x // d`` for a positive int ``d``."""
     x = z3.simplify(x)
     if z3.is_int_value(x):
@@ -170,11 +220,11 @@ class Sym:
         return Sym(z3.If(self.t < 0, -self.t, self.t))
 
     def __floordiv__(self, o: IntLike) -> Sym:
-        return Sym(_quotient(self.t, _positive_divisor(o, "//")))
+        return Sym(quotient(self.t, _positive_divisor(o, "//")))
 
     def __mod__(self, o: IntLike) -> Sym:
         d = _positive_divisor(o, "%")
-        return Sym(self.t - d * _quotient(self.t, d))
+        return Sym(self.t - d * quotient(self.t, d))
 
     def __rfloordiv__(self, o: IntLike) -> Sym:
         raise Unsupported("divides by a symbolic value, which is not linear arithmetic")
@@ -187,25 +237,30 @@ class Sym:
     __rtruediv__ = __truediv__
 
     # comparisons -----------------------------------------------------------------------
-    def __lt__(self, o: IntLike) -> SymBool:
-        return SymBool(self.t < _term(o))
+    def __lt__(self, o: IntLike) -> Any:
+        return _compare(self.t < _term(o))
 
-    def __le__(self, o: IntLike) -> SymBool:
-        return SymBool(self.t <= _term(o))
+    def __le__(self, o: IntLike) -> Any:
+        return _compare(self.t <= _term(o))
 
-    def __gt__(self, o: IntLike) -> SymBool:
-        return SymBool(self.t > _term(o))
+    def __gt__(self, o: IntLike) -> Any:
+        return _compare(self.t > _term(o))
 
-    def __ge__(self, o: IntLike) -> SymBool:
-        return SymBool(self.t >= _term(o))
+    def __ge__(self, o: IntLike) -> Any:
+        return _compare(self.t >= _term(o))
 
-    def __eq__(self, o: object) -> SymBool:  # type: ignore[override]
-        return SymBool(self.t == _term(o))
+    def __eq__(self, o: object) -> Any:  # type: ignore[override]
+        if o is None:
+            return False  # an int never equals None
+        return _compare(self.t == _term(o))
 
-    def __ne__(self, o: object) -> SymBool:  # type: ignore[override]
-        return SymBool(self.t != _term(o))
+    def __ne__(self, o: object) -> Any:  # type: ignore[override]
+        if o is None:
+            return True
+        return _compare(self.t != _term(o))
 
-    __hash__ = None  # type: ignore[assignment]
+    def __hash__(self) -> int:
+        raise Unsupported("hashes a symbolic value (a set, a dict key or hash())")
 
     # what a symbol cannot become -------------------------------------------------------
     def __int__(self) -> int:
@@ -220,7 +275,55 @@ class Sym:
     def __bool__(self) -> bool:
         return bool(self != 0)
 
+    def __complex__(self) -> complex:
+        raise Unsupported("converts a symbolic value to a complex number")
+
+    # exact on ints, and linear --------------------------------------------------------------
+    def __invert__(self) -> Sym:
+        return Sym(-self.t - 1)  # ~x == -x - 1 on Python ints
+
+    def __lshift__(self, k: Any) -> Sym:
+        return Sym(self.t * _shift(k, "<<"))
+
+    def __rshift__(self, k: Any) -> Sym:
+        return Sym(quotient(self.t, _shift(k, ">>")))
+
+    def __divmod__(self, o: IntLike) -> tuple[Sym, Sym]:
+        return self // o, self % o
+
+    def __round__(self, ndigits: Any = None) -> Sym:
+        if ndigits is not None:
+            raise Unsupported("rounds a symbolic value to a number of digits")
+        return self
+
+    def __trunc__(self) -> Sym:
+        return self
+
+    __floor__ = __ceil__ = __trunc__
+
+    # not linear, or not an int's meaning: refused -------------------------------------------
+    def _refuse(self, *_: Any) -> Any:
+        raise Unsupported("uses a bitwise operator or a power on a symbolic value")
+
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refuse
+    __pow__ = __rpow__ = __rlshift__ = __rrshift__ = __rdivmod__ = _refuse
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise Unsupported(f"reads .{name} of a symbolic value (only int arithmetic is modelled)")
+
+    def __format__(self, spec: str) -> str:
+        raise Unsupported("formats a symbolic value as text")
+
+    def __str__(self) -> str:
+        if _CURRENT.get() is not None:
+            raise Unsupported("turns a symbolic value into text")
+        return repr(self)
+
     def __repr__(self) -> str:
+        if _CURRENT.get() is not None:
+            raise Unsupported("turns a symbolic value into text")
         return f"Sym({self.t})"
 
 
@@ -248,8 +351,21 @@ class SymBool:
 
     __ror__ = __or__
 
-    def __invert__(self) -> SymBool:
-        return SymBool(z3.Not(self.t))
+    def __invert__(self) -> Sym:
+        return Sym(-_term(self) - 1)  # a bool is an int: ~True == -2, ~False == -1
+
+    def __eq__(self, o: object) -> Any:  # type: ignore[override]
+        if isinstance(o, SymBool | bool):
+            return _compare(self.t == _bool_term(o))
+        return _compare(_term(self) == _term(o))
+
+    def __ne__(self, o: object) -> Any:  # type: ignore[override]
+        if isinstance(o, SymBool | bool):
+            return _compare(self.t != _bool_term(o))
+        return _compare(_term(self) != _term(o))
+
+    def __hash__(self) -> int:
+        raise Unsupported("hashes a symbolic truth value")
 
     def __repr__(self) -> str:
         return f"SymBool({self.t})"
@@ -268,8 +384,13 @@ _CURRENT: contextvars.ContextVar[Explorer | None] = contextvars.ContextVar(
 )
 
 
-class _NonDeterministic(Exception):
+class _NonDeterministic(BaseException):
     pass
+
+
+_GUARD: contextvars.ContextVar[Guard | None] = contextvars.ContextVar(
+    "policykit_spec_guard", default=None
+)
 
 
 @dataclass
@@ -344,12 +465,20 @@ def explore(fn: Callable[[], Any]) -> Outcomes:
     """
     todo: list[list[bool]] = [[]]
     paths: list[tuple[z3.BoolRef, Any]] = []
+    guard = _GUARD.get()
     while todo:
         prefix = todo.pop()
         ex = Explorer(prefix=prefix)
         token = _CURRENT.set(ex)
         try:
-            result = fn()
+            if guard is None:
+                result = fn()
+            else:
+                guard.start()
+                try:
+                    result = fn()
+                finally:
+                    guard.stop()
         finally:
             _CURRENT.reset(token)
         if len(ex.taken) < len(prefix):
@@ -374,20 +503,39 @@ def _policy_frame(exc: BaseException, policy: object) -> str:
 
 
 def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Any:
-    """Evaluate ``policy.method(view)`` symbolically and merge the paths into one value.
+    """``policy.method(view)`` as one symbolic value.
+
+    The policy's code runs once per method and view shape (:mod:`policykit.spec.lifted`);
+    each call then instantiates that symbolic function with this view's terms.
+    """
+    from policykit.spec.lifted import lift
+
+    return lift(policy, method, view, source=source).instantiate(view)
+
+
+def run_guarded(
+    policy: Any, method: str, view: Any, *, source: str = "built-in"
+) -> tuple[Any, list[z3.BoolRef]]:
+    """Run ``policy.method(view)`` on symbolic values under a :class:`Guard`, once per branch
+    combination: the paths merged into one value, and each path's condition.
 
     ``source`` names where the policy came from (a plugin distribution), for the error.
     """
     fn = getattr(policy, method)
     who = f"The {policy.kind} policy {policy.spec!r} ({source})"
+    guard = Guard()
+    token = _GUARD.set(guard)
     try:
-        return explore(lambda: fn(view)).merged()
-    except Unsupported as exc:
-        raise SymbolicEvaluationError(
-            f"{who} cannot be checked symbolically: its {method}() {exc} at "
-            f"{_policy_frame(exc, policy)}. Policies must use int arithmetic (+ - * // % by a "
-            "positive int), comparisons, min/max and if."
-        ) from None
+        outcome = explore(lambda: fn(view))
+        if guard.violation is None:
+            return outcome.merged(), [cond for cond, _ in outcome.paths]
+    except (Unsupported, Breach) as exc:
+        if guard.violation is None:
+            raise SymbolicEvaluationError(
+                f"{who} cannot be checked symbolically: its {method}() {exc} at "
+                f"{_policy_frame(exc, policy)}. Policies must use int arithmetic (+ - * // % by "
+                "a positive int), comparisons, min/max and if."
+            ) from None
     except _NonDeterministic:
         raise SymbolicEvaluationError(
             f"{who} is not deterministic: its {method}() took different branches when run "
@@ -396,10 +544,18 @@ def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -
     except PolicykitError:
         raise
     except Exception as exc:
-        raise SymbolicEvaluationError(
-            f"{who} raised {type(exc).__name__}: {exc} during symbolic evaluation of "
-            f"{method}() at {_policy_frame(exc, policy)}."
-        ) from None
+        if guard.violation is None:
+            raise SymbolicEvaluationError(
+                f"{who} raised {type(exc).__name__}: {exc} during symbolic evaluation of "
+                f"{method}() at {_policy_frame(exc, policy)}."
+            ) from None
+    finally:
+        _GUARD.reset(token)
+    raise SymbolicEvaluationError(
+        f"{who} cannot be checked: its {method}() {guard.violation}. The checker vouches only "
+        "for a pure function of the view written with int arithmetic, comparisons, min/max and "
+        "if (see 'What the checker trusts' in docs/spec.md)."
+    )
 
 
 def decide_all(fn: Callable[[], Any]) -> Any:

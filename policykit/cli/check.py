@@ -45,7 +45,7 @@ from policykit.render import default_console, fold
 
 EXIT_VIOLATED = 1
 EXIT_UNKNOWN = 3
-EXIT_REFUSED = 4
+EXIT_REFUSED = 2
 #: verdict -> exit code, in precedence order (the first present wins)
 EXIT_CODES: dict[str, int] = {
     "violated": EXIT_VIOLATED,
@@ -104,6 +104,21 @@ def _slug(text: str) -> str:
     help="Prompt and host-prefix lengths are multiples of this (default: the page size).",
 )
 @click.option(
+    "--pool-cap",
+    type=click.IntRange(1, 1 << 26),
+    default=None,
+    help="Bounded checking: the largest KV pool searched, in tokens (default 262144 = 2^18, "
+    "or the --config scenario's pool). Unbounded proofs do not depend on it.",
+)
+@click.option(
+    "--config",
+    "config_scenario",
+    default=None,
+    metavar="SCENARIO",
+    help="Take page size, chunk size, SWA window and the pool cap from this scenario file "
+    "(or bundled scenario name) instead of --page-size/--chunk-size/--swa-window.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(0.1, 3600),
     default=10.0,
@@ -151,6 +166,8 @@ def check(
     chunk_size: int,
     swa_window: int | None,
     granule: int | None,
+    pool_cap: int | None,
+    config_scenario: str | None,
     timeout: float,
     export_dir: Path | None,
     jobs: int | None,
@@ -168,14 +185,18 @@ def check(
     reason about a policy of the combo, e.g. one using floats; the reason is given, and the
     other combos are still checked).
 
-    Exit code 0: everything proved; 1: a violation; 2: bad input; 3: a timeout or unknown;
-    4: a combo refused. Precedence when several apply: 1, then 4, then 3.
+    Exit code 0: everything proved; 1: a violation; 2: bad input, or a combo refused (the
+    checker will not vouch for a policy outside its contract); 3: a timeout or unknown.
+    Precedence when several apply: 1, then 2, then 3.
     """
     from policykit.spec.bmc import Bounds
-    from policykit.spec.checker import CheckOptions
+    from policykit.spec.checker import CheckOptions, scope_text
     from policykit.spec.counterexample import trace_table
     from policykit.spec.model import ModelConfig
 
+    if config_scenario is not None:
+        page_size, chunk_size, swa_window, pool_cap = _from_scenario(config_scenario, pool_cap)
+    pool_cap = pool_cap or Bounds.max_pool_tokens
     if swa_window is not None and swa_window < page_size:
         raise ComboError(f"--swa-window {swa_window} is smaller than one {page_size}-token page.")
     check_out_path(out)
@@ -183,7 +204,9 @@ def check(
     engine = EngineConfig(page_size, chunk_size, hybrid_swa=swa_window is not None)
     chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
     config = ModelConfig(page_size, chunk_size, swa_window)
-    options = CheckOptions(rounds, requests, timeout, Bounds(granule=granule))
+    options = CheckOptions(
+        rounds, requests, timeout, Bounds(max_pool_tokens=pool_cap, granule=granule)
+    )
     jobs = min(jobs or os.cpu_count() or 1, len(chosen))
     if executor != "pool":
         unit_args = {
@@ -194,6 +217,7 @@ def check(
             "requests": requests,
             "timeout": timeout,
             "granule": granule,
+            "pool_cap": pool_cap,
         }
         verdicts, ran_on = _check_units(chosen, unit_args, executor, jobs, ray_address)
     else:
@@ -213,6 +237,8 @@ def check(
                 "rounds": rounds,
                 "requests": requests,
                 "granule": granule or page_size,
+                "pool_cap_tokens": pool_cap,
+                "scope": scope_text(config, options),
             },
             "summary": summary_counts(rows),
             "verdicts": rows,
@@ -227,6 +253,7 @@ def check(
         console = default_console()
         detailed = verbose or (not check_all and len(chosen) <= _COMPACT_ABOVE)
         console.print(_table(rows) if detailed else _matrix(rows))
+        console.print(Text(f"Verdicts {scope_text(config, options)}.", style="dim"))
         _print_refusals(console, rows)
         if detailed:
             for v in verdicts:
@@ -299,6 +326,28 @@ def _check_pool(
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     return verdicts
+
+
+def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None, int]:
+    """``--config``: page size, chunk size, SWA window and pool cap of a user's scenario (an
+    explicit --pool-cap wins; an explicit --page-size, --chunk-size or --swa-window is refused
+    as ambiguous)."""
+    from policykit.scenario import load_scenario, resolve_scenario_path
+    from policykit.spec.checker import config_from_scenario
+
+    ctx = click.get_current_context()
+    clash = [
+        f"--{name.replace('_', '-')}"
+        for name in ("page_size", "chunk_size", "swa_window")
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+    ]
+    if clash:
+        raise ComboError(
+            f"--config takes the engine configuration from {arg!r}; give it or "
+            f"{', '.join(clash)}, not both."
+        )
+    config, pool = config_from_scenario(load_scenario(resolve_scenario_path(arg)))
+    return config.page_size, config.chunked_prefill_size, config.swa_window, pool_cap or pool
 
 
 def _check_in_worker(combo: dict[str, str], config, options) -> list:
@@ -427,7 +476,8 @@ def _export(folder: Path, rows: list[dict[str, Any]]) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for v in rows:
-            if v["counterexample"] is not None:
+            # only counterexamples that replay to their failure (``simulate`` exits non-zero)
+            if v["counterexample"] is not None and v["counterexample"].get("failure"):
                 path = folder / f"{_slug(v['combo'])}.{v['property']}.json"
                 path.write_text(json.dumps(v["counterexample"]["scenario"], indent=2) + "\n")
     except OSError as exc:

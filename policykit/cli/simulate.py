@@ -3,37 +3,16 @@
 from __future__ import annotations
 
 import sys
-from importlib import resources
-from pathlib import Path
 
 import click
 
 from policykit.cli.common import echo_json, json_option, load_registry, warn_if_uncheckable
-from policykit.errors import ScenarioError
 from policykit.render import print_run
-from policykit.scenario import build_node, load_scenario
-from policykit.scheduler import Scheduler
+from policykit.scenario import build_node, load_scenario, resolve_scenario_path
+from policykit.scheduler import RunResult, Scheduler
 
 EXIT_OOM = 1
-
-
-def bundled_scenarios() -> dict[str, Path]:
-    """Scenarios shipped with policykit, by name (usable instead of a path)."""
-    folder = resources.files("policykit") / "scenarios"
-    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".json")}
-
-
-def resolve_scenario_path(arg: str) -> Path:
-    path = Path(arg)
-    if path.exists():
-        return path
-    bundled = bundled_scenarios()
-    if arg in bundled:
-        return bundled[arg]
-    raise ScenarioError(
-        f"There is no scenario file {arg!r}, and no bundled scenario of that name (bundled: "
-        f"{', '.join(sorted(bundled))})."
-    )
+EXIT_NEVER_COMPLETES = 3
 
 
 @click.command()
@@ -66,8 +45,10 @@ def simulate(
 ) -> None:
     """Replay SCENARIO (a JSON file, or a bundled name such as seed-incident-1keim).
 
-    Exit code 0: no OOM (requests that never fit are listed as pending); 1: the simulated
-    engine ran out of memory; 2: bad input.
+    Exit code 0: no OOM and every admitted request can complete (requests that never fit
+    are listed as pending); 1: the simulated engine ran out of memory; 2: bad input; 3: no
+    OOM, but an admitted request can never complete (it owes more KV than the node can ever
+    free again, or it was failed for waiting forever).
     """
     from policykit.devices import resolve_device
 
@@ -83,4 +64,12 @@ def simulate(
         echo_json({"scenario": sc.name, **result.to_dict()}, "policykit.simulate/1")
     else:
         print_run(result, title=f"{sc.name} — {chosen}")
-    sys.exit(EXIT_OOM if result.oom is not None else 0)
+    sys.exit(exit_code(result))
+
+
+def exit_code(result: RunResult) -> int:
+    """1 for an OOM (the worse failure, and the one that ends a run), else 3 for an admitted
+    request that can never complete, else 0."""
+    if result.oom is not None:
+        return EXIT_OOM
+    return EXIT_NEVER_COMPLETES if result.never_completes is not None else 0

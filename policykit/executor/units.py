@@ -13,7 +13,13 @@ from typing import Any
 
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
-from policykit.scenario import Scenario, build_node, load_scenario, parse_scenario
+from policykit.scenario import (
+    Scenario,
+    build_node,
+    load_scenario,
+    parse_scenario,
+    resolve_scenario_path,
+)
 from policykit.scheduler import Scheduler
 
 
@@ -59,8 +65,6 @@ def simulate_unit(args: dict[str, Any]) -> dict[str, Any]:
 def _scenario(spec: str | dict[str, Any]) -> Scenario:
     if isinstance(spec, dict):
         return parse_scenario(spec, source=f"scenario {spec.get('name', '?')!r}")
-    from policykit.cli.simulate import resolve_scenario_path
-
     return load_scenario(resolve_scenario_path(spec))
 
 
@@ -125,7 +129,10 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
         int(args.get("rounds", 4)),
         int(args.get("requests", 3)),
         float(args.get("timeout", 10.0)),
-        Bounds(granule=args.get("granule")),
+        Bounds(
+            max_pool_tokens=int(args.get("pool_cap") or Bounds.max_pool_tokens),
+            granule=args.get("granule"),
+        ),
     )
     sources = {
         kind: str(registry.entry(kind, getattr(combo, kind).name).source)

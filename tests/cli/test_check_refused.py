@@ -80,7 +80,7 @@ def test_check_all_completes_with_the_float_policy_refused(cli, float_plugin, jo
     res = cli("check", "--all", "--json", "--jobs", jobs, pm=_small_pm())
     doc = json.loads(res.stdout)
     # a refusal is exit code 4 unless something is violated (1 takes precedence)
-    assert res.exit_code == (1 if doc["summary"]["violated"] else 4), res.output
+    assert res.exit_code == (1 if doc["summary"]["violated"] else 2), res.output
     by_combo = _verdicts(doc)
     assert by_combo == {
         "sglang/sglang/page": by_combo["sglang/sglang/page"],
@@ -97,7 +97,7 @@ def test_check_all_completes_with_the_float_policy_refused(cli, float_plugin, jo
 
 def test_text_output_says_refused_why_and_ends_with_a_summary(cli, float_plugin):
     res = cli("check", "--all", "--jobs", "1", pm=_small_pm(), columns=80)
-    assert res.exit_code in (1, 4), res.output
+    assert res.exit_code in (1, 2), res.output
     lines = res.stdout.strip().splitlines()
     assert re.match(r"3 combos: \d+ proved \(\d+ unbounded\), \d+ violated, 0 unknown, 5 refused",
                     lines[-1]), lines[-1]  # fmt: skip
@@ -105,9 +105,9 @@ def test_text_output_says_refused_why_and_ends_with_a_summary(cli, float_plugin)
     assert "…" not in res.stdout
 
 
-def test_refused_alone_exits_4(cli, float_plugin):
+def test_refused_alone_exits_2(cli, float_plugin):
     res = cli("check", "--combo", "float-ratio/sglang/page", pm=_small_pm())
-    assert res.exit_code == 4, res.output
+    assert res.exit_code == 2, res.output
 
 
 def test_local_executor_returns_refused_rows(cli, float_plugin):
@@ -116,7 +116,7 @@ def test_local_executor_returns_refused_rows(cli, float_plugin):
         "check", "--executor", "local", "--jobs", "2", "--json",
         "--combo", "float-ratio/sglang/page", "--combo", "reserve-tail/sglang/page",
     )  # fmt: skip
-    assert res.exit_code == 4, res.output
+    assert res.exit_code == 2, res.output
     by_combo = _verdicts(json.loads(res.stdout))
     assert by_combo == {
         "float-ratio/sglang/page": {"refused"},

@@ -99,10 +99,16 @@ def test_seed_001_pre_fix_swa_chunking_is_violated(registry) -> None:
     assert result.oom is not None and result.oom.pool == "swa"
 
 
-def test_seed_001_fix_is_proved(registry) -> None:
+def test_seed_001_fix_is_proved_safe_from_oom_but_can_strand_a_request(registry) -> None:
+    """The seed 001 fix never runs either pool out of memory, but a finding (docs/spec.md):
+    ``swa-reserve`` starts a request the sliding-window pool can never finish, and the
+    scheduler fails it as stuck after admission, which violates admitted => completes."""
     v = _verdicts(registry, "admission=reserve-tail,chunking=swa-reserve,alignment=page", SWA)
-    for prop in ("swa-no-oom", "no-oom", "admitted-completes"):
+    for prop in ("swa-no-oom", "no-oom"):
         assert (v[prop].verdict, v[prop].bound) == ("proved", "unbounded"), prop
+    assert v["admitted-completes"].verdict == "violated"
+    failure = v["admitted-completes"].counterexample.failure
+    assert failure is not None and (failure.kind, failure.detail) == ("never-completes", "stuck")
 
 
 def test_cli_exports_a_scenario_that_simulate_replays_to_the_oom(tmp_path) -> None:

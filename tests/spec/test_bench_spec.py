@@ -48,3 +48,23 @@ def test_bench_check_all_builtins(benchmark) -> None:
     checked = json.loads(out.stdout)["verdicts"]  # stderr: progress lines
     assert {v["combo"] for v in checked} == expected
     assert len(checked) == 5 * len(expected)
+
+
+def test_bench_cross_validation_of_the_builtins(benchmark, registry) -> None:
+    """What cross-validation adds to ``check --all``: every built-in combo's policies lifted
+    and compared with Python on their concrete views, from an empty cache (a new z3 context
+    each round, as a fresh worker process starts)."""
+    _enabled(benchmark)
+    import z3
+
+    from policykit.spec.crossval import check_policies
+
+    engine = EngineConfig(64, 4096)
+    combos = list(registry.all_combos(engine))
+
+    def run() -> None:
+        z3.z3._main_ctx = z3.Context()
+        for combo in combos:
+            check_policies(combo, engine)
+
+    benchmark.pedantic(run, rounds=3, iterations=1)

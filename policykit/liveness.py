@@ -1,0 +1,70 @@
+"""Liveness facts, defined once for the scheduler, the planner and the z3 model.
+
+Two questions decide whether a request can ever finish on a prefill node, and the checker
+only means something if it asks them exactly as the scheduler does:
+
+* *never fits*: would the round's policies take a waiting request even on an **idle** node?
+  An idle node offers its whole pool minus the pinned prefixes (memory held for requests
+  outside the node, which never comes back), and the whole compute budget. The planner skips
+  a request for which the answer is no, instead of blocking the queue behind it forever.
+* *never completes*: an admitted request still owes ``alloc_extend`` pages to finish. If that
+  is more than the node can ever have free again (free + evictable now, plus the KV of held
+  requests whose release is still to come), it can never complete, whatever happens next.
+
+The functions take plain ints or the checker's symbolic ints alike (only ``+ - * //`` and
+comparisons are used), so the model builds the very same views.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policykit.policy import AdmitView, ChunkView
+from policykit.pool import extend_pages, pages_for
+
+
+def idle_capacity(pool_total: Any, pinned: Any) -> Any:
+    """What an idle node could ever have free: every slot but the pinned prefixes."""
+    return pool_total - pinned
+
+
+def idle_admit_view(
+    prompt: Any, remaining: Any, host: Any, first_tokens: int, page: int, capacity: Any
+) -> AdmitView:
+    """The admission question on an idle node of ``capacity`` tokens."""
+    return AdmitView(
+        prompt_tokens=prompt,
+        remaining_tokens=remaining,
+        host_prefix_tokens=host,
+        first_tokens=first_tokens,
+        page_size=page,
+        rem_total_tokens=capacity,
+        cur_rem_tokens=capacity,
+    )
+
+
+def idle_chunk_view(
+    compute: Any, host: Any, page: int, chunk_size: int, capacity: Any, swa_total: Any | None
+) -> ChunkView:
+    """The first-chunk question on an idle node: the whole compute budget, the pool after the
+    host load-back, the whole sliding-window pool (hybrid SWA, where ``swa_total`` is given)."""
+    after_load = capacity - pages_for(host, page) * page
+    return ChunkView(
+        remaining_tokens=compute,
+        rem_chunk_tokens=chunk_size,
+        rem_total_tokens=after_load,
+        rem_swa_tokens=after_load if swa_total is None else swa_total,
+        page_size=page,
+        hybrid_swa=swa_total is not None,
+    )
+
+
+def owed_tokens(prompt: Any, seq: Any, page: int) -> Any:
+    """Slots an admitted request still needs to finish: its remaining ``alloc_extend``."""
+    return extend_pages(prompt, seq, page) * page
+
+
+def never_completes(owed: Any, reclaimable: Any) -> Any:
+    """An admitted request owing ``owed`` slots can never finish on a node that can never
+    again have more than ``reclaimable`` free (free + evictable + held KV still due back)."""
+    return owed > reclaimable

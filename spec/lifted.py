@@ -1,0 +1,123 @@
+"""A policy method lifted once into a symbolic function of its view.
+
+The model asks each policy hundreds of times per check, each time with a view of different z3
+terms. Because a policy must be a pure function of its view (the guard and the cross-validation
+refuse anything else), its answer on *fresh* variables, with those variables then replaced by
+the terms at hand, is its answer on those terms. So the policy's code runs — guarded, once per
+branch combination — only the first time a (policy, method, view shape) is asked; every later
+call is a substitution. The lifted function is also exactly what
+:mod:`policykit.spec.crossval` compares with the plain Python policy, so the formula the
+checker reasons about is the one that was cross-validated.
+
+A view's *shape* says which fields are concrete here (the page size, the hybrid flag, a
+constant of the model) and their values: a policy may branch on those in Python, so each shape
+is lifted on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from policykit.spec.symbolic import (
+    Choice,
+    DivisionSink,
+    Sym,
+    SymBool,
+    collect_divisions,
+    quotient,
+    reset_divisions,
+    run_guarded,
+)
+
+Shape = tuple[tuple[str, Any], ...]
+
+
+def _shape(view: Any) -> Shape:
+    """For each field: ``("sym", None)`` or ``("int", value)`` / ``("bool", value)``."""
+    out = []
+    for f in dataclasses.fields(view):
+        value = getattr(view, f.name)
+        if isinstance(value, Sym):
+            out.append(("sym", None))
+        elif isinstance(value, bool | int):
+            out.append((type(value).__name__, value))
+        else:
+            raise TypeError(f"view field {f.name} holds {type(value).__name__}")
+    return tuple(out)
+
+
+@dataclass
+class Lifted:
+    """``policy.method`` on a view of fresh variables, with the floor divisions it made."""
+
+    inputs: dict[str, z3.ArithRef]  #: field name -> its fresh variable
+    result: Any  #: Sym, SymBool or Choice over the fresh variables
+    quotients: list[tuple[z3.ArithRef, int, z3.ArithRef]]
+    paths: list[z3.BoolRef]  #: the condition of each path the policy's code took
+    #: set once :mod:`policykit.spec.crossval` has compared this with the Python policy
+    validated: bool = False
+
+    def fresh_view(self, view: Any) -> Any:
+        """``view`` with every symbolic field replaced by its fresh variable."""
+        return dataclasses.replace(view, **{k: Sym(v) for k, v in self.inputs.items()})
+
+    def instantiate(self, view: Any) -> Any:
+        """The lifted answer with the fresh variables replaced by ``view``'s terms."""
+        pairs = [(var, getattr(view, name).t) for name, var in self.inputs.items()]
+        for x, d, q in self.quotients:
+            pairs.append((q, quotient(z3.substitute(x, *pairs) if pairs else x, d)))
+        return self._map(lambda term: z3.substitute(term, *pairs) if pairs else term)
+
+    def _map(self, f: Any) -> Any:
+        r = self.result
+        if isinstance(r, Sym):
+            return Sym(f(r.t))
+        if isinstance(r, SymBool):
+            return SymBool(f(r.t))
+        return Choice({value: f(cond) for value, cond in r.when.items()})
+
+
+#: lifted functions per policy *value*: its class and what its instance holds (the registry
+#: makes a new instance for every combo; the same class and state decide the same way)
+#: (terms belong to one z3 context: a new context, as each spec test makes, starts afresh)
+_LIFTED: dict[tuple[z3.Context, type, str], dict[tuple[str, Shape], Lifted]] = {}
+
+
+def _identity(policy: Any) -> tuple[z3.Context, type, str]:
+    state = sorted((k, repr(v)) for k, v in vars(policy).items() if k != "source")
+    return z3.main_ctx(), type(policy), repr(state)
+
+
+def entries(policy: Any) -> list[tuple[tuple[str, Shape], Lifted]]:
+    """Every function lifted from ``policy`` so far: ((method, shape), lifted)."""
+    return list(_LIFTED.get(_identity(policy), {}).items())
+
+
+def lift(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Lifted:
+    """The lifted ``policy.method`` for views shaped like ``view`` (made on first use)."""
+    per_policy = _LIFTED.setdefault(_identity(policy), {})
+    key = (method, _shape(view))
+    lifted = per_policy.get(key)
+    if lifted is None:
+        lifted = per_policy[key] = _make(policy, method, view, source)
+    return lifted
+
+
+def _make(policy: Any, method: str, view: Any, source: str) -> Lifted:
+    inputs = {
+        f.name: z3.FreshInt(f.name)
+        for f in dataclasses.fields(view)
+        if isinstance(getattr(view, f.name), Sym)
+    }
+    fresh = dataclasses.replace(view, **{k: Sym(v) for k, v in inputs.items()})
+    sink = DivisionSink()
+    token = collect_divisions(sink)
+    try:
+        result, paths = run_guarded(policy, method, fresh, source=source)
+    finally:
+        reset_divisions(token)
+    return Lifted(inputs, result, list(sink.quotients), paths)
