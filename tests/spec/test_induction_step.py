@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import z3
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from policykit.ledger import Ledger
@@ -151,13 +151,26 @@ def _check_admit(ob: Obligations, combo, before: Snapshot, req: dict, entry) -> 
             assert _val(m, j_after), "a real admission takes J to a state where it fails"
 
 
+#: per z3 context (each test gets a fresh one) and combo: the obligations, proved once
+_PROVED: dict[tuple[int, str], Obligations] = {}
+
+
+def _obligations(combo) -> Obligations:
+    key = (id(z3.main_ctx()), str(combo))
+    if key not in _PROVED:
+        _PROVED.clear()
+        ob = Obligations(combo, CONFIG, {}, 10_000)
+        assert ob.prove("no-oom") == "proved"
+        full = ob._two_level(ob._j_full, _inv, _post) == "valid"
+        ob._full_with = "full" if full else "spent"  # which J the proof went through with
+        _PROVED[key] = ob
+    return _PROVED[key]
+
+
 def replay_rounds(registry, combo_text: str, scenario: dict, rounds: int = 6) -> int:
     """Check every round start and admission of a real run; returns the steps checked."""
     combo = registry.resolve(combo_text)
-    ob = Obligations(combo, CONFIG, {}, 10_000)
-    assert ob.prove("no-oom") == "proved"
-    full = ob._two_level(ob._j_full, _inv, _post) == "valid"
-    ob._full_with = "full" if full else "spent"  # which J the proof went through with
+    ob = _obligations(combo)
     sc = parse_scenario(scenario)
     sched = Scheduler(build_node(sc), combo)
     rec = Recorder()
@@ -251,6 +264,7 @@ def test_the_seed_run_exercises_resumes_and_admissions(registry) -> None:
 
 
 @pytest.mark.parametrize("combo_text", PROVED)
+@settings(max_examples=30)  # each step is a solver call, a few per example
 @example(scenario=SEED)
 @given(scenario=scenarios())
 def test_real_rounds_satisfy_the_encoded_step(registry, combo_text: str, scenario: dict) -> None:
