@@ -198,6 +198,8 @@ def check(
     if config_scenario is not None:
         page_size, chunk_size, swa_window, pool_cap = _from_scenario(config_scenario, pool_cap)
     pool_cap = pool_cap or Bounds.max_pool_tokens
+    if pool_cap < page_size:
+        raise ComboError(f"--pool-cap {pool_cap} is smaller than one {page_size}-token page.")
     if swa_window is not None and swa_window < page_size:
         raise ComboError(f"--swa-window {swa_window} is smaller than one {page_size}-token page.")
     check_out_path(out)
