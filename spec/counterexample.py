@@ -274,6 +274,9 @@ def replay(cx: Counterexample, combo: Combo, extra_rounds: int = 8) -> Counterex
 def trace_table(cx: Counterexample, title: str) -> Table:
     """The counterexample as rows per round, like ``policykit simulate`` prints a run."""
     table = Table(title=title, title_justify="left", header_style="bold")
+    if cx.failure is not None:
+        table.caption = f"Replayed by the scheduler: {cx.failure.summary}"
+        table.caption_justify = "left"
     for col, justify in (
         ("round", "right"),
         ("request", "left"),

@@ -321,8 +321,16 @@ class Obligations:
         what the in-progress request owes fits (``Inv``), its resume is not a deferral. (The
         valve only fires on a deferral; this asks more — any deferral, not only one on an
         idle node — so where it fails the verdict falls back to bounded model checking.)"""
+        out = self._resumes_when_owed_fits(aligned=False)
+        whole_pages = self.granule % self.config.page_size == 0
+        if out == "invalid" and whole_pages and self._ends_stay_aligned() == "valid":
+            out = self._resumes_when_owed_fits(aligned=True)
+        return out
+
+    def _resumes_when_owed_fits(self, *, aligned: bool) -> str:
+        """The obligation of :meth:`_never_stuck`; ``aligned``: the in-progress request's
+        prompt and computed length are whole pages."""
         page = self.config.page_size
-        aligned = self.granule % page == 0 and self._ends_stay_aligned() == "valid"
         with Encoder() as enc:
             model = RoundModel(self.combo, self.config, enc, self.sources)
             mid, i = self._after_resume(enc, model)

@@ -1,10 +1,11 @@
 """``policykit check``: prove combos safe with z3, or print and export the counterexample.
 
 Exit codes (documented in ``--help`` and docs): 0 every verdict proved; 1 some property
-violated; 2 bad input; 3 the solver gave up on something (unknown); 4 a combo was refused (the
-checker cannot reason about one of its policies). When several apply, the first in the order
-violated (1), refused (4), unknown (3) wins: a counterexample is the most urgent news, and a
-refusal does not go away with a longer timeout where an unknown may.
+violated; 2 bad input, or a combo refused (the checker cannot vouch for one of its policies:
+like bad input, it is the policy code that must change); 3 the solver gave up on something
+(unknown). When several apply, the first in the order violated (1), refused (2), unknown (3)
+wins: a counterexample is the most urgent news, and a refusal does not go away with a longer
+timeout where an unknown may.
 """
 
 from __future__ import annotations
@@ -197,6 +198,8 @@ def check(
     if config_scenario is not None:
         page_size, chunk_size, swa_window, pool_cap = _from_scenario(config_scenario, pool_cap)
     pool_cap = pool_cap or Bounds.max_pool_tokens
+    if pool_cap < page_size:
+        raise ComboError(f"--pool-cap {pool_cap} is smaller than one {page_size}-token page.")
     if swa_window is not None and swa_window < page_size:
         raise ComboError(f"--swa-window {swa_window} is smaller than one {page_size}-token page.")
     check_out_path(out)

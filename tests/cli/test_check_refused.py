@@ -79,7 +79,7 @@ def _verdicts(doc: dict) -> dict[str, set[str]]:
 def test_check_all_completes_with_the_float_policy_refused(cli, float_plugin, jobs):
     res = cli("check", "--all", "--json", "--jobs", jobs, pm=_small_pm())
     doc = json.loads(res.stdout)
-    # a refusal is exit code 4 unless something is violated (1 takes precedence)
+    # a refusal is exit code 2 unless something is violated (1 takes precedence)
     assert res.exit_code == (1 if doc["summary"]["violated"] else 2), res.output
     by_combo = _verdicts(doc)
     assert by_combo == {

@@ -313,9 +313,15 @@ def test_simulate_names_a_failed_request_and_the_policy_that_failed_it(monkeypat
     )
     args = ["simulate", "seed-abc", "--combo", "chunking=bad:negative"]
     text = CliRunner().invoke(main, args)
-    assert text.exit_code == 0, text.output
+    # B was admitted (truncated) before the policy failed it: it can never complete (exit 3)
+    assert text.exit_code == 3, text.output
     flat = " ".join(text.output.split())
     assert "failed: B: The chunking policy 'bad:negative' (misbehaving-policies 0.0.1)" in flat
-    out = json.loads(CliRunner().invoke(main, [*args, "--json"]).output)
+    assert "not checkable" in text.stderr  # and the checker would refuse that policy
+    out = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
     assert [f["id"] for f in out["failed"]] == ["B"]
+    assert (out["never_completes"]["request"], out["never_completes"]["cause"]) == (
+        "B",
+        "policy-error",
+    )
     assert "B" not in out["completed"] and "B" not in out["pending"]
