@@ -199,10 +199,10 @@ def _bound(item: Mapping[str, Any], where: str) -> int | None:
         return None
     if isinstance(bound, int) and not isinstance(bound, bool):
         return bound
-    found = re.search(r"\d+", bound) if isinstance(bound, str) else None
-    if found is None:
+    if not isinstance(bound, str):
         raise ResultsError(f"{where}: 'bound' must be a number of rounds or 'unbounded'.")
-    return int(found.group())
+    found = re.search(r"\d+", bound)
+    return None if found is None else int(found.group())  # "-": nothing was explored
 
 
 def _trace_rows(steps: Any) -> tuple[dict[str, Any], ...]:
