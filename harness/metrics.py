@@ -13,14 +13,14 @@ from typing import Any
 import torch
 
 from policykit.allocator import torch_allocator
+from policykit.harness.roofline import GPUS
 from policykit.oom_chain import find_cuda_oom
 from policykit.plan import EntryKind
 from policykit.scheduler import RunResult
 from policykit.watermark import read_watermark
 
-#: NVIDIA H100/H200 SXM dense bf16 tensor-core peak, TFLOP/s (no sparsity); the H200 shares
-#: the H100's compute, only memory differs (NVIDIA H200 product brief)
-H200_BF16_DENSE_TFLOPS = 989.0
+#: the H200's dense bf16 tensor-core peak in TFLOP/s, for MFU (one figure: the roofline's)
+H200_BF16_DENSE_TFLOPS = GPUS["H200"].peak_flops / 1e12
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -34,24 +34,58 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
 
 
-def round_times(result: RunResult) -> tuple[dict[int, float], dict[int, float]]:
-    """Start and end time (seconds since the run began) of every round."""
+def round_times(
+    result: RunResult, seconds: Sequence[float] | None = None
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Start and end time (seconds since the run began) of every round, from the measured
+    round times or from ``seconds`` (one per round: a prediction)."""
+    durations = seconds if seconds is not None else [r.round_seconds for r in result.rounds]
     start, end, clock = {}, {}, 0.0
-    for record in result.rounds:
+    for record, duration in zip(result.rounds, durations, strict=True):
         start[record.plan.round] = clock
-        clock += record.round_seconds
+        clock += duration
         end[record.plan.round] = clock
     return start, end
 
 
-def ttfts(result: RunResult, arrivals: dict[str, int], first: dict[str, int]) -> list[float]:
-    """TTFT of every request that produced its first token."""
-    start, end = round_times(result)
+def ttfts(
+    result: RunResult,
+    arrivals: dict[str, int],
+    first: dict[str, int],
+    seconds: Sequence[float] | None = None,
+) -> list[float]:
+    """TTFT of every request that produced its first token (round times as for
+    :func:`round_times`)."""
+    start, end = round_times(result, seconds)
     out = []
     for rid, done in first.items():
         arrived = max(arrivals[rid], 1)  # a request there from the beginning arrives in round 1
         out.append(end[done] - start[arrived])
     return out
+
+
+def spread(samples: Sequence[float | None]) -> dict[str, Any] | None:
+    """Median and range of repeated measurements; ``None`` when any repeat had no value.
+
+    Two measurements are only called different when their ranges do not overlap
+    (:func:`distinct`): on a shared machine a single timing says little.
+    """
+    if not samples or any(s is None for s in samples):
+        return None
+    values = [float(s) for s in samples if s is not None]
+    return {
+        "median": percentile(values, 50),
+        "min": min(values),
+        "max": max(values),
+        "samples": values,
+    }
+
+
+def distinct(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Whether two :func:`spread` results differ beyond noise: their ranges do not overlap."""
+    if a is None or b is None:
+        return False
+    return a["max"] < b["min"] or b["max"] < a["min"]
 
 
 def deferred_requests(result: RunResult) -> list[str]:

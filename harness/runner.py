@@ -27,18 +27,21 @@ from policykit.harness.metrics import (
     is_torch_oom,
     kv_utilisation,
     percentile,
+    spread,
     summarise_rounds,
     ttfts,
     watermark,
 )
 from policykit.harness.model import Decoder
+from policykit.harness.outcomes import finish_rounds, outcomes
 from policykit.harness.presets import ModelPreset
+from policykit.harness.roofline import GPU, GPUS, predicted_round_seconds
 from policykit.harness.workloads import Workload, generate, load_trace
 from policykit.node import NodeConfig, PrefillNode
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
 from policykit.scenario import build_node, load_scenario
-from policykit.scheduler import RoundRecord, Scheduler
+from policykit.scheduler import RoundRecord, RunResult, Scheduler
 
 SCHEMA = "policykit.bench/1"
 
@@ -133,7 +136,10 @@ def run_combo(
     keep_logits: bool = False,
     max_rounds: int = 10_000,
     on_round: Callable[[RoundRecord], None] | None = None,
+    predict_model: ModelPreset | None = None,
 ) -> ComboRun:
+    """One fresh node through ``combo``. ``predict_model`` is the shape the roofline prices
+    the schedule for (default: the model that ran)."""
     model = store.model
     device = model.device
     if device.type == "cuda":
@@ -165,6 +171,15 @@ def run_combo(
             "message": result.oom.message,
         }
     row = _row(bench, combo, node, result, forward, crash)
+    row["outcomes"] = outcomes(
+        result,
+        node.requests,
+        bench.arrivals,
+        pool_tokens=node.pool.total_tokens,
+        page_size=node.config.page_size,
+        crash_round=None if crash is None else crash["round"],
+    )
+    row["predicted"] = predicted(bench, node, result, predict_model or model.preset)
     if device.type == "cuda":
         row["watermark"] = watermark(device)
         torch.cuda.empty_cache()
@@ -222,6 +237,50 @@ def _row(bench, combo, node, result, forward, crash) -> dict[str, Any]:
     }
 
 
+def predicted(
+    bench: BenchInput,
+    node: PrefillNode,
+    result: RunResult,
+    preset: ModelPreset,
+    gpus: dict[str, GPU] = GPUS,
+) -> dict[str, Any]:
+    """Roofline-predicted seconds of this schedule for ``preset`` on each GPU (bf16)."""
+    completed = set(result.completed)
+    first = {rid: r for rid, r in finish_rounds(result).items() if rid in completed}
+    prompt = sum(node.requests[rid].prompt_tokens for rid in completed)
+    out: dict[str, Any] = {"model": preset.name, "dtype": "bfloat16", "gpus": {}}
+    for name, gpu in gpus.items():
+        seconds = predicted_round_seconds(result, preset, gpu)
+        times = ttfts(result, bench.arrivals, first, seconds)
+        total = sum(seconds)
+        out["gpus"][name] = {
+            "seconds": total,
+            "prompt_tokens_per_s": prompt / total if total > 0 else None,
+            "ttft_s": {"p50": percentile(times, 50), "p99": percentile(times, 99)},
+        }
+    return out
+
+
+def merge_repeats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from repeated runs of a combo: outcomes from the first (they must not differ),
+    measured times as medians with their range under ``wall``."""
+    row = dict(rows[0])
+    row["outcomes_repeatable"] = all(r["outcomes"] == rows[0]["outcomes"] for r in rows)
+    wall = {
+        "repeats": len(rows),
+        "wall_seconds": spread([r["wall_seconds"] for r in rows]),
+        "prompt_tokens_per_s": spread([r["prompt_tokens_per_s"] for r in rows]),
+        "ttft_p50_s": spread([r["ttft_s"]["p50"] for r in rows]),
+        "ttft_p99_s": spread([r["ttft_s"]["p99"] for r in rows]),
+    }
+    row["wall"] = wall
+    if wall["prompt_tokens_per_s"] is not None:
+        row["prompt_tokens_per_s"] = wall["prompt_tokens_per_s"]["median"]
+    if wall["ttft_p50_s"] is not None and wall["ttft_p99_s"] is not None:
+        row["ttft_s"] = {"p50": wall["ttft_p50_s"]["median"], "p99": wall["ttft_p99_s"]["median"]}
+    return row
+
+
 def run_bench(
     bench: BenchInput,
     combos: Iterable[Combo],
@@ -231,19 +290,40 @@ def run_bench(
     max_rounds: int = 10_000,
     on_combo_start: Callable[[Combo], None] | None = None,
     on_round: Callable[[RoundRecord], None] | None = None,
+    repeats: int = 1,
+    predict_model: ModelPreset | None = None,
 ) -> dict[str, Any]:
-    """Every combination in turn; the whole result as one :data:`SCHEMA` document."""
+    """Every combination, ``repeats`` times; the whole result as one :data:`SCHEMA` document.
+
+    Repeats are interleaved (every combination once, then every combination again), so a
+    machine getting busier or quieter during the run widens each combination's range instead
+    of making the later ones look slower. Outcomes are the same on every repeat; only measured
+    times vary, and are reported as median and range. ``on_combo_start`` is called before
+    every run."""
     t0 = time.perf_counter()
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     store = PrefixKV(model)
-    rows = []
+    chosen = list(combos)
+    runs: list[list[ComboRun]] = [[] for _ in chosen]
+    for _ in range(repeats):
+        for combo, done in zip(chosen, runs, strict=True):
+            if on_combo_start is not None:
+                on_combo_start(combo)
+            done.append(
+                run_combo(
+                    bench,
+                    combo,
+                    store,
+                    pm=pm,
+                    max_rounds=max_rounds,
+                    on_round=on_round,
+                    predict_model=predict_model,
+                )
+            )
     summary = dict(bench.summary)
-    for combo in combos:
-        if on_combo_start is not None:
-            on_combo_start(combo)
-        run = run_combo(bench, combo, store, pm=pm, max_rounds=max_rounds, on_round=on_round)
-        rows.append(run.row)
-        summary["pool_tokens"] = run.pool_tokens
+    if chosen:
+        summary["pool_tokens"] = runs[0][0].pool_tokens
+    rows = [merge_repeats([r.row for r in done]) for done in runs]
     return bench_document(
         summary, model.preset, model.device, model.dtype, rows, created, time.perf_counter() - t0
     )
@@ -275,5 +355,13 @@ def bench_document(
             "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         },
         "peak_tflops": H200_BF16_DENSE_TFLOPS if device.type == "cuda" else None,
+        "predicted_gpus": {
+            name: {
+                "peak_flops": gpu.peak_flops,
+                "hbm_bytes_per_s": gpu.hbm_bytes_per_s,
+                "source": gpu.source,
+            }
+            for name, gpu in GPUS.items()
+        },
         "combos": rows,
     }

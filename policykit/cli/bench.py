@@ -29,6 +29,7 @@ from policykit.cli.common import (
     warn_if_uncheckable,
     write_json,
 )
+from policykit.errors import PolicykitError
 from policykit.heartbeat import Heartbeat
 from policykit.registry import Combo, PolicyRegistry, format_combo
 from policykit.render import default_console, fold
@@ -143,6 +144,21 @@ if TYPE_CHECKING:
 )
 @click.option("--max-rounds", type=click.IntRange(min=1), default=10_000, show_default=True)
 @click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run each combination this many times (inline executor): measured times are "
+    "reported as median and range; the scheduler's outcomes must not change between repeats.",
+)
+@click.option(
+    "--predict-model",
+    default="llama3-8b",
+    show_default=True,
+    help="Model preset whose roofline-predicted time on H100/H200/B200 is reported for the "
+    "same schedule (the schedule does not depend on the model: the pool is sized in tokens).",
+)
+@click.option(
     "--executor",
     type=click.Choice(["inline", "local", "ray"]),
     default="inline",
@@ -165,6 +181,8 @@ def bench(
     seed: int,
     cpu_threads: int,
     max_rounds: int,
+    repeats: int,
+    predict_model: str,
     executor: str,
     workers: int | None,
     ray_address: str | None,
@@ -185,6 +203,12 @@ def bench(
     from policykit.harness.runner import resolve_input
 
     shape = get_preset(preset)
+    priced = get_preset(predict_model)
+    if repeats > 1 and executor != "inline":
+        raise PolicykitError(
+            f"--repeats {repeats} needs --executor inline: repeated timings are only comparable "
+            "when every repeat runs in the same process on the same model."
+        )
     check_out_path(out)
     dev = resolve_device(device)
     if dev.type == "cpu":
@@ -218,7 +242,9 @@ def bench(
             ray_address=ray_address,
         )
     else:
-        result = _bench_inline(bench_input, shape, dev, chosen, pm, seed, max_rounds, console)
+        result = _bench_inline(
+            bench_input, shape, dev, chosen, pm, seed, max_rounds, console, repeats, priced
+        )
     _report(document(result, "policykit.bench/1"), as_json, out, console)
 
 
@@ -231,6 +257,8 @@ def _bench_inline(
     seed: int,
     max_rounds: int,
     console: Console,
+    repeats: int = 1,
+    predict_model: ModelPreset | None = None,
 ) -> dict[str, Any]:
     """Every combo in this process, on one model (weights and prefix KV built once)."""
     from policykit.harness.model import Decoder
@@ -245,11 +273,11 @@ def _bench_inline(
             console=console,
             transient=True,
         ) as progress,
-        Heartbeat("bench", len(chosen)) as beat,
+        Heartbeat("bench", len(chosen) * repeats) as beat,
     ):
         console.print(f"building {shape.name} on {dev} and laying out {bench_input.name} ...")
         model = Decoder(shape, dev, seed=seed)
-        task = progress.add_task("combos", total=len(chosen))
+        task = progress.add_task("runs", total=len(chosen) * repeats)
         current = {"combo": ""}
 
         def start(combo: Combo) -> None:
@@ -272,6 +300,8 @@ def _bench_inline(
             max_rounds=max_rounds,
             on_combo_start=start,
             on_round=on_round,
+            repeats=repeats,
+            predict_model=predict_model,
         )
         progress.advance(task)
         beat.advance()

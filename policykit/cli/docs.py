@@ -17,13 +17,23 @@ _PATH = click.Path(path_type=Path)
     "results_dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="Folder of check/bench results (*.json). Without it, runs the installed ones.",
+    help="Folder of check/bench results (*.json) to reuse, e.g. docs/generated/results of an "
+    "earlier run. Without it, runs `check --all` and the CPU harness.",
 )
 @click.option(
-    "--out", type=_PATH, default=None, help="Generated pages [default: DOCS_DIR/generated]."
+    "--out",
+    type=_PATH,
+    default=None,
+    help="Where the pages go. In a docs project: the generated folder [default: "
+    "DOCS_DIR/generated; another one needs --no-build]. Elsewhere: the folder that receives "
+    "the whole site project from the packaged config [default: ./policykit-docs].",
 )
 @click.option(
-    "--config", type=_PATH, default=Path("mkdocs.yml"), show_default=True, help="mkdocs config."
+    "--config",
+    type=_PATH,
+    default=None,
+    help="mkdocs config [default: ./mkdocs.yml; without one, the config packaged with "
+    "policykit, unpacked into --out].",
 )
 @click.option("--site", type=_PATH, default=None, help="Built site [default: site/ by the config].")
 @click.option(
@@ -33,13 +43,19 @@ _PATH = click.Path(path_type=Path)
 def docs(
     results_dir: Path | None,
     out: Path | None,
-    config: Path,
+    config: Path | None,
     site: Path | None,
     build: bool,
     as_json: bool,
 ) -> None:
     """Regenerate the policy reference, CLI reference, concept tables and comparison pages,
     then build the site offline with ``mkdocs build --strict``.
+
+    Works from any folder: in a policykit checkout it builds the project's site; elsewhere
+    (a plugin author's project) it builds a site of this environment's policies from the
+    config packaged with policykit. Pages are written aside and swapped in only when
+    everything succeeded, so a failed run keeps the previous pages and site. Progress lines go
+    to stderr at least every 10 s.
 
     Results files are read through a per-kind adapter (check, bench); their provisional shape is
     on the docs' "Results files" page. Exit code 0: built; 2: bad input or a failed build.
@@ -57,6 +73,8 @@ def docs(
         click.echo(f"skipped {command}: {reason}")
     for command in report.ran:
         click.echo(f"ran policykit {command}")
+    for note in report.notes:
+        click.echo(f"note: {note}")
     click.echo(f"wrote {len(report.pages)} generated files to {report.out}")
     if report.site is not None:
-        click.echo(f"built the site in {report.site}")
+        click.echo(f"built the site in {report.site}; open {report.site / 'index.html'}")

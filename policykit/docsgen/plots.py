@@ -3,11 +3,19 @@
 The site must work offline, so plots are files next to the page, not a charting script. SVGs
 are written with a fixed hash salt and no date, so regenerating unchanged results leaves the
 files byte-identical.
+
+Every chart must stay readable with 80 combinations (one plugin installed multiplies the
+registered ones), so: bar charts give a crashed combination a red marker and *no* bar (its
+figures cover only the rounds before the crash, which would make it look best), and pool use is
+drawn as small multiples of the few most different trajectories, the rest summarised as one
+band, never as 80 lines sharing ten colours.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -18,17 +26,66 @@ from matplotlib.ticker import MaxNLocator
 _RC = {"svg.hashsalt": "policykit", "svg.fonttype": "none", "font.size": 9}
 CRASHED = "#c62828"
 FINE = "#1565c0"
+SECOND = "#90caf9"
+#: CSS pixels per inch, and per point (SVG sizes are in points)
+PX_PER_INCH = 96
+PX_PER_POINT = 4 / 3
+#: the most panels a pool figure shows before summarising the rest
+MAX_PANELS = 8
+#: white margin around a saved figure, inches
+PAD_INCHES = 0.1
 
 
-def _save(fig: Figure, path: Path) -> Path:
-    FigureCanvasAgg(fig)
+@dataclass(frozen=True)
+class Layout:
+    """Measured size of a saved figure, in CSS pixels (what a browser lays out)."""
+
+    path: Path
+    width_px: float
+    height_px: float
+    legend_px: float  #: tallest legend's height, 0 without one
+    plot_px: float  #: shortest axes' height
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def _save(fig: Figure, path: Path) -> Layout:
+    """Write ``fig`` as SVG and measure it. One render only (the charts of 80 combinations are
+    text-heavy): sizes are read back from the file, legend and axes extents from the artists
+    as that render placed them."""
+    canvas = FigureCanvasAgg(fig)
+    fig.set_dpi(PX_PER_INCH)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="svg", metadata={"Date": None}, bbox_inches="tight")
-    return path
+    fig.savefig(
+        path, format="svg", metadata={"Date": None}, bbox_inches="tight", pad_inches=PAD_INCHES
+    )
+    with path.open(encoding="utf-8") as fh:
+        head = fh.read(2048)
+    size = {k: float(v) for k, v in re.findall(r'\b(width|height)="([\d.]+)pt"', head)[:2]}
+    renderer = canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    legends = [ax.get_legend() for ax in axes if ax.get_legend() is not None]
+    legends += list(fig.legends)
+    return Layout(
+        path,
+        width_px=size["width"] * PX_PER_POINT,
+        height_px=size["height"] * PX_PER_POINT,
+        legend_px=max((g.get_window_extent(renderer).height for g in legends), default=0.0),
+        plot_px=min((ax.get_window_extent(renderer).height for ax in axes), default=0.0),
+    )
 
 
 def _height(n: int) -> float:
-    return max(2.0, 0.32 * n + 1.2)
+    return max(2.0, 0.22 * n + 1.2)
+
+
+def _crash_note(ax, y: int, text: str) -> None:
+    """A red cross and words where a crashed combination's bar would be; its label red."""
+    ax.get_yticklabels()[y].set_color(CRASHED)
+    ax.plot([0], [y], marker="X", color=CRASHED, markersize=7, clip_on=False)
+    ax.annotate(text, (0, y), xytext=(8, 0), textcoords="offset points", va="center", color=CRASHED)
 
 
 def bar_chart(
@@ -38,16 +95,24 @@ def bar_chart(
     *,
     title: str,
     xlabel: str,
-    crashed: Sequence[bool] = (),
-) -> Path:
-    """Horizontal bars, one per combination; crashed combinations in red, missing values empty."""
+    crashed: Sequence[int | None] = (),
+) -> Layout:
+    """Horizontal bars, one per combination. ``crashed[i]`` is the round combination ``i``
+    crashed in: it gets a red cross and the words instead of a bar."""
     with matplotlib.rc_context(_RC):
         fig = Figure(figsize=(7.5, _height(len(labels))))
         ax = fig.add_subplot()
-        ys = range(len(labels))
-        colours = [CRASHED if i < len(crashed) and crashed[i] else FINE for i in ys]
-        ax.barh(list(ys), [v or 0 for v in values], color=colours)
-        ax.set_yticks(list(ys), labels=list(labels))
+        ys = list(range(len(labels)))
+        crash = [crashed[i] if i < len(crashed) else None for i in ys]
+        ax.barh(
+            ys,
+            [0 if c is not None else v or 0 for v, c in zip(values, crash, strict=True)],
+            color=FINE,
+        )
+        ax.set_yticks(ys, labels=list(labels))
+        for y, c in zip(ys, crash, strict=True):
+            if c is not None:
+                _crash_note(ax, y, f"crashed in round {c}")
         ax.invert_yaxis()
         ax.set_xlabel(xlabel)
         ax.set_title(title, loc="left")
@@ -64,15 +129,24 @@ def paired_bar_chart(
     names: tuple[str, str],
     title: str,
     xlabel: str,
-) -> Path:
-    """Two bars per combination (TTFT p50 and p99)."""
+    crashed: Sequence[int | None] = (),
+) -> Layout:
+    """Two bars per combination (TTFT p50 and p99); crashed combinations get no bars."""
     with matplotlib.rc_context(_RC):
         fig = Figure(figsize=(7.5, _height(len(labels))))
         ax = fig.add_subplot()
         ys = list(range(len(labels)))
-        ax.barh([y - 0.2 for y in ys], [v or 0 for v in first], height=0.4, label=names[0])
-        ax.barh([y + 0.2 for y in ys], [v or 0 for v in second], height=0.4, label=names[1])
+        crash = [crashed[i] if i < len(crashed) else None for i in ys]
+
+        def bars(values: Sequence[float | None]) -> list[float]:
+            return [0 if c is not None else v or 0 for v, c in zip(values, crash, strict=True)]
+
+        ax.barh([y - 0.2 for y in ys], bars(first), height=0.4, label=names[0], color=FINE)
+        ax.barh([y + 0.2 for y in ys], bars(second), height=0.4, label=names[1], color=SECOND)
         ax.set_yticks(ys, labels=list(labels))
+        for y, c in zip(ys, crash, strict=True):
+            if c is not None:
+                _crash_note(ax, y, f"crashed in round {c}: no TTFT shown")
         ax.invert_yaxis()
         ax.set_xlabel(xlabel)
         ax.set_title(title, loc="left")
@@ -81,21 +155,117 @@ def paired_bar_chart(
         return _save(fig, path)
 
 
-def line_chart(
-    path: Path, series: Sequence[tuple[str, Sequence[float]]], *, title: str, ylabel: str
-) -> Path:
-    """Pool utilisation over rounds: one line (with markers) per labelled series."""
-    with matplotlib.rc_context(_RC):
-        fig = Figure(figsize=(7.5, 3.6))
-        ax = fig.add_subplot()
-        for label, ys in series:
-            ax.plot(range(1, len(ys) + 1), [100 * y for y in ys], marker="o", label=label)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("round")
-        ax.set_ylabel(ylabel)
-        ax.set_ylim(0, 105)
-        ax.set_title(title, loc="left")
-        ax.grid(alpha=0.3)
-        if series:
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.2), frameon=False)
+@dataclass(frozen=True)
+class Trajectory:
+    """Pool use per round of one or more combinations that behaved identically."""
+
+    labels: tuple[str, ...]
+    values: tuple[float, ...]  #: fraction of the pool, per round
+    crash_round: int | None = None
+
+    @property
+    def title(self) -> str:
+        more = f" (+{len(self.labels) - 1} alike)" if len(self.labels) > 1 else ""
+        return self.labels[0] + more
+
+
+def group_trajectories(
+    runs: Sequence[tuple[str, Sequence[float], int | None]],
+) -> list[Trajectory]:
+    """Combinations with the same pool use in every round (and the same crash) share one."""
+    groups: dict[tuple[tuple[float, ...], int | None], list[str]] = {}
+    for label, values, crash in runs:
+        groups.setdefault((tuple(round(v, 4) for v in values), crash), []).append(label)
+    return [Trajectory(tuple(labels), ys, crash) for (ys, crash), labels in groups.items()]
+
+
+def _distance(a: Trajectory, b: Trajectory) -> float:
+    """Mean absolute difference, the shorter run held at its last value."""
+    n = max(len(a.values), len(b.values), 1)
+
+    def at(t: Trajectory, i: int) -> float:
+        if not t.values:
+            return 0.0
+        return t.values[min(i, len(t.values) - 1)]
+
+    crash = float(a.crash_round != b.crash_round)
+    return sum(abs(at(a, i) - at(b, i)) for i in range(n)) / n + crash
+
+
+def most_different(trajectories: Sequence[Trajectory], k: int) -> list[Trajectory]:
+    """``k`` trajectories spread as far apart as possible (farthest-point selection, starting
+    from the one shared by most combinations), in their original order."""
+    if len(trajectories) <= k:
+        return list(trajectories)
+    chosen = [max(trajectories, key=lambda t: len(t.labels))]
+    while len(chosen) < k:
+        rest = [t for t in trajectories if t not in chosen]
+        chosen.append(max(rest, key=lambda t: min(_distance(t, c) for c in chosen)))
+    return [t for t in trajectories if t in chosen]
+
+
+def pool_small_multiples(path: Path, trajectories: Sequence[Trajectory], *, title: str) -> Layout:
+    """One small panel per distinct trajectory (at most :data:`MAX_PANELS`), shared axes; when
+    there are more, a last panel summarises the rest as a min–max band with its median line.
+    A crashed trajectory is red, with a cross at its crash round."""
+    shown = most_different(trajectories, MAX_PANELS)
+    rest = [t for t in trajectories if t not in shown]
+    panels = len(shown) + (1 if rest else 0)
+    cols = min(3, max(panels, 1))
+    rows = -(-max(panels, 1) // cols)
+    longest = max((len(t.values) for t in trajectories), default=1)
+    with matplotlib.rc_context({**_RC, "font.size": 8}):
+        height = 2.1 * rows + 0.5
+        fig = Figure(figsize=(3.3 * cols, height))
+        # fixed spacing (room for two-line panel titles); constrained layout would re-render
+        # the text several times
+        fig.subplots_adjust(hspace=0.6, wspace=0.1, top=1 - 0.75 / height)
+        grid = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
+        axes = [ax for row in grid for ax in row]
+        for ax, t in zip(axes, shown, strict=False):
+            colour = CRASHED if t.crash_round is not None else FINE
+            xs = range(1, len(t.values) + 1)
+            ax.plot(xs, [100 * v for v in t.values], color=colour, lw=1.4)
+            name = t.title if len(t.title) <= 44 else t.title[:43] + "…"
+            if t.crash_round is not None:
+                ax.plot([t.crash_round], [100], marker="X", color=CRASHED, markersize=8)
+                name += f"\ncrashed in round {t.crash_round}"
+            ax.set_title(name, loc="left", fontsize=7.5, color=colour)
+        if rest:
+            ax = axes[len(shown)]
+            _summary_panel(ax, rest, longest)
+        for ax in axes[panels:]:
+            ax.set_visible(False)
+        for ax in axes[:panels]:
+            ax.set_ylim(0, 108)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
+            ax.grid(alpha=0.3)
+        for row in grid:
+            row[0].set_ylabel("pool in use (%)")
+        for ax in grid[-1]:
+            ax.set_xlabel("round")
+        fig.suptitle(title, x=0.01, ha="left", fontsize=9)
         return _save(fig, path)
+
+
+def _summary_panel(ax, rest: Sequence[Trajectory], longest: int) -> None:
+    """The trajectories not drawn on their own: the band they span and their median."""
+    combos = sum(len(t.labels) for t in rest)
+    lo, mid, hi = [], [], []
+    for i in range(longest):
+        at = sorted(100 * t.values[min(i, len(t.values) - 1)] for t in rest if t.values)
+        if not at:
+            break
+        lo.append(at[0])
+        hi.append(at[-1])
+        mid.append(at[len(at) // 2])
+    xs = list(range(1, len(mid) + 1))
+    ax.fill_between(xs, lo, hi, color=SECOND, alpha=0.6, lw=0)
+    ax.plot(xs, mid, color=FINE, lw=1.2)
+    crashes = [t.crash_round for t in rest for _ in t.labels if t.crash_round is not None]
+    for c in sorted(set(crashes)):
+        ax.plot([c], [100], marker="X", color=CRASHED, markersize=6)
+    note = f", {len(crashes)} crashed (×)" if crashes else ""
+    ax.set_title(
+        f"the other {combos} combinations:\nrange and median{note}", loc="left", fontsize=7.5
+    )

@@ -12,7 +12,7 @@ import inspect
 import sys
 from pathlib import Path
 
-from policykit.docsgen.markdown import GENERATED_BANNER, Provenance, fence, table
+from policykit.docsgen.markdown import EVERY_PAGE, GENERATED_BANNER, Links, Provenance, fence, table
 from policykit.policy import KINDS
 from policykit.registry import DEFAULT_COMBO, SAMPLE_ARGS, PolicyEntry, PolicyRegistry
 
@@ -91,11 +91,15 @@ def policy_section(entry: PolicyEntry) -> str:
     return "\n".join(out)
 
 
-def policies_page(registry: PolicyRegistry, provenance: Provenance) -> str:
+def policies_page(
+    registry: PolicyRegistry, provenance: Provenance, links: Links = EVERY_PAGE
+) -> str:
     parts = [GENERATED_BANNER, "# Policy reference\n\n", provenance.note()]
     parts.append(
         "Every policy registered in the environment that built this site, by kind: the built-ins "
-        "and any installed plugin's (see [Write your own policy](../tutorial.md)). Run "
+        "and any installed plugin's (see "
+        + links.to("Write your own policy", "tutorial.md", page="generated/policies.md")
+        + "). Run "
         "`policykit policies` to list the ones in yours.\n\n"
     )
     summary = []
@@ -114,7 +118,9 @@ def policies_page(registry: PolicyRegistry, provenance: Provenance) -> str:
     return "".join(parts).replace("\n\n\n", "\n\n")
 
 
-def write_policies_page(registry: PolicyRegistry, out: Path, provenance: Provenance) -> Path:
+def write_policies_page(
+    registry: PolicyRegistry, out: Path, provenance: Provenance, links: Links = EVERY_PAGE
+) -> Path:
     path = out / "policies.md"
-    path.write_text(policies_page(registry, provenance), encoding="utf-8")
+    path.write_text(policies_page(registry, provenance, links), encoding="utf-8")
     return path

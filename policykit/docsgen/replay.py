@@ -81,6 +81,12 @@ def replay(
 
 def rounds_markdown(run: Replay) -> str:
     """The round table of ``policykit simulate`` as a Markdown table, then the outcome."""
+    return round_table(run) + "\n" + outcome_markdown(run)
+
+
+def round_table(run: Replay, *, failing_round: int | None = None) -> str:
+    """The round table alone; ``failing_round`` (where a checked property broke) is marked
+    ``✗``."""
     result = run.result
     rows: list[list[object]] = []
     for record in result.rounds:
@@ -107,7 +113,7 @@ def rounds_markdown(run: Replay) -> str:
             rows.append(["", rej.request_id, "-", "", f"rejected {rej.verdict}", "", "", "", ""])
         if len(rows) == first:
             rows.append(["", "(nothing to do)", "", "", "", "", "", "", ""])
-        rows[first][0] = plan.round
+        rows[first][0] = f"**✗ {plan.round}**" if plan.round == failing_round else plan.round
         rows[-1][-1] = "**OOM**" if oom_here else record.free_tokens_after
     headers = (
         "round",
@@ -120,8 +126,39 @@ def rounds_markdown(run: Replay) -> str:
         "cur_rem_tokens",
         "free after",
     )
-    out = table(headers, rows, right=(0, 2, 3, 5, 6, 7, 8))
-    return out + "\n" + outcome_markdown(run)
+    return table(headers, rows, right=(0, 2, 3, 5, 6, 7, 8))
+
+
+def shows_failure(run: Replay) -> bool:
+    """Whether the run ended badly: an OOM, or a request admitted but never completed
+    (pending, starved or failed when nothing could change any more)."""
+    r = run.result
+    return r.oom is not None or bool(r.pending or r.starved or r.failed)
+
+
+def failure_markdown(run: Replay, what: str) -> str:
+    """How a counterexample's replay ended, never as a success: a failure box when it
+    reproduced the failure ``what``, a warning when it did not."""
+    r = run.result
+    lists = (
+        f"    completed: {esc(', '.join(r.completed) or '-')} · "
+        f"pending: {esc(', '.join(r.pending) or '-')} · "
+        f"starved: {esc(', '.join(r.starved) or '-')} · "
+        f"failed: {esc(', '.join(r.failed) or '-')}\n"
+    )
+    if r.oom is not None:
+        return outcome_markdown(run)
+    if shows_failure(run):
+        return (
+            f'!!! failure "{esc(what)}"\n    The replay stopped after {len(r.rounds)} rounds '
+            f"(stopped: {r.stopped_by}) with requests that can no longer complete.\n\n{lists}"
+        )
+    return (
+        '!!! warning "The replay did not reproduce the failure"\n    The scheduler ran '
+        f"{len(r.rounds)} rounds (stopped: {r.stopped_by}) without an OOM and with every "
+        "admitted request finished; the checker's model and the scheduler disagree here, "
+        f"which is itself a finding to report.\n\n{lists}"
+    )
 
 
 def outcome_markdown(run: Replay) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,12 +60,16 @@ class Verdict:
 
     combo: str
     property: str
-    verdict: str  #: proved | violated | unknown | refused
+    verdict: str  #: proved | violated | unknown | refused (the checker could not trust a policy)
     bound: int | None  #: rounds explored; ``None`` on a proof means unbounded (induction)
     seconds: float | None
     scenario: dict[str, Any] | None  #: the counterexample exported as a scenario file
     trace: tuple[dict[str, Any], ...]  #: the counterexample's rounds as the checker prints them
-    note: str = ""  #: the checker's remark (why a proof is only bounded, why unknown)
+    note: str = ""  #: the checker's remark (why a proof is only bounded, why unknown or refused)
+    failure: str = ""  #: what went wrong in the replay, in words (the counterexample's own)
+    #: the trace's steps as given (a step may hold a list of entries), for the trace page
+    steps: tuple[dict[str, Any], ...] = ()
+    round: int | None = None  #: the round the property broke in
 
     @property
     def unbounded(self) -> bool:
@@ -77,6 +81,8 @@ class CheckResults:
     provenance: Provenance
     verdicts: tuple[Verdict, ...]
     source: Path
+    #: the engine facts the verdicts hold under (page size, chunk size, SWA window, bounds)
+    config: dict[str, Any] = field(default_factory=dict)
     kind = "check"
 
 
@@ -97,6 +103,16 @@ class BenchRun:
     scheduler_share: float | None  #: planning time / round time, 0..1
     mfu: float | None  #: model FLOPs utilisation, 0..1 (CUDA only)
     pool_use_by_round: tuple[float, ...]
+    #: the scheduler's deterministic outcomes (rounds, tokens, pool use); empty in old files
+    outcomes: dict[str, Any] = field(default_factory=dict)
+    #: roofline-predicted figures per GPU name, and the model they price
+    predicted: dict[str, Any] = field(default_factory=dict)
+    #: measured times over repeats: ``{"repeats": n, metric: {median, min, max}}``
+    wall: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def crashed(self) -> bool:
+        return self.crashed_at_round is not None
 
 
 @dataclass(frozen=True)
@@ -183,10 +199,10 @@ def _bound(item: Mapping[str, Any], where: str) -> int | None:
         return None
     if isinstance(bound, int) and not isinstance(bound, bool):
         return bound
-    found = re.search(r"\d+", bound) if isinstance(bound, str) else None
-    if found is None:
+    if not isinstance(bound, str):
         raise ResultsError(f"{where}: 'bound' must be a number of rounds or 'unbounded'.")
-    return int(found.group())
+    found = re.search(r"\d+", bound)
+    return None if found is None else int(found.group())  # "-": nothing was explored
 
 
 def _trace_rows(steps: Any) -> tuple[dict[str, Any], ...]:
@@ -233,6 +249,20 @@ def provenance_of(top: Mapping[str, Any], tool: str) -> Provenance:
 
 
 # --- adapters -----------------------------------------------------------------------------------
+def _failure(value: Any) -> tuple[str, int | None]:
+    """A counterexample's failure in words, and its round. The checker gives an object
+    (``summary``, ``message``, ``kind``, ``round``); a plain string is taken as the words. An
+    OOM's ``message`` is the engine's log line, which the replay shows anyway."""
+    if isinstance(value, dict):
+        words = [str(value.get("summary") or "").strip()]
+        if value.get("kind") != "oom" and value.get("message"):
+            words.append(str(value["message"]).strip())
+        found = value.get("round")
+        at = found if isinstance(found, int) and not isinstance(found, bool) else None
+        return " ".join(w for w in words if w), at
+    return ("" if value is None else str(value)), None
+
+
 def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
     where = path.name
     verdicts = []
@@ -246,6 +276,7 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
             )
         trace = _pick(item, "trace.rounds", "trace", "counterexample.rounds")
         scenario = _pick(item, "scenario", "counterexample.scenario")
+        failure, failed_in = _failure(_pick(item, "failure", "counterexample.failure"))
         verdicts.append(
             Verdict(
                 combo=_combo(item, at),
@@ -256,9 +287,15 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
                 scenario=scenario if isinstance(scenario, dict) else None,
                 trace=_trace_rows(trace),
                 note=str(item.get("note") or ""),
+                failure=failure,
+                steps=tuple(s for s in trace if isinstance(s, dict))
+                if isinstance(trace, list)
+                else (),
+                round=_int(item, at, "round", "counterexample.round") or failed_in,
             )
         )
-    return [CheckResults(provenance_of(top, "check"), tuple(verdicts), path)]
+    config = top.get("config") if isinstance(top.get("config"), dict) else {}
+    return [CheckResults(provenance_of(top, "check"), tuple(verdicts), path, dict(config))]
 
 
 def _series(value: Any, at: str) -> tuple[float, ...]:
@@ -289,8 +326,23 @@ def _bench_run(item: Mapping[str, Any], at: str) -> BenchRun:
         ),
         scheduler_share=_number(m, at, "scheduler_share", "planning_share"),
         mfu=_number(m, at, "mfu"),
-        pool_use_by_round=_series(_pick(m, "pool_use_by_round", "kv_utilisation"), at),
+        pool_use_by_round=_series(
+            _pick(m, "pool_use_by_round", "outcomes.pool_use.by_round", "kv_utilisation"), at
+        ),
+        outcomes=_block(item, "outcomes", at),
+        predicted=_block(item, "predicted", at),
+        wall=_block(item, "wall", at),
     )
+
+
+def _block(item: Mapping[str, Any], name: str, at: str) -> dict[str, Any]:
+    """A nested object of a bench row, kept as is (the pages pick from it); ``{}`` if absent."""
+    value = item.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ResultsError(f"{at}: {name!r} must be an object.")
+    return value
 
 
 def parse_bench(top: Mapping[str, Any], path: Path) -> list[BenchResults]:

@@ -1,24 +1,42 @@
 """``policykit docs`` end to end: gather results, write the generated pages, build the site.
 
-Results come from ``--results DIR``, or, without it, from running the result-producing commands
-that this installation has (``check``, ``bench``; see :data:`PRODUCERS`). The generated folder
-is wiped and rewritten on every run, so a page for a policy that was uninstalled disappears;
-to make that safe the folder carries a marker file and a folder without it is never wiped.
+Results come from ``--results DIR``, or, without it, from running what produces them: the
+``check`` command (see :data:`PRODUCERS`) and the harness (:func:`run_harness`). Nothing is
+lost on the way:
+
+* the pages are written into a staging folder next to the generated one and swapped in only
+  when everything succeeded, the site likewise; a failed run leaves the previous pages and
+  site as they were;
+* one uncheckable plugin costs one row: if ``check --all`` fails as a whole, every combination
+  is checked on its own and the ones that cannot be get a ``refused`` verdict;
+* the results used are kept with the pages (``generated/results``), so ``--results`` can
+  rebuild from them later without running anything.
+
+The generated folder carries a marker file, and a folder without it is never replaced. Outside
+a docs project (no ``mkdocs.yml`` here and no ``--config``) the site is built from the config
+packaged with policykit (:data:`SKELETON`) into ``--out``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from policykit.docsgen.check_each import check_each
 from policykit.docsgen.cli_reference import write_cli_page
 from policykit.docsgen.comparisons import write_comparisons
 from policykit.docsgen.concepts import write_concept_tables
-from policykit.docsgen.markdown import Provenance
+from policykit.docsgen.markdown import Links, Provenance
 from policykit.docsgen.policies import write_policies_page
 from policykit.docsgen.results import (
     Results,
@@ -29,13 +47,47 @@ from policykit.docsgen.results import (
 )
 from policykit.docsgen.views import write_plugin_reference
 from policykit.errors import PolicykitError
+from policykit.heartbeat import Heartbeat
 from policykit.registry import PolicyRegistry
 
 MARKER = ".policykit-generated"
+SCHEMA = "policykit.docs/1"
+#: the packaged docs project used outside a policykit checkout
+SKELETON = Path(__file__).with_name("skeleton")
+#: first line of a config written from the skeleton (one without it is never overwritten)
+SKELETON_STAMP = "# written by `policykit docs`"
+#: where the packaged project goes when ``--out`` is not given
+DEFAULT_PROJECT = Path("policykit-docs")
+
+#: what the harness runs for the comparison page: the tiny CPU model, three timed repeats, on
+#: host-hit-heavy at a 4096-token pool (the same 81 rounds and the same crashes as at 8192, in
+#: about 60% of the time: three repeats must not triple the docs build)
+HARNESS_WORKLOAD = "host-hit-heavy"
+HARNESS_MODEL = "tiny"
+HARNESS_POOL_TOKENS = 4096
+HARNESS_REPEATS = 3
+#: how progress lines start (:class:`~policykit.heartbeat.Heartbeat`, on a non-terminal)
+LABEL = "policykit docs"
+#: the model the harness's schedules are priced for (predicted time on H100/H200/B200)
+PREDICT_MODEL = "llama3-8b"
 
 
 class DocsError(PolicykitError):
     """The docs could not be generated or built (bad paths, a failing producer, mkdocs)."""
+
+
+#: builds a results document itself when its producer command failed as a whole
+Fallback = Callable[[PolicyRegistry], dict[str, Any]]
+
+
+def _check_each_fallback(registry: PolicyRegistry) -> dict[str, Any]:
+    with Heartbeat(f"{LABEL}: checking each combination on its own", 0) as beat:
+
+        def on_combo(i: int, n: int, combo) -> None:
+            beat.total, beat.done = n, i
+            beat.describe(str(combo))
+
+        return check_each(registry, on_combo=on_combo)
 
 
 @dataclass(frozen=True)
@@ -48,26 +100,17 @@ class Producer:
     stdout: bool
     #: exit codes that still mean "results written" (a violation or a crash is a result)
     ok_codes: tuple[int, ...]
+    #: what to do when the command fails as a whole (``None``: the docs fail)
+    fallback: Fallback | None = None
 
 
 PRODUCERS: tuple[Producer, ...] = (
-    Producer("check", ("check", "--all", "--json"), stdout=True, ok_codes=(0, 1, 3, 4)),
     Producer(
-        "bench",
-        (
-            "bench",
-            "--workload",
-            "host-hit-heavy",
-            "--all",
-            "--device",
-            "cpu",
-            "--model",
-            "tiny",
-            "--out",
-            "{out}",
-        ),
-        stdout=False,
-        ok_codes=(0, 1),
+        "check",
+        ("check", "--all", "--json"),
+        stdout=True,
+        ok_codes=(0, 1, 3),  # a refusal exits 2 with its rows in the JSON: see _complete
+        fallback=_check_each_fallback,
     ),
 )
 
@@ -79,19 +122,27 @@ class DocsReport:
     results: list[tuple[str, str]] = field(default_factory=list)  #: (file, kind)
     ran: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  #: (command, reason)
+    #: what went wrong but did not stop the docs (a producer's fallback, refused rows)
+    notes: list[str] = field(default_factory=list)
     site: Path | None = None
+    config: Path | None = None
 
     def to_dict(self) -> dict:
         return {
+            "schema": SCHEMA,
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "out": str(self.out),
+            "config": None if self.config is None else str(self.config),
             "pages": [str(p) for p in self.pages],
             "results": [{"file": f, "kind": k} for f, k in self.results],
             "ran": self.ran,
             "skipped": [{"command": c, "reason": r} for c, r in self.skipped],
+            "notes": self.notes,
             "site": None if self.site is None else str(self.site),
         }
 
 
+# --- where things go ----------------------------------------------------------------------------
 def docs_dir_of(config: Path) -> Path:
     """The ``docs_dir`` a mkdocs config names (default ``docs``), as an absolute path."""
     from mkdocs.utils.yaml import yaml_load
@@ -104,20 +155,71 @@ def docs_dir_of(config: Path) -> Path:
     return (config.parent / data.get("docs_dir", "docs")).resolve()
 
 
-def prepare_out(out: Path) -> None:
-    """Empty ``out`` for regeneration, refusing a non-empty folder we did not create."""
-    if out.exists():
-        if not (out / MARKER).exists() and any(out.iterdir()):
-            raise DocsError(
-                f"The output folder {str(out)!r} is not empty and was not written by `policykit "
-                "docs` (no marker file); choose an empty or generated folder."
-            )
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / MARKER).write_text("written by `policykit docs`; wiped on every run\n")
+def check_replaceable(out: Path) -> None:
+    """Refuse to replace a non-empty folder that ``policykit docs`` did not write."""
+    if out.exists() and not (out / MARKER).exists() and any(out.iterdir()):
+        raise DocsError(
+            f"The output folder {str(out)!r} is not empty and was not written by `policykit "
+            "docs` (no marker file); choose an empty or generated folder."
+        )
 
 
-def run_producers(folder: Path, report: DocsReport) -> list[Results]:
+def unpack_skeleton(root: Path) -> Path:
+    """Write the packaged docs project into ``root``; its ``mkdocs.yml``."""
+    config = root / "mkdocs.yml"
+    if config.exists() and not config.read_text(encoding="utf-8").startswith(SKELETON_STAMP):
+        raise DocsError(
+            f"{str(config)!r} exists and was not written by `policykit docs`; pass --config to "
+            "build that project, or choose another --out."
+        )
+    try:
+        (root / "docs" / "stylesheets").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(SKELETON / "mkdocs.yml", config)
+        shutil.copyfile(SKELETON / "index.md", root / "docs" / "index.md")
+        shutil.copyfile(SKELETON / "extra.css", root / "docs" / "stylesheets" / "extra.css")
+    except OSError as exc:
+        raise DocsError(f"Cannot write the docs project into {str(root)!r}: {exc}.") from None
+    return config
+
+
+def resolve_config(config: Path | None, out: Path | None, build: bool) -> tuple[Path, Path]:
+    """(mkdocs config, generated-pages folder). ``config=None`` means ``./mkdocs.yml``, or the
+    packaged project written into ``out`` when there is none here."""
+    if config is None and not Path("mkdocs.yml").is_file():
+        root = (out or DEFAULT_PROJECT).resolve()
+        config = unpack_skeleton(root)
+        return config, docs_dir_of(config) / "generated"
+    config = (config or Path("mkdocs.yml")).resolve()
+    if not config.is_file():
+        raise DocsError(f"There is no mkdocs config at {str(config)!r}; pass --config.")
+    expected = docs_dir_of(config) / "generated"
+    generated = (out or expected).resolve()
+    if build and generated != expected:
+        raise DocsError(
+            f"The site's pages include the generated ones from {str(expected)!r}; writing them to "
+            f"{str(generated)!r} and building would show stale pages. Use --no-build with --out."
+        )
+    return config, generated
+
+
+# --- results ------------------------------------------------------------------------------------
+def _complete(proc: subprocess.CompletedProcess, producer: Producer) -> bool:
+    """Whether a command that exited non-zero still printed its whole results document
+    (``check`` exits 2 when it refused a combination, with the refused rows in the JSON)."""
+    if not producer.stdout:
+        return False
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("schema"), str) and "verdicts" in doc
+
+
+def run_producers(
+    folder: Path,
+    report: DocsReport,
+    registry: PolicyRegistry | None = None,
+) -> list[Results]:
     """Run each registered producer command, keeping its JSON under ``folder``."""
     from policykit.cli import COMMANDS
 
@@ -131,18 +233,29 @@ def run_producers(folder: Path, report: DocsReport) -> list[Results]:
             continue
         target = folder / f"{producer.command}.json"
         args = [a.replace("{out}", str(target)) for a in producer.args]
-        proc = subprocess.run(
-            [sys.executable, "-c", "from policykit.cli import main; main()", *args],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if proc.returncode not in producer.ok_codes:
-            raise DocsError(
-                f"`policykit {' '.join(args)}` exited with code {proc.returncode}: "
-                f"{proc.stderr.strip()[-800:] or proc.stdout.strip()[-800:]}"
+        with Heartbeat(f"{LABEL}: policykit {' '.join(args)}", 1) as beat:
+            proc = subprocess.run(
+                [sys.executable, "-c", "from policykit.cli import main; main()", *args],
+                capture_output=True,
+                text=True,
+                check=False,
             )
-        if producer.stdout:
+            beat.advance()
+        failed = proc.returncode not in producer.ok_codes and not _complete(proc, producer)
+        why = proc.stderr.strip()[-800:] or proc.stdout.strip()[-800:]
+        if failed and (producer.fallback is None or registry is None):
+            raise DocsError(
+                f"`policykit {' '.join(args)}` exited with code {proc.returncode}: {why}"
+            )
+        if failed:
+            report.notes.append(
+                f"`policykit {' '.join(args)}` failed (exit {proc.returncode}: {why}); its "
+                "results were made one combination at a time instead, refusing any that could "
+                "not be checked."
+            )
+            doc = producer.fallback(registry)
+            target.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        elif producer.stdout:
             target.write_text(proc.stdout, encoding="utf-8")
         try:
             results.extend(load_results_file(target))
@@ -154,10 +267,71 @@ def run_producers(folder: Path, report: DocsReport) -> list[Results]:
     return results
 
 
+def run_harness(folder: Path, report: DocsReport) -> list[Results]:
+    """The CPU harness over every registered combination, :data:`HARNESS_REPEATS` times each,
+    run in this process (the bench's ``policykit.bench/1`` document, written to
+    ``folder/bench.json``)."""
+    import torch
+
+    from policykit.harness.model import Decoder
+    from policykit.harness.presets import get_preset
+    from policykit.harness.runner import resolve_input, run_bench
+    from policykit.plugin_manager import make_plugin_manager
+    from policykit.registry import PolicyRegistry as Registry
+
+    folder.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tiny model gains nothing from more (see `bench --cpu-threads`)
+    try:
+        pm = make_plugin_manager()
+        bench = resolve_input(HARNESS_WORKLOAD, HARNESS_POOL_TOKENS)
+        combos = list(Registry.from_plugins(pm).all_combos(bench.config.engine))
+        label = f"{LABEL}: bench {HARNESS_WORKLOAD}, {HARNESS_REPEATS} runs per combination"
+        with Heartbeat(label, len(combos) * HARNESS_REPEATS) as beat:
+
+            def start(combo) -> None:
+                if beat.current:
+                    beat.advance()
+                beat.describe(str(combo))
+
+            doc = run_bench(
+                bench,
+                combos,
+                Decoder(get_preset(HARNESS_MODEL), "cpu", seed=0),
+                pm=pm,
+                on_combo_start=start,
+                repeats=HARNESS_REPEATS,
+                predict_model=get_preset(PREDICT_MODEL),
+            )
+            beat.advance()
+    finally:
+        torch.set_num_threads(threads)
+    doc["executor"] = {"name": "policykit docs, inline"}
+    target = folder / "bench.json"
+    target.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    report.ran.append("bench")
+    return load_results_file(target)
+
+
+def keep_results(results_dir: Path, folder: Path) -> list[Results]:
+    """Read ``--results DIR`` and copy its files next to the pages (they survive the swap)."""
+    results = load_results_dir(results_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in sorted(results_dir.glob("*.json")):
+        shutil.copyfile(path, folder / path.name)
+    return results
+
+
+# --- pages and site -----------------------------------------------------------------------------
 def generate(
-    registry: PolicyRegistry, out: Path, results: list[Results], report: DocsReport
+    registry: PolicyRegistry,
+    out: Path,
+    results: list[Results],
+    report: DocsReport,
+    links: Links | None = None,
 ) -> None:
     """Write every generated page into ``out`` (already prepared)."""
+    links = links or Links()
     here = Provenance(
         device="CPU",
         model=None,
@@ -165,33 +339,35 @@ def generate(
         produced_by="`policykit docs` from the plugin registry of this environment",
         verb="Generated",
     )
-    report.pages.append(write_policies_page(registry, out, here))
+    report.pages.append(write_policies_page(registry, out, here, links))
     report.pages.append(write_cli_page(out))
     report.pages.extend(write_concept_tables(registry, out))
     report.pages.extend(write_plugin_reference(out))
-    report.pages.extend(write_comparisons(registry, results, out))
+    report.pages.extend(write_comparisons(registry, results, out, links))
 
 
 def build_site(config: Path, site: Path) -> None:
     """``mkdocs build --strict``, run in the config's folder (snippet paths are relative to it)."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mkdocs",
-            "build",
-            "--strict",
-            "-f",
-            str(config),
-            "-d",
-            str(site),
-        ],
-        cwd=config.parent,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    with Heartbeat(f"{LABEL}: mkdocs build --strict", 1) as beat:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mkdocs",
+                "build",
+                "--strict",
+                "-f",
+                str(config),
+                "-d",
+                str(site),
+            ],
+            cwd=config.parent,
+            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        beat.advance()
     if proc.returncode != 0:
         raise DocsError(
             f"`mkdocs build --strict` failed (exit {proc.returncode}): "
@@ -199,34 +375,83 @@ def build_site(config: Path, site: Path) -> None:
         )
 
 
+def remove_leftovers(generated: Path) -> None:
+    """Staging folders of an earlier run that was killed (they carry the marker file); a
+    previous folder it had moved aside but not yet replaced goes back first."""
+    backup = generated.with_name(f".{generated.name}.previous")
+    if backup.is_dir() and not generated.exists():
+        backup.rename(generated)
+    for folder in generated.parent.glob(f".{generated.name}.*"):
+        if folder.is_dir() and (folder / MARKER).exists():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def swapped_in(staging: Path, target: Path) -> Iterator[None]:
+    """Put ``staging`` where ``target`` is for the body; keep it if the body succeeds, else put
+    the previous ``target`` back. The previous one is removed only at the very end."""
+    backup = target.with_name(f".{target.name}.previous")
+    if backup.exists():
+        shutil.rmtree(backup)
+    had = target.exists()
+    if had:
+        target.rename(backup)
+    staging.rename(target)
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        if had:
+            backup.rename(target)
+        raise
+    if had:
+        shutil.rmtree(backup, ignore_errors=True)
+
+
 def make_docs(
     registry: PolicyRegistry,
     *,
-    config: Path,
+    config: Path | None = None,
     out: Path | None = None,
     results_dir: Path | None = None,
     site: Path | None = None,
     build: bool = True,
 ) -> DocsReport:
-    config = config.resolve()
-    if not config.is_file():
-        raise DocsError(f"There is no mkdocs config at {str(config)!r}; pass --config.")
-    expected = docs_dir_of(config) / "generated"
-    out = (out or expected).resolve()
-    if build and out != expected:
-        raise DocsError(
-            f"The site's pages include the generated ones from {str(expected)!r}; writing them to "
-            f"{str(out)!r} and building would show stale pages. Use --no-build with --out."
-        )
-    report = DocsReport(out)
-    prepare_out(out)
-    if results_dir is not None:
-        results = load_results_dir(results_dir)
-    else:
-        results = run_producers(out / "results", report)
-    report.results = [(str(r.source), r.kind) for r in results]
-    generate(registry, out, results, report)
-    if build:
-        report.site = (site or config.parent / "site").resolve()
-        build_site(config, report.site)
+    config, generated = resolve_config(config, out, build)
+    check_replaceable(generated)
+    report = DocsReport(generated, config=config)
+    generated.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(generated)
+    # a dot-folder beside the target: mkdocs ignores it, and the swap is a rename
+    staging = Path(tempfile.mkdtemp(prefix=f".{generated.name}.", dir=generated.parent))
+    try:
+        (staging / MARKER).write_text("written by `policykit docs`; replaced on every run\n")
+        if results_dir is not None:
+            results = keep_results(results_dir, staging / "results")
+        else:
+            results = run_producers(staging / "results", report, registry)
+            results += run_harness(staging / "results", report)
+        report.results = [
+            (str(generated / "results" / Path(r.source).name), r.kind) for r in results
+        ]
+        with Heartbeat(f"{LABEL}: writing the generated pages", 1) as beat:
+            generate(registry, staging, results, report, Links(docs_dir_of(config)))
+            beat.advance()
+        report.pages = [generated / p.relative_to(staging) for p in report.pages]
+        with swapped_in(staging, generated):
+            if build:
+                report.site = (site or config.parent / "site").resolve()
+                report.site.parent.mkdir(parents=True, exist_ok=True)
+                fresh = Path(
+                    tempfile.mkdtemp(prefix=f".{report.site.name}.", dir=report.site.parent)
+                )
+                try:
+                    build_site(config, fresh)
+                except BaseException:
+                    shutil.rmtree(fresh, ignore_errors=True)
+                    raise
+                with swapped_in(fresh, report.site):
+                    pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return report

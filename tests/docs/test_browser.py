@@ -1,13 +1,19 @@
-"""The built comparison page in a real headless browser (Debian's chromium).
+"""The built comparison and trace pages in a real headless browser (Debian's chromium).
 
-The site is served from localhost by a thread; the server records every request, so the test
-knows that the browser actually fetched the plots, and that nothing was fetched from anywhere
-else (the site must work offline). Skipped when no chromium is installed.
+The site is served from localhost by a thread. The server records every request, so the test
+knows that the browser fetched the plots and nothing from anywhere else (the site must work
+offline), and it appends a small probe script to every HTML page: after the page has loaded,
+the probe measures what a reader would see at 1400 px (horizontal overflow of the page and of
+every table, which images decoded, which admonitions show) and writes it into the DOM, which
+``--dump-dom`` returns. Skipped when no chromium is installed.
 """
 
 from __future__ import annotations
 
 import functools
+import html
+import io
+import json
 import re
 import shutil
 import subprocess
@@ -18,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from policykit.docsgen import comparisons
+from policykit.docsgen import comparisons, results
+
+from .conftest import FIXTURES
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 BROWSER = next((b for b in map(shutil.which, BROWSERS) if b), None)
@@ -26,10 +34,48 @@ pytestmark = pytest.mark.skipif(
     BROWSER is None,
     reason="no chromium on PATH (Debian: apt-get install chromium); .ci/run installs it",
 )
+WIDTH = 1400
+
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const wide = (e) => e.scrollWidth > e.clientWidth + 1;
+  const boxes = [...document.querySelectorAll(".md-typeset__scrollwrap, .md-typeset table")];
+  const probe = {
+    viewport: window.innerWidth,
+    page_width: document.documentElement.scrollWidth,
+    overflowing: boxes.filter(wide).map((e) => e.textContent.trim().slice(0, 80)),
+    images: [...document.images].map((i) => ({
+      src: i.getAttribute("src"), ok: i.complete && i.naturalWidth > 0,
+    })),
+    failures: [...document.querySelectorAll(".admonition.failure > .admonition-title")]
+      .map((e) => e.textContent.trim()),
+    successes: document.querySelectorAll(".admonition.success").length,
+  };
+  const out = document.createElement("pre");
+  out.id = "pk-probe";
+  out.textContent = JSON.stringify(probe);
+  document.body.appendChild(out);
+});
+</script>"""
 
 
-class _RecordingHandler(SimpleHTTPRequestHandler):
+class _ProbingHandler(SimpleHTTPRequestHandler):
     log: list[tuple[str, int]]
+
+    def send_head(self):
+        """HTML pages get the probe appended; everything else is served as is."""
+        path = Path(self.translate_path(self.path))
+        if path.is_dir():
+            path = path / "index.html"
+        if path.suffix != ".html" or not path.is_file():
+            return super().send_head()
+        body = path.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>", 1)
+        data = body.encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        return io.BytesIO(data)
 
     def log_request(self, code="-", size="-") -> None:
         self.log.append((self.path, int(code) if str(code).isdigit() else 0))
@@ -42,7 +88,7 @@ class _RecordingHandler(SimpleHTTPRequestHandler):
 def served_site(built_site: Path) -> Iterator[tuple[str, list[tuple[str, int]]]]:
     log: list[tuple[str, int]] = []
     handler = functools.partial(
-        type("Handler", (_RecordingHandler,), {"log": log}), directory=str(built_site / "site")
+        type("Handler", (_ProbingHandler,), {"log": log}), directory=str(built_site / "site")
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -66,6 +112,9 @@ def dump_dom(url: str, profile: Path) -> str:
             "--disable-background-networking",
             "--disable-component-update",
             "--disable-sync",
+            "--hide-scrollbars",
+            f"--window-size={WIDTH},1000",
+            "--virtual-time-budget=15000",
             f"--user-data-dir={profile}",
             "--dump-dom",
             url,
@@ -79,13 +128,31 @@ def dump_dom(url: str, profile: Path) -> str:
     return proc.stdout
 
 
-def test_comparison_page_renders_its_table_and_plots(served_site, example_registry, tmp_path):
+def probe(dom: str) -> dict:
+    found = re.search(r'<pre id="pk-probe">(.*?)</pre>', dom, re.S)
+    assert found, "the probe did not run (the page never finished loading)"
+    return json.loads(html.unescape(found.group(1)))
+
+
+def assert_readable_at_1400_px(seen: dict) -> None:
+    assert seen["viewport"] == WIDTH
+    assert seen["page_width"] <= WIDTH, "the page scrolls sideways"
+    assert seen["overflowing"] == [], "tables that scroll sideways"
+    assert seen["images"], "no images"
+    assert [i["src"] for i in seen["images"] if not i["ok"]] == [], "images that did not load"
+
+
+def test_comparison_page_fits_1400_px_with_every_plot_loaded(
+    served_site, example_registry, tmp_path
+):
     base, log = served_site
     dom = dump_dom(f"{base}/generated/comparisons/", tmp_path / "profile")
+    seen = probe(dom)
+    assert_readable_at_1400_px(seen)
 
     verdicts = dom.split('id="formal-verdicts"', 1)[1].split('id="scenario-replays"', 1)[0]
-    rows = verdicts.split("<tbody>", 1)[1].split("</tbody>", 1)[0].count("<tr>")
-    assert rows == len(comparisons.registered_combos(example_registry))
+    cells = verdicts.count('<span class="pk-cell">')
+    assert cells == len(comparisons.registered_combos(example_registry))
 
     plots = re.findall(r'<img [^>]*src="(plots/[^"]+\.svg)"', dom)
     assert len(plots) >= 4  # three scenario replays + the bench plots
@@ -96,3 +163,18 @@ def test_comparison_page_renders_its_table_and_plots(served_site, example_regist
     # offline: every script and stylesheet the page uses is on this server
     external = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(https?://[^"]+)"', dom)
     assert [u for u in external if not u.startswith(base)] == []
+
+
+def test_every_trace_page_opens_with_its_failure_and_never_shows_success(served_site, tmp_path):
+    base, _ = served_site
+    check = next(r for r in results.load_results_dir(FIXTURES / "results") if r.kind == "check")
+    violated = [v for v in check.verdicts if v.verdict == "violated"]
+    assert violated
+    for v in violated:
+        slug = comparisons.trace_slug(v)
+        seen = probe(dump_dom(f"{base}/generated/comparisons/traces/{slug}/", tmp_path / slug))
+        assert seen["page_width"] <= WIDTH, slug
+        assert seen["overflowing"] == [], f"{slug}: tables that scroll sideways"
+        assert seen["failures"], f"{slug}: no failure banner"
+        assert seen["failures"][0].startswith(f"Property broken: {v.property}"), slug
+        assert seen["successes"] == 0, f"{slug}: a success box on a counterexample page"

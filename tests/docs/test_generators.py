@@ -106,7 +106,7 @@ def test_fixture_results_load_through_the_adapters():
     loaded = results.load_results_dir(FIXTURES / "results")
     check = next(r for r in loaded if isinstance(r, results.CheckResults))
     bench = next(r for r in loaded if isinstance(r, results.BenchResults))
-    assert {v.verdict for v in check.verdicts} == {"proved", "violated", "unknown"}
+    assert {v.verdict for v in check.verdicts} == {"proved", "violated", "unknown", "refused"}
     assert sum(v.unbounded for v in check.verdicts) == 3
     no_evict = next(r for r in bench.runs if "no-evict" in r.combo)
     assert (no_evict.completed, no_evict.tokens_per_s, no_evict.peak_pool_use) == (2, 9100, 0.61)
@@ -154,19 +154,45 @@ def _section_rows(page: str, heading: str) -> list[str]:
     return [line for line in section.splitlines() if line.startswith("| `")]
 
 
-def test_verdict_matrix_has_one_row_per_registered_combination(comparison: Path):
+def test_verdict_matrix_is_admission_by_chunking_with_one_cell_per_combination(comparison: Path):
     page = (comparison / "index.md").read_text()
     combos = comparisons.registered_combos(registry())
     rows = _section_rows(page, "Formal verdicts")
+    pairs = {tuple(c.split(",")[:2]) for c in combos}
     # + the fixture's watermark combination, which is not registered without the plugin
-    assert len(rows) == len(combos) + 1
+    assert len(rows) == len(pairs) + 1
     assert sum("(not registered here)" in r for r in rows) == 1
-    for combo in combos:
-        cells = "| " + " | ".join(comparisons._combo_cells(combo)) + " |"
-        assert sum(r.startswith(cells) for r in rows) == 1, combo
-    assert '<span class="pk-proved">✓ proved (unbounded)</span>' in page
-    assert '<span class="pk-proved">✓ proved (to K=8)</span>' in page
-    assert '<span class="pk-unknown">? unknown</span>' in page and "— not checked" in page
+    assert sum(r.count('<span class="pk-cell">') for r in rows) == len(combos) + 1
+    header = page.split("| admission | chunking |", 1)[1].split("\n", 1)[0]
+    assert header.count("`") == 2 * 4  # one column per alignment: none, page, ckpt, trunc
+    # one mark per property in every cell, the verdict in its tooltip
+    assert '<span class="pk-proved" title="no-oom: proved (unbounded)">✓</span>' in page
+    assert '<span class="pk-bounded" title="admitted-completes: proved to K=8">◑</span>' in page
+    assert '<span class="pk-unknown" title="no-oom: unknown">?</span>' in page
+    assert 'title="no-oom: not checked">–</span>' in page
+
+
+def test_verdict_summary_says_what_is_safe_under_which_configuration(comparison: Path):
+    page = (comparison / "index.md").read_text()
+    section = page.split("## Formal verdicts\n", 1)[1].split("\n## ", 1)[0]
+    assert "page size **64** tokens" in section and "no sliding window" in section
+    assert "**K=4** rounds with **N=3** requests" in section
+    assert "**Safe for every property, unbounded** (1 of 6 checked): `reserve-tail` with " in (
+        section
+    )
+    assert "`reserve-tail` with any chunking" not in section  # only one of its 12 was checked
+    assert "`no-oom` is **violated** by 1: `sglang` with `sglang/checkpoint:256`" in section
+    assert "**unknown** for 1: `sglang` with `defer/truncation:192`" in section
+
+
+def test_refused_verdicts_are_shown_distinctly_with_their_reason(comparison: Path):
+    page = (comparison / "index.md").read_text()
+    assert "**Refused** `no-evict/defer/page`: no-evict's admit() multiplies by a float" in (page)
+    row = next(
+        r for r in _section_rows(page, "Formal verdicts") if r.startswith("| `no-evict` | `defer`")
+    )
+    assert row.count('class="pk-refused"') == 2  # both properties of that one combination
+    assert "1 refused" in page
 
 
 def test_each_violation_links_to_its_rendered_trace(comparison: Path):
@@ -183,11 +209,31 @@ def test_each_violation_links_to_its_rendered_trace(comparison: Path):
         assert json.loads(trace.split("```json\n", 1)[1].split("\n```", 1)[0]) == v.scenario
 
 
+def test_trace_pages_say_what_broke_and_never_end_in_success(comparison: Path):
+    checks = results.load_results_dir(FIXTURES / "results")[1]
+    pages = {
+        v.property: (comparison / f"traces/{comparisons.trace_slug(v)}.md").read_text()
+        for v in checks.verdicts
+        if v.verdict == "violated"
+    }
+    # the counterexample's own failure description, and its failing round from the trace
+    told = pages["admitted-completes"]
+    assert '!!! failure "Property broken: admitted-completes (round 4)"' in told
+    assert "Round 4: admitted request B can never complete. request B was admitted" in told
+    # no description: the property and the round the replay crashed in
+    plain = pages["no-oom"]
+    assert '!!! failure "Property broken: no-oom (round 4)"' in plain
+    assert "no-oom is violated in round 4 under sglang/sglang/checkpoint:256" in plain
+    for page in pages.values():
+        assert "!!! success" not in page
+        assert "| **✗ 4** |" in page  # the failing round is marked in the replayed table
+
+
 def test_harness_tables_and_plots(comparison: Path):
     page = (comparison / "index.md").read_text()
     assert "### Workload `host-hit-heavy`" in page
     assert "Measured on **cpu**, model preset `tiny`, 2026-11-29T12:30:00Z" in page
-    assert "**round 9**" in page and "15,200" in page and "41.0" in page
+    assert "**✗ crashed in round 9**" in page and "15,200" in page and "41.0" in page
     for name in (
         "bench-host-hit-heavy-throughput.svg",
         "bench-host-hit-heavy-ttft.svg",
@@ -211,7 +257,7 @@ def test_replay_table_covers_every_combination_and_scenario(comparison: Path):
 def test_plots_are_reproducible(tmp_path: Path):
     a = comparisons.plots.bar_chart(tmp_path / "a.svg", ["x"], [1.0], title="t", xlabel="x")
     b = comparisons.plots.bar_chart(tmp_path / "b.svg", ["x"], [1.0], title="t", xlabel="x")
-    assert a.read_bytes() == b.read_bytes()
+    assert a.path.read_bytes() == b.path.read_bytes()
 
 
 def test_adapters_read_the_shapes_the_producers_are_converging_on(tmp_path: Path):
@@ -274,7 +320,7 @@ def test_adapters_read_the_shapes_the_producers_are_converging_on(tmp_path: Path
     assert violated.trace == ({"round": 1, "oom": None, "id": "B"}, {"id": "C"})
     assert (bounded.bound, bounded.unbounded, bounded.note) == (4, False, "bounded only")
     assert comparisons.verdict_cell(bounded) == (
-        '<span class="pk-proved" title="bounded only">✓ proved (to K=4)</span>'
+        '<span class="pk-bounded" title="bounded only">◑ proved (to K=4)</span>'
     )
     run = b.runs[0]
     assert (run.completed, run.pending, run.crashed_at_round) == (5, 3, 7)
@@ -282,3 +328,35 @@ def test_adapters_read_the_shapes_the_producers_are_converging_on(tmp_path: Path
     assert run.pool_use_by_round == (0.5, 1.0)
     assert b.workload == "host-hit-heavy"
     assert (b.provenance.device, b.provenance.model) == ("NVIDIA H200 (cuda)", "tiny")
+
+
+def test_a_replay_without_oom_is_told_as_a_failure_or_a_warning_never_success():
+    from policykit.docsgen.replay import failure_markdown, replay, scenario_from
+
+    stuck = replay(scenario_from("seed-abc"), "admission=sglang,alignment=page", registry())
+    assert stuck.result.oom is None and stuck.result.pending
+    told = failure_markdown(stuck, "C is admitted but never completes")
+    assert told.startswith('!!! failure "C is admitted but never completes"')
+    fine = replay(
+        scenario_from(str(concepts.HYBRID_SWA)), "admission=sglang,chunking=defer", registry()
+    )
+    assert fine.result.oom is None and not fine.result.pending
+    assert failure_markdown(fine, "x").startswith(
+        '!!! warning "The replay did not reproduce the failure"'
+    )
+
+
+def test_bounded_only_safety_states_its_bound():
+    from policykit.docsgen.verdict_matrix import summary
+
+    key = results.combo_key("admission=reserve-tail,alignment=page")
+    verdicts = tuple(
+        results.Verdict(key, prop, "proved", bound, 1.0, None, ())
+        for prop, bound in (("no-oom", None), ("progress", 4))
+    )
+    check = results.CheckResults(
+        Provenance("cpu", None, "d", "check"), verdicts, Path("c.json"), {"rounds": 4}
+    )
+    text = summary(check, [key], ["no-oom", "progress"])
+    assert "**Safe for every property, unbounded** (0 of 1 checked): none." in text
+    assert "**Safe for every property, but only up to K=4 rounds** (1):" in text

@@ -1,0 +1,67 @@
+"""How the comparison pages name combinations: short labels, table cells, grouped lists.
+
+A combination's canonical key (``admission=...,chunking=...,alignment=...,allocator-phase=...``)
+is what ``--combo`` accepts; the pages show the shorter printed form ``admission/chunking/
+alignment`` (the allocator phase only when it is not the default), which ``--combo`` accepts
+too, and link to traces by a slug of it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from policykit.docsgen.results import Verdict, combo_key, combo_parts
+from policykit.policy import EngineConfig
+from policykit.registry import COMBO_SEPARATOR, DEFAULT_COMBO, PolicyRegistry, format_combo
+
+#: the engine facts registered combinations are enumerated for (the bundled scenarios' page)
+ENUMERATION_CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
+SHOWN_KINDS = ("admission", "chunking", "alignment")
+
+
+def registered_combos(registry: PolicyRegistry) -> list[str]:
+    """Canonical keys of every combination the registry enumerates, in registry order."""
+    return [combo_key(c.as_dict()) for c in registry.all_combos(ENUMERATION_CONFIG)]
+
+
+def short_label(key: str) -> str:
+    """The combo as the tool prints it everywhere (``--combo`` accepts it back)."""
+    return format_combo(combo_parts(key))
+
+
+def combo_cells(key: str) -> list[str]:
+    """One table cell per shown kind (the allocator phase folded into the last one)."""
+    parts = combo_parts(key)
+    cells = [f"`{parts[k]}`" for k in SHOWN_KINDS]
+    if parts["allocator-phase"] != DEFAULT_COMBO["allocator-phase"]:
+        cells[-1] += f" (allocator `{parts['allocator-phase']}`)"
+    return cells
+
+
+def trace_slug(verdict: Verdict) -> str:
+    raw = f"{short_label(verdict.combo)}--{verdict.property}"
+    return re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-")
+
+
+def describe_set(keys: Iterable[str], universe: Iterable[str]) -> str:
+    """A set of combinations in words, grouped by admission: ``sglang`` with any chunking and
+    alignment; ``reserve-tail`` with ``sglang/page``, ... (``universe``: every combination
+    checked, to say "any" when an admission's whole row is in the set)."""
+    chosen = list(dict.fromkeys(keys))
+    if not chosen:
+        return "none"
+    by_admission: dict[str, list[str]] = {}
+    for key in universe:
+        by_admission.setdefault(combo_parts(key)["admission"], []).append(key)
+    groups: dict[str, list[str]] = {}
+    for key in chosen:
+        groups.setdefault(combo_parts(key)["admission"], []).append(key)
+    out = []
+    for admission, members in groups.items():
+        if set(members) >= set(by_admission.get(admission, [])):
+            out.append(f"`{admission}` with any chunking and alignment")
+            continue
+        rest = [COMBO_SEPARATOR.join(short_label(k).split(COMBO_SEPARATOR)[1:]) for k in members]
+        out.append(f"`{admission}` with " + ", ".join(f"`{r}`" for r in rest))
+    return "; ".join(out)
