@@ -203,8 +203,7 @@ class Planner:
             cached, last, _ = node.cache.match(req.tokens)
         else:
             cached, last = 0, node.cache.root
-        host = node.host.lookup(req.tokens, cached)
-        host_len = 0 if host is None else host.end - cached
+        host_len = node.host.loadable(req.tokens, cached, page)
         remaining = req.prompt_tokens - cached
 
         def admit_view() -> AdmitView:
@@ -273,8 +272,7 @@ class Planner:
         node, cfg, page = self.node, self.node.config, self.node.config.page_size
         capacity = node.pool.total_tokens - node.cache.pinned_tokens
         pinned = node.cache.pinned_prefix(req.tokens)
-        host = node.host.lookup(req.tokens, pinned)
-        host_len = 0 if host is None else host.end - pinned
+        host_len = node.host.loadable(req.tokens, pinned, page)
         remaining = req.prompt_tokens - pinned
         idle = AdmitView(
             prompt_tokens=req.prompt_tokens,

@@ -11,7 +11,7 @@ which requests completed.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policykit.plan import Plan
@@ -23,6 +23,8 @@ from policykit.upstream.sglang import NotExpressible, UpstreamRun, drive
 
 #: the combo that reproduces SGLang 0.5.23 (with its fcfs waiting queue: the head blocks)
 UPSTREAM_COMBO = "admission=sglang,chunking=sglang,alignment=none"
+#: rounds each side may run; both stop at the same round when a scenario runs that long
+MAX_ROUNDS = 5_000
 
 
 @dataclass
@@ -63,12 +65,14 @@ def _registry() -> PolicyRegistry:
     return _REGISTRY[0]
 
 
-def run_policykit(scenario: Scenario, combo: str = UPSTREAM_COMBO) -> RunResult:
+def run_policykit(
+    scenario: Scenario, combo: str = UPSTREAM_COMBO, max_rounds: int = MAX_ROUNDS
+) -> RunResult:
     """policykit's run of ``scenario`` with upstream's waiting-queue behaviour: the head of
     the queue blocks it, and a stuck in-progress request is not failed."""
     node = build_node(scenario)
     chosen = _registry().resolve(combo, config=scenario.config.engine)
-    return Scheduler(node, chosen, upstream_queue=True).run()
+    return Scheduler(node, chosen, upstream_queue=True).run(max_rounds)
 
 
 def _round_view(plan: Plan) -> dict[str, Any]:
@@ -107,22 +111,28 @@ def diff(ours: RunResult, theirs: UpstreamRun) -> list[str]:
     return out
 
 
-def conform(scenario: Scenario, combo: str = UPSTREAM_COMBO) -> Verdict:
-    """Run ``scenario`` on both sides and compare."""
-    theirs = drive(scenario)
+def conform(
+    scenario: Scenario, combo: str = UPSTREAM_COMBO, max_rounds: int = MAX_ROUNDS
+) -> Verdict:
+    """Run ``scenario`` on both sides (at most ``max_rounds`` rounds each) and compare."""
+    theirs = drive(scenario, max_rounds)
     if isinstance(theirs, NotExpressible):
         return Verdict(scenario.name, not_expressible=theirs.reason)
-    ours = run_policykit(scenario, combo)
+    ours = run_policykit(scenario, combo, max_rounds)
     return Verdict(scenario.name, diff(ours, theirs), rounds=len(theirs.rounds))
 
 
 # --- random scenarios --------------------------------------------------------------------------
-def random_scenario(rng: random.Random, index: int = 0) -> Scenario:
+def random_scenario(
+    rng: random.Random, index: int = 0, *, hybrid_swa: bool | None = None
+) -> Scenario:
     """A small random scenario over the inputs both sides understand: page sizes 1/16/64, a
-    tight or roomy pool, unpinned and pinned device prefixes, an in-progress request,
-    arrivals, releases, ``max_prefill_tokens``, and hybrid SWA."""
+    tight or roomy pool, unpinned and pinned device prefixes, host prefixes of any length, an
+    in-progress request,
+    arrivals, releases, ``max_prefill_tokens``, and hybrid SWA (in a quarter of them, or as
+    ``hybrid_swa`` says)."""
     page = rng.choice((1, 16, 64))
-    chunk = rng.choice((page * rng.randint(1, 8), rng.randint(page, 4096), 2048, 8192))
+    chunk = rng.choice((page * rng.randint(4, 64), rng.randint(64, 4096), 2048, 8192))
     n = rng.randint(1, 6)
     prompts = [rng.randint(1, 6000) for _ in range(n)]
     requests: list[RequestSpec] = []
@@ -134,9 +144,12 @@ def random_scenario(rng: random.Random, index: int = 0) -> Scenario:
         if rng.random() < 0.3 and prompt > page:
             device = rng.randint(0, (prompt - 1) // page) * page
             pinned = device > 0 and rng.random() < 0.3
+        host = 0
+        if rng.random() < 0.25 and prompt - device > 1:
+            host = rng.randint(1, min(prompt - device - 1, 3000))
         computed, chunked, arrival = 0, False, 0
-        if i == chunked_at and prompt - device > 1:
-            computed = rng.randint(device + 1, prompt - 1)
+        if i == chunked_at and prompt - device - host > 1:
+            computed = rng.randint(device + host + 1, prompt - 1)
             chunked = True
         elif rng.random() < 0.3:
             arrival = rng.randint(1, 4)
@@ -147,7 +160,8 @@ def random_scenario(rng: random.Random, index: int = 0) -> Scenario:
     free = max(page, int(sum(prompts) * scale * rng.random()) // page * page)
     evictable = evictable_prefix + rng.randint(0, 3) * page * rng.randint(0, 32)
     swa_free = window = None
-    if rng.random() < 0.25:
+    if hybrid_swa if hybrid_swa is not None else rng.random() < 0.25:
+        requests = [replace(r, host_prefix_tokens=0) for r in requests]
         window = rng.choice((128, 512, 4096))
         swa_free = max(page, rng.randint(0, 8000))
     return Scenario(

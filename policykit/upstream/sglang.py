@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policykit.errors import PolicykitError, PrefillOutOfMemory
+from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.node import PrefillNode
 from policykit.plan import Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.request import Request, State
@@ -39,10 +40,6 @@ INSTALL_HINT = (
     f"sglang=={SUPPORTED_VERSION} (SGLang's own dependencies are GPU builds; the extra "
     "installs only the small pure-Python ones its scheduler modules import)"
 )
-
-
-#: HiCache (``UnifiedRadixCache.load_back_threshold``) recomputes host hits shorter than this
-HOST_LOAD_BACK_THRESHOLD = 10
 
 
 class UpstreamUnavailable(PolicykitError):
@@ -218,7 +215,7 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
             """HiCache's load-back as storage: a hit under its threshold is recomputed; else
             device memory is taken now, evicting cached prefixes if the free pool is short."""
             tokens, last = params.host_hit_length, params.req.last_node
-            if tokens < HOST_LOAD_BACK_THRESHOLD:
+            if tokens < LOAD_BACK_THRESHOLD:
                 return 0, last
             short = tokens - self.token_to_kv_pool_allocator.available_size()
             if short > 0:
