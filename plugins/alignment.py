@@ -52,8 +52,8 @@ class CheckpointAlignment(AlignmentPolicy):
 
     FlashKDA checkpoints the recurrent state every 256 tokens (seed 000); a chunk ending between
     checkpoints would leave a state nobody can resume from. With ``admission=sglang`` this is
-    seed 000's fork (SGLang with checkpoint alignment), not SGLang itself. N must be a multiple of the page
-    size, so every checkpoint is also a page boundary.
+    seed 000's fork (SGLang with checkpoint alignment), not SGLang itself. N must be a
+    multiple of the page size, so every checkpoint is also a page boundary.
     """
 
     name = "checkpoint"
