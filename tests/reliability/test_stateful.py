@@ -185,8 +185,9 @@ class NodeMachine(RuleBasedStateMachine):
             host = req.host_entry
             if host is None or req.state not in (State.CHUNKED, State.HELD):
                 continue
-            n = host.end - req.cached_len
-            slots = self.pool.slots(req.pages, req.cached_len, host.end)
+            # whole pages of the hit are loaded back (SGLang 0.5.23's HiCache), not the rest
+            n = self.node.host.loadable(req.tokens, req.cached_len, self.node.config.page_size)
+            slots = self.pool.slots(req.pages, req.cached_len, req.cached_len + n)
             assert torch.equal(self.pool.k[0][slots], host.kv[0][0][:n]), f"{req.id}'s KV"
 
     def teardown(self):

@@ -71,6 +71,12 @@ def test_upstream_implicit_protection_is_proved_unbounded(registry, alignment) -
 SWA = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="since the host tier follows SGLang 0.5.23 (whole-page hits, none under 10 tokens: "
+    "HostTier.loadable, spec.model.loadable_host) this is proved at 2 rounds, granule 1; the "
+    "earlier counterexample likely used a host hit 0.5.23 does not load back (for the lead)",
+)
 def test_swa_capped_truncation_loses_the_implicit_protection(registry) -> None:
     """A finding: with hybrid SWA, ``swa-reserve`` caps the truncation at the window room, the
     compute budget is not spent, and a later request of the round takes the tail."""
