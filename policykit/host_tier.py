@@ -14,6 +14,9 @@ import torch
 
 Tokens = Sequence[int]
 
+#: SGLang 0.5.23 (HiCache's ``load_back_threshold``): shorter host hits are recomputed
+LOAD_BACK_THRESHOLD = 10
+
 
 @dataclass
 class HostEntry:
@@ -57,6 +60,19 @@ class HostTier:
             if fits and (best is None or entry.end > best.end):
                 best = entry
         return best
+
+    def loadable(self, tokens: Tokens, start: int, page_size: int) -> int:
+        """How many tokens after ``tokens[:start]`` a load-back copies to the device.
+
+        As SGLang 0.5.23's HiCache does it: the host tier is matched in whole pages (its radix
+        tree is paged like the device one), and a hit shorter than
+        :data:`LOAD_BACK_THRESHOLD` tokens is not loaded back but recomputed.
+        """
+        entry = self.lookup(tokens, start)
+        if entry is None:
+            return 0
+        hit = (entry.end - start) // page_size * page_size
+        return hit if hit >= LOAD_BACK_THRESHOLD else 0
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._entries.values())

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from policykit.errors import PolicyError
-from policykit.ledger import Budget, Ledger, ceil_paged
+from policykit.ledger import Budget, Ledger
 from policykit.node import FIRST_TOKENS, PrefillNode
 from policykit.plan import NEVER, Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.policy import AdmitView, AlignView, ChunkView, Policy, TailView
@@ -84,10 +84,20 @@ def _admits(policy: Policy, view: AdmitView, request_id: str) -> bool:
 class Planner:
     """Plans rounds on one node with one combo."""
 
-    def __init__(self, node: PrefillNode, combo: Combo, observer: Observer | None = None) -> None:
+    def __init__(
+        self,
+        node: PrefillNode,
+        combo: Combo,
+        observer: Observer | None = None,
+        *,
+        skip_never_fits: bool = True,
+    ) -> None:
         self.node = node
         self.combo = combo
         self.observer = observer or Observer()
+        #: skip a request that can never fit (a policykit extension) instead of letting it
+        #: block the queue behind it every round, as SGLang's fcfs queue does
+        self.skip_never_fits = skip_never_fits
 
     def open_ledger(self) -> Ledger:
         node, cfg = self.node, self.node.config
@@ -121,7 +131,11 @@ class Planner:
                 stop = state.value
                 break
             verdict = self._admit(req, ledger, locked, entries)
-            if isinstance(verdict, Budget) and (reason := self.never_fits(req)) is not None:
+            if (
+                isinstance(verdict, Budget)
+                and self.skip_never_fits
+                and (reason := self.never_fits(req)) is not None
+            ):
                 # Refused for good: skip it rather than block the queue behind it forever.
                 rejected.append(Rejection(req.id, NEVER, reason))
                 self.observer.reject(req.id, NEVER, ledger)
@@ -189,8 +203,7 @@ class Planner:
             cached, last, _ = node.cache.match(req.tokens)
         else:
             cached, last = 0, node.cache.root
-        host = node.host.lookup(req.tokens, cached)
-        host_len = 0 if host is None else host.end - cached
+        host_len = node.host.loadable(req.tokens, cached, page)
         remaining = req.prompt_tokens - cached
 
         def admit_view() -> AdmitView:
@@ -216,14 +229,10 @@ class Planner:
             ledger.baseline = saved
             return _LOCK_REFUSED
         ledger.lower_baseline(pages_for(host_len, page) * page)  # load-back allocates now
+        # No ``max_prefill_tokens`` gate here: SGLang 0.5.23 refuses a request whose input
+        # reaches ``rem_input_tokens`` only with chunked prefill disabled, and a policykit node
+        # always chunks; the budget still ends admission once spent (``Budget.OTHER``).
         compute = remaining - host_len
-        if (
-            ledger.rem_input_tokens is not None
-            and ceil_paged(compute, page) >= ledger.rem_input_tokens
-            and any(e.kind is not EntryKind.DEFERRED for e in entries)
-        ):
-            ledger.baseline = saved
-            return Budget.OTHER
         view = ChunkView(
             remaining_tokens=compute,
             rem_chunk_tokens=ledger.rem_chunk_tokens,
@@ -263,8 +272,7 @@ class Planner:
         node, cfg, page = self.node, self.node.config, self.node.config.page_size
         capacity = node.pool.total_tokens - node.cache.pinned_tokens
         pinned = node.cache.pinned_prefix(req.tokens)
-        host = node.host.lookup(req.tokens, pinned)
-        host_len = 0 if host is None else host.end - pinned
+        host_len = node.host.loadable(req.tokens, pinned, page)
         remaining = req.prompt_tokens - pinned
         idle = AdmitView(
             prompt_tokens=req.prompt_tokens,

@@ -145,6 +145,7 @@ class Scheduler:
         forward: Forward | None = None,
         starvation_rounds: int = 1000,
         history: bool = True,
+        upstream_queue: bool = False,
     ) -> None:
         self.node = node
         self.combo = combo
@@ -155,8 +156,11 @@ class Scheduler:
         self.history = history
         #: the in-progress request and how many rounds in a row it has been deferred
         self._deferred: tuple[str, int] | None = None
+        #: SGLang's waiting-queue behaviour: a never-fitting head blocks the queue, and a
+        #: stuck in-progress request waits forever (policykit's extensions skip and fail them)
+        self.upstream_queue = upstream_queue
         self._observer = _HookObserver(pm)
-        self.planner = Planner(node, combo, self._observer)
+        self.planner = Planner(node, combo, self._observer, skip_never_fits=not upstream_queue)
         self.round_no = 0
         self.result = RunResult(combo)
         self._serving = False
@@ -254,7 +258,7 @@ class Scheduler:
         KV blocks everyone behind it. Failing it frees that KV for them.
         """
         req = self.node.chunked
-        if req is None or plan.batch or self.node.held:
+        if req is None or plan.batch or self.node.held or self.upstream_queue:
             return
         chunking = self.combo.chunking
         self.node.fail(

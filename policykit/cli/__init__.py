@@ -18,6 +18,7 @@ from policykit.errors import PolicykitError
 COMMANDS: dict[str, str] = {
     "bench": "policykit.cli.bench:bench",
     "check": "policykit.cli.check:check",
+    "conformance": "policykit.cli.conformance:conformance",
     "docs": "policykit.cli.docs:docs",
     "plan-memory": "policykit.cli.plan_memory:plan_memory",
     "policies": "policykit.cli.policies:policies",

@@ -1,0 +1,437 @@
+"""Drive SGLang 0.5.23's real prefill scheduler from a policykit scenario.
+
+The decisions are upstream's own code: ``Req``, ``PrefillAdder`` (``add_chunked_req``,
+``add_one_req``, ``budget_state``) and the prefill budgets (``PrefillBudget``,
+``SWAPrefillBudget``), called round by round in the order of
+``Scheduler._get_new_batch_prefill_raw``: the in-progress chunked request first, then the
+waiting queue in arrival order (the ``fcfs`` policy) until the adder says stop.
+
+Only storage is ours. :class:`CountingAllocator` and :class:`CountingPrefixCache` are thin
+subclasses of upstream's allocator and prefix-cache base classes whose counts are read from a
+policykit :class:`~policykit.node.PrefillNode`; after upstream has decided a round, the node
+commits it (allocation, eviction, out-of-memory), exactly as it commits policykit's own plans.
+So both sides of a diff share one storage model and differ only in their decisions.
+
+What the scenario format can say but this driver cannot put to upstream (a host-tier prefix
+needs HiCache's radix tree and transfer engine) comes back as :class:`NotExpressible`, never as a
+silent skip.
+"""
+
+from __future__ import annotations
+
+import warnings
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+from policykit.errors import PolicykitError, PrefillOutOfMemory
+from policykit.host_tier import LOAD_BACK_THRESHOLD
+from policykit.node import PrefillNode
+from policykit.plan import Entry, EntryKind, LedgerMark, Plan, Rejection
+from policykit.request import Request, State
+from policykit.scenario import Scenario, build_node
+from policykit.upstream import gpu_stubs
+
+#: the SGLang release whose scheduler this driver calls
+SUPPORTED_VERSION = "0.5.23"
+
+INSTALL_HINT = (
+    "install it with: pip install 'policykit[sglang]' && pip install --no-deps "
+    f"sglang=={SUPPORTED_VERSION} (SGLang's own dependencies are GPU builds; the extra "
+    "installs only the small pure-Python ones its scheduler modules import)"
+)
+
+
+class UpstreamUnavailable(PolicykitError):
+    """SGLang is not installed, or not the version this driver speaks to."""
+
+
+@dataclass(frozen=True)
+class NotExpressible:
+    """A scenario this driver cannot put to upstream, and why."""
+
+    reason: str
+
+
+@dataclass
+class UpstreamRound:
+    """One round as upstream decided it, in the shape of policykit's round records."""
+
+    plan: Plan
+    #: every ``AddReqResult`` upstream returned this round, in call order: (request, verdict)
+    verdicts: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class UpstreamRun:
+    rounds: list[UpstreamRound] = field(default_factory=list)
+    #: (round, request, pool) of the out-of-memory that ended the run, if one did
+    oom: tuple[int, str | None, str] | None = None
+    completed: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    stopped_by: str = "idle"
+
+
+# --- loading upstream --------------------------------------------------------------------------
+_UPSTREAM: dict[str, Any] = {}
+
+
+def load() -> dict[str, Any]:
+    """Import SGLang's scheduler modules (GPU-only imports stubbed), once per process.
+
+    Raises :class:`UpstreamUnavailable` with an install hint when SGLang is missing or another
+    version. Publishes SGLang's default server configuration (its own test fixture for that,
+    ``override_server_args``), which its scheduler reads for flags such as the schedule policy.
+    """
+    if _UPSTREAM:
+        return _UPSTREAM
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        found = version("sglang")
+    except PackageNotFoundError:
+        raise UpstreamUnavailable(f"SGLang is not installed; {INSTALL_HINT}.") from None
+    if found != SUPPORTED_VERSION:
+        raise UpstreamUnavailable(
+            f"SGLang {found} is installed, but this driver speaks to SGLang "
+            f"{SUPPORTED_VERSION} only; {INSTALL_HINT}."
+        )
+    gpu_stubs.install()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            from sglang.srt.managers import schedule_batch, schedule_policy
+            from sglang.srt.mem_cache import base_prefix_cache
+            from sglang.srt.mem_cache.allocator import base as allocator_base
+            from sglang.srt.mem_cache.allocator import swa as allocator_swa
+            from sglang.srt.runtime_context import get_context
+            from sglang.srt.sampling.sampling_params import SamplingParams
+        except ImportError as exc:
+            raise UpstreamUnavailable(
+                f"SGLang {found} is installed but its scheduler does not import ({exc}); "
+                f"{INSTALL_HINT}."
+            ) from None
+    context = get_context()
+    if not context.is_config_namespace_published("schedule"):
+        context.override_server_args().install()
+    _UPSTREAM.update(
+        schedule_batch=schedule_batch,
+        schedule_policy=schedule_policy,
+        base_prefix_cache=base_prefix_cache,
+        allocator_base=allocator_base,
+        allocator_swa=allocator_swa,
+        SamplingParams=SamplingParams,
+    )
+    _UPSTREAM.update(_storage_classes(_UPSTREAM))
+    return _UPSTREAM
+
+
+def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
+    """Subclasses of upstream's storage base classes, counting on a policykit node."""
+    bpc = up["base_prefix_cache"]
+
+    class CountingAllocator(up["allocator_base"].BaseTokenToKVPoolAllocator):
+        """The full KV pool as a free-token count (``PrefillBudget`` reads nothing else)."""
+
+        def __init__(self, node: PrefillNode) -> None:
+            self.node = node
+            self.size = node.pool.total_tokens
+            self.page_size = node.config.page_size
+            self.free_group = None
+
+        #: tokens a host load-back took at admission that the node allocates when it commits
+        pending_load = 0
+
+        def available_size(self) -> int:
+            return self.node.pool.free_tokens - self.pending_load
+
+        def clear(self) -> None:
+            raise NotImplementedError("storage is the policykit node's")
+
+        def alloc(self, need_size: int) -> Any:
+            raise NotImplementedError("the policykit node allocates the committed batch")
+
+        def free(self, free_index: Any) -> None:
+            raise NotImplementedError("the policykit node frees")
+
+    class CountingSWAAllocator(up["allocator_swa"].SWATokenToKVPoolAllocator):
+        """Hybrid SWA: separate full and sliding-window pools, no per-request rings, so
+        upstream's ``SWAPrefillBudget`` is the budget in force."""
+
+        def __init__(self, node: PrefillNode) -> None:
+            assert node.swa_pool is not None
+            self.node = node
+            self.page_size = node.config.page_size
+            self._size_full = node.pool.total_tokens
+            self._size_swa = node.swa_pool.total_tokens
+            self._swa_req_ring = False
+            self._swa_ring_cost = 0
+            self.free_group = None
+
+        @property
+        def swa_req_ring(self) -> bool:
+            return False
+
+        pending_load = 0
+
+        def full_available_size(self) -> int:
+            return self.node.pool.free_tokens - self.pending_load
+
+        def swa_available_size(self) -> int:
+            assert self.node.swa_pool is not None
+            return self.node.swa_pool.free_tokens
+
+        def available_size(self) -> int:
+            return min(self.full_available_size(), self.swa_available_size())
+
+    class CountingPrefixCache(bpc.BasePrefixCache):
+        """The policykit node's prefix cache behind upstream's prefix-cache interface."""
+
+        def __init__(self, node: PrefillNode, allocator: Any, window: int | None) -> None:
+            self.node = node
+            self.token_to_kv_pool_allocator = allocator
+            self.root_node = node.cache.root
+            self.sliding_window_size = window
+
+        def supports_mamba(self) -> bool:
+            return False
+
+        def supports_prefix_sharing(self) -> bool:
+            return True
+
+        def reset(self) -> None:
+            raise NotImplementedError
+
+        def match_prefix(self, params: Any) -> Any:
+            req = self.node.requests[params.req.rid]
+            matched, last, _ = self.node.cache.match(req.tokens)
+            host = self.node.host.lookup(req.tokens, matched)
+            page = self.node.config.page_size
+            # The host tier is a radix tree of whole pages, like the device one.
+            hit = 0 if host is None else (host.end - matched) // page * page
+            return bpc.MatchResult(matched, last, last, last, host_hit_length=hit)
+
+        def init_load_back(self, params: Any) -> Any:
+            """HiCache's load-back as storage: a hit under its threshold is recomputed; else
+            device memory is taken now, evicting cached prefixes if the free pool is short."""
+            tokens, last = params.host_hit_length, params.req.last_node
+            if tokens < LOAD_BACK_THRESHOLD:
+                return 0, last
+            short = tokens - self.token_to_kv_pool_allocator.available_size()
+            if short > 0:
+                self.node.cache.evict(short)
+                if self.token_to_kv_pool_allocator.available_size() < tokens:
+                    return 0, last
+            self.token_to_kv_pool_allocator.pending_load += tokens
+            return tokens, last
+
+        def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
+            raise NotImplementedError("the policykit node keeps in-progress KV")
+
+        def evict(self, params: Any) -> Any:
+            raise NotImplementedError("the policykit node evicts at commit")
+
+        def inc_lock_ref(self, node: Any) -> Any:
+            self.node.cache.lock(node)
+            return bpc.IncLockRefResult()
+
+        def dec_lock_ref(self, node: Any, params: Any = None) -> Any:
+            self.node.cache.unlock(node)
+            return bpc.DecLockRefResult()
+
+        def evictable_size(self) -> int:
+            return self.node.cache.evictable_tokens
+
+        def full_evictable_size(self) -> int:
+            return self.node.cache.evictable_tokens
+
+        def swa_evictable_size(self) -> int:
+            return 0
+
+    return {
+        "CountingAllocator": CountingAllocator,
+        "CountingSWAAllocator": CountingSWAAllocator,
+        "CountingPrefixCache": CountingPrefixCache,
+    }
+
+
+# --- the scenario's side -----------------------------------------------------------------------
+def not_expressible(scenario: Scenario) -> NotExpressible | None:
+    """Why upstream cannot be driven on ``scenario`` here, or None."""
+    if scenario.sliding_window is not None and any(r.host_prefix_tokens for r in scenario.requests):
+        return NotExpressible(
+            "a host-tier prefix with hybrid SWA: upstream loads the sliding-window part of a "
+            "host hit separately (swa_host_hit_length), which the scenario format does not say"
+        )
+    return None
+
+
+# --- driving ---------------------------------------------------------------------------------
+class UpstreamDriver:
+    """Runs one scenario through upstream's scheduler, round by round."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.up = load()
+        self.scenario = scenario
+        self.node = build_node(scenario)
+        node = self.node
+        if node.swa_pool is None:
+            self.allocator = self.up["CountingAllocator"](node)
+        else:
+            self.allocator = self.up["CountingSWAAllocator"](node)
+        self.cache = self.up["CountingPrefixCache"](node, self.allocator, scenario.sliding_window)
+        self.reqs: dict[str, Any] = {rid: self._req(q) for rid, q in node.requests.items()}
+        self.chunked: Any = None
+        if node.chunked is not None:
+            # In progress since before round 1: its computed tokens are its prefix now.
+            self.chunked = self.reqs[node.chunked.id]
+            self.chunked.prefix_len = node.chunked.seq_len
+            self.chunked.last_node = node.chunked.prefix_node
+
+    def _req(self, q: Request) -> Any:
+        params = self.up["SamplingParams"](max_new_tokens=1)  # a PD prefill node: first token
+        req = self.up["schedule_batch"].Req(q.id, "", array("q", q.tokens), params)
+        req.last_node = self.cache.root_node
+        return req
+
+    def run(self, max_rounds: int = 10_000) -> UpstreamRun:
+        run, node = UpstreamRun(), self.node
+        round_no = 0
+        while round_no < max_rounds:
+            round_no += 1
+            node.release_due(round_no)
+            node.arrive(round_no)
+            record = self.round(round_no)
+            run.rounds.append(record)
+            try:
+                node.commit(record.plan)
+            except PrefillOutOfMemory as err:
+                run.oom = (round_no, err.request, err.pool)
+                run.stopped_by = "oom"
+                break
+            self._advance(record.plan)
+            if not record.plan.batch and not node.future and not node.pending_releases():
+                break
+        else:
+            run.stopped_by = "max_rounds"
+        finals = (State.HELD, State.DONE)
+        run.completed = [q.id for q in node.requests.values() if q.state in finals]
+        waiting = (State.WAITING, State.CHUNKED, State.FUTURE)
+        run.pending = [q.id for q in node.requests.values() if q.state in waiting]
+        return run
+
+    def round(self, round_no: int) -> UpstreamRound:
+        """Upstream's ``_get_new_batch_prefill_raw`` for one round (fcfs, nothing running)."""
+        sp, node, cfg = self.up["schedule_policy"], self.node, self.node.config
+        AddReqResult = sp.AddReqResult
+        adder = sp.PrefillAdder(
+            cfg.page_size,
+            self.cache,
+            self.allocator,
+            None,  # a prefill node decodes nothing: no running batch
+            1.0,
+            cfg.max_prefill_tokens if cfg.max_prefill_tokens is not None else 1 << 62,
+            cfg.chunked_prefill_size,
+        )
+        baseline = int(adder.rem_total_tokens)
+        entries: list[Entry] = []
+        marks: list[LedgerMark] = []
+        rejected: list[Rejection] = []
+        verdicts: list[tuple[str, str]] = []
+        stop: str | None = None
+
+        def mark(rid: str) -> None:
+            marks.append(
+                LedgerMark(
+                    rid,
+                    int(adder.rem_total_tokens),
+                    int(adder.cur_rem_tokens),
+                    int(adder.rem_chunk_tokens),
+                )
+            )
+
+        if self.chunked is not None:
+            req = self.chunked
+            start = req.prefix_len
+            req.init_next_round_input()
+            left = adder.add_chunked_req(req)
+            if any(r is req for r in adder.can_run_list):
+                end = req.extend_end
+                kind = EntryKind.RESUMED if left is not None else EntryKind.FINAL
+                entries.append(Entry(req.rid, start, end, kind))
+                mark(req.rid)
+            else:
+                entries.append(Entry(req.rid, start, start, EntryKind.DEFERRED))
+
+        queue = list(node.waiting)
+        for at, q in enumerate(queue):
+            if adder.budget_state() == AddReqResult.OTHER:
+                stop = "OTHER"
+                break
+            state_before = adder.budget_state()
+            req = self.reqs[q.id]
+            req.init_next_round_input(self.cache)
+            res = adder.add_one_req(
+                req, has_chunked_req=self.chunked is not None, truncation_align_size=None
+            )
+            verdicts.append((q.id, res.name))
+            admitted = bool(adder.can_run_list) and adder.can_run_list[-1] is req
+            if admitted:
+                kind = EntryKind.TRUNCATED if adder.new_chunked_req is req else EntryKind.WHOLE
+                loaded = req.host_loaded_length
+                cached = req.prefix_len - loaded
+                entries.append(Entry(q.id, req.prefix_len, req.extend_end, kind, cached, loaded))
+                mark(q.id)
+            elif state_before == AddReqResult.CONTINUE:
+                # Refused on its own merits (not because the budget was already spent).
+                rejected.append(Rejection(q.id, res.name))
+            if res != AddReqResult.CONTINUE:
+                # An admitted request's verdict only stops someone if someone is left.
+                if not admitted or at + 1 < len(queue):
+                    stop = res.name
+                break
+        # The adder's locks were accounting; the node takes the real ones when it commits.
+        for req in adder.can_run_list:
+            if getattr(req, "lock", None) is not None and req is not self.chunked:
+                self.cache.unlock(req.lock)
+                req.lock = None
+        self.pending_chunked = adder.new_chunked_req
+        self.allocator.pending_load = 0  # the node allocates the load-backs when it commits
+        plan = Plan(
+            round=round_no,
+            entries=tuple(entries),
+            rejected=tuple(rejected),
+            marks=tuple(marks),
+            stop=stop,
+            baseline=baseline,
+        )
+        return UpstreamRound(plan, verdicts)
+
+    def _advance(self, plan: Plan) -> None:
+        """After a committed round: the computed tokens become the requests' prefixes (what
+        upstream's ``checkpoint_kv_cache`` does), and the new chunked request takes over."""
+        finished_chunk = False
+        for e in plan.batch:
+            req = self.reqs[e.request_id]
+            req.prefix_len = e.end
+            if req is self.chunked and e.kind.finishes:
+                finished_chunk = True
+        if finished_chunk:
+            self.chunked = None
+        if self.pending_chunked is not None:
+            if self.chunked is not None:
+                raise PolicykitError(
+                    f"upstream admitted a second chunked request ({self.pending_chunked.rid!r}) "
+                    f"while {self.chunked.rid!r} is in progress; its scheduler asserts against "
+                    "this"
+                )
+            self.chunked = self.pending_chunked
+            self.chunked.last_node = self.node.requests[self.chunked.rid].prefix_node
+
+
+def drive(scenario: Scenario, max_rounds: int = 10_000) -> UpstreamRun | NotExpressible:
+    """Run ``scenario`` through SGLang 0.5.23's scheduler, or say why it cannot be."""
+    why = not_expressible(scenario)
+    if why is not None:
+        return why
+    return UpstreamDriver(scenario).run(max_rounds)
