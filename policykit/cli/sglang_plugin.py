@@ -42,7 +42,8 @@ def sglang_plugin(
     findings = [check.version_finding(), *check.target_findings()]
     config = EngineConfig(page_size, chunk_size)
     chosen, registry = _resolve(text, config)
-    findings.append(Finding("combo", True, f"{chosen} loads and validates on {config}."))
+    where = f"page size {page_size}, chunk size {chunk_size}"
+    findings.append(Finding("combo", True, f"{chosen} loads and validates ({where})."))
     proofs = startup.verdicts(chosen, registry, config) if prove else []
     ready = all(f.ok for f in findings)
     if as_json:

@@ -54,13 +54,16 @@ def version_finding() -> Finding:
 
 
 def _source(module: str) -> ast.Module | None:
-    try:
-        spec = importlib.util.find_spec(module)
-    except ModuleNotFoundError:
+    """The parsed source of ``module``, found from the top-level package's location: finding
+    the submodule itself would import ``sglang/__init__``, which needs triton."""
+    top, _, rest = module.partition(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not spec.submodule_search_locations:
         return None
-    if spec is None or spec.origin is None:
+    path = Path(next(iter(spec.submodule_search_locations)), *rest.split(".")).with_suffix(".py")
+    if not path.is_file():
         return None
-    return ast.parse(Path(spec.origin).read_text(), filename=spec.origin)
+    return ast.parse(path.read_text(), filename=str(path))
 
 
 def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef | None:

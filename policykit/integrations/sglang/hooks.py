@@ -45,6 +45,11 @@ RESUME = f"{ADDER}.add_chunked_req"
 #: every decision target, in the order the scheduler meets them in a round
 DECISION_TARGETS = (RESUME, SELECT, COMMIT)
 
+#: set on an adder whose in-progress request stays in progress this round (parked or truncated)
+HOLDS_CHUNK = "policykit_holds_chunk"
+#: upstream's schedule policy that never truncates beside an in-progress request
+SPF = "shortest-prefill-first"
+
 _active: dict[str, Combo] = {}
 
 
@@ -66,10 +71,18 @@ def _upstream() -> ModuleType:
     return schedule_policy
 
 
+@cache
+def _single_pool_budget() -> type:
+    from sglang.srt.mem_cache.prefill_budget import PrefillBudget
+
+    return PrefillBudget
+
+
 def plain(adder: Any) -> bool:
     """Whether ``adder``'s budget is the single token pool policykit's ledger models."""
     return (
         adder.rem_chunk_tokens is not None
+        and type(adder.memory_budget) is _single_pool_budget()
         and adder.dllm_config is None
         and not adder.is_hybrid_swa
         and not adder.is_hybrid_ssm_cache
@@ -90,8 +103,17 @@ def _max_new(req: Any) -> int:
     return min(left, _upstream().CLIP_MAX_NEW_TOKENS)
 
 
-def _chunk_view(adder: Any, remaining: int) -> ChunkView:
-    rem_total = int(adder.rem_total_tokens)
+def _ledgers(adder: Any) -> tuple[float, float]:
+    """``(rem_total_tokens, cur_rem_tokens)`` with one read of the pool: both are free plus
+    evictable less an offset (``PrefillBudget``'s definition), and reading free and evictable
+    is the costly part of each property."""
+    budget = adder.memory_budget
+    base = budget._available_and_evictable()
+    return base - budget.total_offset, base - budget.current_offset
+
+
+def _chunk_view(adder: Any, remaining: int, rem_total: float | None = None) -> ChunkView:
+    rem_total = int(adder.rem_total_tokens if rem_total is None else rem_total)
     return ChunkView(
         remaining_tokens=remaining,
         rem_chunk_tokens=adder.rem_chunk_tokens,
@@ -150,6 +172,7 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, kwargs: dict) ->
     remaining = prompt - req.prefix_len
     # upstream's total_tokens = remaining + generated-token reserve + per-request page
     first = kwargs["total_tokens"] - remaining - adder.per_req_token_overhead
+    rem_total, cur_rem = _ledgers(adder)
     view = AdmitView(
         prompt_tokens=prompt,
         remaining_tokens=remaining,
@@ -158,8 +181,8 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, kwargs: dict) ->
         page_size=page,
         # upstream compares ints against float ledgers (``x < remaining``): the ceiling keeps
         # that comparison exact for an int-valued view
-        rem_total_tokens=math.ceil(adder.rem_total_tokens),
-        cur_rem_tokens=math.ceil(adder.cur_rem_tokens),
+        rem_total_tokens=math.ceil(rem_total),
+        cur_rem_tokens=math.ceil(cur_rem),
     )
     rid = _rid(req)
     verdict = consult(
@@ -173,15 +196,20 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, kwargs: dict) ->
     chunk = consult(
         combo.chunking,
         "new_chunk",
-        _chunk_view(adder, extend),
+        _chunk_view(adder, extend, rem_total),
         rid,
         int_in(0, extend),
         f"an int in [0, {extend}]",
     )
     if chunk is FALLBACK:
         return FALLBACK
-    if chunk == 0 or (chunk < extend and kwargs.get("has_chunked_req")):
-        # no room to start it, or it would be a second in-progress request
+    if chunk == 0:
+        return sp.AddReqResult.OTHER  # no room to start it this round
+    if chunk < extend and (
+        getattr(adder, HOLDS_CHUNK, False)
+        or (kwargs.get("has_chunked_req") and sp.get_schedule().schedule_policy == SPF)
+    ):
+        # a second in-progress request: the scheduler tracks one (and asserts so)
         return sp.AddReqResult.OTHER
     max_new = min(req.sampling_params.max_new_tokens, sp.CLIP_MAX_NEW_TOKENS)
     if chunk == extend:
@@ -221,15 +249,15 @@ def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
         f"an int in [0, {remaining}]",
     )
     if chunk is FALLBACK:
-        return original(adder, req)
+        return _holding(adder, original(adder, req))
     if chunk == 0:
         # parked: computes nothing this round and stays the in-progress request
         req.extend_end = req.prefix_len
-        return req
+        return _holding(adder, req)
     if chunk < remaining:
         end = _align(combo, adder, req, req.prefix_len, req.prefix_len + chunk)
         if end is FALLBACK:
-            return original(adder, req)
+            return _holding(adder, original(adder, req))
         chunk = end - req.prefix_len
     saved = adder.chunked_req_limit
     adder.chunked_req_limit = chunk if saved is None else min(saved, chunk)
@@ -239,4 +267,10 @@ def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
         adder.chunked_req_limit = saved
     if result is req and adder.can_run_list and adder.can_run_list[-1] is req:
         _reserve_tail(combo, adder, req, len(req.full_untruncated_fill_ids) - req.extend_end)
+    return _holding(adder, result)
+
+
+def _holding(adder: Any, result: Any) -> Any:
+    """Note on the adder whether the in-progress request stays in progress (``result``)."""
+    setattr(adder, HOLDS_CHUNK, result is not None)
     return result

@@ -9,9 +9,12 @@ only ever run in the scheduler, where ``PrefillAdder`` lives.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from policykit.errors import PolicykitError
 from policykit.integrations.sglang import hooks, settings, startup
+from policykit.registry import Combo
 
 logger = logging.getLogger("policykit.sglang")
 
@@ -59,3 +62,31 @@ def register_decision_hooks() -> None:
     HookRegistry.register(hooks.RESUME, hooks.resume_chunked, HookType.AROUND)
     HookRegistry.register(hooks.SELECT, hooks.select_admission, HookType.AROUND)
     HookRegistry.register(hooks.COMMIT, hooks.commit_admission, HookType.AFTER)
+
+
+DECISION_METHODS = ("_select_prefill_admission", "_commit_prefill_admission", "add_chunked_req")
+
+
+@contextmanager
+def applied(combo: Combo) -> Iterator[None]:
+    """The decision hooks applied in this process through SGLang's ``HookRegistry``, asking
+    ``combo``; upstream's methods are put back on exit.
+
+    For drivers that run ``PrefillAdder`` without a ``Scheduler`` (the conformance driver, the
+    tests, the benchmark); an engine gets the same hooks from :func:`load`.
+    """
+    from sglang.srt.managers.schedule_policy import PrefillAdder
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    saved = {name: PrefillAdder.__dict__[name] for name in DECISION_METHODS}
+    HookRegistry.reset()
+    register_decision_hooks()
+    HookRegistry.apply_hooks()
+    hooks.activate(combo)
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(PrefillAdder, name, method)
+        HookRegistry.reset()
+        hooks.activate(None)
