@@ -207,6 +207,7 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, kwargs: dict) ->
         return sp.AddReqResult.OTHER  # no room to start it this round
     if chunk < extend and (
         getattr(adder, HOLDS_CHUNK, False)
+        or adder.new_chunked_req is not None
         or (kwargs.get("has_chunked_req") and sp.get_schedule().schedule_policy == SPF)
     ):
         # a second in-progress request: the scheduler tracks one (and asserts so)
