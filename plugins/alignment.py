@@ -21,9 +21,10 @@ def _page_end(v: AlignView) -> int:
 class NoAlignment(AlignmentPolicy):
     """Chunk ends where the budget put it.
 
-    Upstream SGLang's behaviour for the in-progress request (a new request's truncation is
-    already a whole number of pages, by the chunking policy). Pages stay correct either way:
-    the allocator fills a partly used last page before taking a new one.
+    SGLang 0.5.23: a new request's truncation is already a whole number of pages (the chunking
+    policy floors it), and a resumed chunk is ``min(remaining, budget)`` with no floor
+    (``add_chunked_req``). Pages stay correct either way: the allocator fills a partly used
+    last page before taking a new one.
     """
 
     name = "none"
@@ -33,7 +34,12 @@ class NoAlignment(AlignmentPolicy):
 
 
 class PageAlignment(AlignmentPolicy):
-    """Chunk ends on a page boundary (upstream SGLang without checkpoints)."""
+    """Every non-final chunk ends on a page boundary, a resumed one included.
+
+    Not SGLang's behaviour: SGLang 0.5.23 floors only a new request's truncation to pages
+    (which ``chunking=sglang`` already does) and resumes with no floor; use ``none`` to
+    reproduce it. ``page`` is a policykit choice that keeps every chunk end page-aligned.
+    """
 
     name = "page"
 
@@ -45,8 +51,9 @@ class CheckpointAlignment(AlignmentPolicy):
     """Chunk ends on a multiple of N tokens, where a linear-attention state checkpoint exists.
 
     FlashKDA checkpoints the recurrent state every 256 tokens (seed 000); a chunk ending between
-    checkpoints would leave a state nobody can resume from. N must be a multiple of the page
-    size, so every checkpoint is also a page boundary.
+    checkpoints would leave a state nobody can resume from. With ``admission=sglang`` this is
+    seed 000's fork (SGLang with checkpoint alignment), not SGLang itself. N must be a
+    multiple of the page size, so every checkpoint is also a page boundary.
     """
 
     name = "checkpoint"

@@ -19,8 +19,11 @@ def _truncate_to_pages(v: ChunkView) -> int:
 
 
 class SGLangChunking(ChunkingPolicy):
-    """Upstream SGLang: resume with ``min(rem_chunk, rem_total[, rem_swa])``; if that is
-    ``<= 0``, force ``rem_chunk_tokens`` so the half-computed request is not leaked.
+    """SGLang 0.5.23 on a plain KV pool (``add_chunked_req`` with ``PrefillBudget``): resume
+    with ``min(rem_chunk, rem_total)``; if that is ``<= 0``, force ``rem_chunk_tokens`` so the
+    half-computed request is not leaked. With hybrid SWA it models the code before
+    ``SWAPrefillBudget`` (seed 001's pre-fix fallback, capped at ``rem_swa_tokens``), which
+    0.5.23 no longer runs.
 
     The forced chunk bypasses the memory budget: it is where seed 000's OOM finally happens, and
     (capped at ``rem_swa_tokens`` with no page reserved) where seed 001's does.

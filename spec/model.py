@@ -23,6 +23,7 @@ from typing import Any
 
 import z3
 
+from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.ledger import Budget, Ledger
 from policykit.node import FIRST_TOKENS
 from policykit.plan import NEVER
@@ -85,6 +86,13 @@ def t(x: Any) -> Any:
     if isinstance(x, Sym | SymBool):
         return x.t
     return z3.BoolVal(x) if isinstance(x, bool) else num(x)
+
+
+def loadable_host(host: Sym, page: int) -> Sym:
+    """``HostTier.loadable`` (SGLang 0.5.23's HiCache): the host hit in whole pages, and none
+    when that is under ``LOAD_BACK_THRESHOLD`` tokens (it is recomputed instead)."""
+    paged = host // page * page
+    return ite(paged.t >= LOAD_BACK_THRESHOLD, paged, Sym(num(0)))
 
 
 def ite(c: Any, a: Any, b: Any) -> Sym:
@@ -311,10 +319,11 @@ class RoundModel:
         go = z3.And(consider, state.active, budget.is_(Budget.CONTINUE))
         stop_budget = z3.And(consider, state.active, z3.Not(budget.is_(Budget.CONTINUE)))
         remaining = req.prompt - req.device
+        host = loadable_host(req.host, page)
         view = AdmitView(
             prompt_tokens=req.prompt,  # type: ignore[arg-type]
             remaining_tokens=remaining,  # type: ignore[arg-type]
-            host_prefix_tokens=req.host,  # type: ignore[arg-type]
+            host_prefix_tokens=host,  # type: ignore[arg-type]
             first_tokens=FIRST_TOKENS,
             page_size=page,
             rem_total_tokens=led.rem_total_tokens,
@@ -322,16 +331,16 @@ class RoundModel:
         )
         ok = self.enc.bind_bool("admit", self._ask("admission", "admit", view))
         loaded = dataclasses.replace(led)
-        load_back = pages_for(req.host, page) * page  # type: ignore[arg-type]
+        load_back = pages_for(host, page) * page  # type: ignore[arg-type]
         loaded.lower_baseline(load_back)
-        compute = remaining - req.host
+        compute = remaining - host
         chunk = self.enc.bind(
             "new_chunk", self._ask("chunking", "new_chunk", self._chunk_view(compute, loaded))
         )
         bad_range = z3.Or(chunk.t < 0, chunk.t > compute.t)
         other = z3.Or(chunk.t == 0, z3.And(chunk.t < compute.t, state.has_chunked))
         whole = chunk.t == compute.t
-        start = req.device + req.host
+        start = req.device + host
         whole_led = dataclasses.replace(loaded)
         whole_led.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
         trunc_led, end_t, bad_t = self._charge_truncated(loaded, start, start + chunk, req.prompt)
@@ -363,7 +372,7 @@ class RoundModel:
                 kind,
                 ite(placed, start, zero),
                 end,
-                ite(placed, req.host, zero),
+                ite(placed, host, zero),
                 rem_total,
                 cur_rem,
                 ite(placed, load_back, zero),
@@ -379,14 +388,14 @@ class RoundModel:
         view = AdmitView(
             prompt_tokens=req.prompt,  # type: ignore[arg-type]
             remaining_tokens=req.prompt - req.device,  # type: ignore[arg-type]
-            host_prefix_tokens=req.host,  # type: ignore[arg-type]
+            host_prefix_tokens=loadable_host(req.host, page),  # type: ignore[arg-type]
             first_tokens=FIRST_TOKENS,
             page_size=page,
             rem_total_tokens=idle.capacity,  # type: ignore[arg-type]
             cur_rem_tokens=idle.capacity,  # type: ignore[arg-type]
         )
         ok = self.enc.bind_bool("idle_admit", self._ask("admission", "admit", view))
-        after_load = idle.capacity - pages_for(req.host, page) * page  # type: ignore[arg-type]
+        after_load = idle.capacity - pages_for(loadable_host(req.host, page), page) * page
         chunk_view = ChunkView(
             remaining_tokens=compute,  # type: ignore[arg-type]
             rem_chunk_tokens=Sym(num(self.config.chunked_prefill_size)),  # type: ignore[arg-type]

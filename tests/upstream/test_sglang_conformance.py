@@ -7,6 +7,7 @@ admission verdicts, ledgers and out-of-memory outcomes, round by round.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 from pathlib import Path
@@ -15,7 +16,8 @@ import pytest
 
 from policykit.scenario import RequestSpec, Scenario, load_scenario
 
-pytest.importorskip("sglang", reason="the policykit[sglang] extra is not installed")
+if importlib.util.find_spec("sglang") is None:
+    pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
 from policykit.upstream.conformance import conform, random_scenario
 from policykit.upstream.sglang import UpstreamUnavailable, load
