@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "docs": "policykit.cli.docs:docs",
     "plan-memory": "policykit.cli.plan_memory:plan_memory",
     "policies": "policykit.cli.policies:policies",
+    "sglang-plugin": "policykit.cli.sglang_plugin:sglang_plugin",
     "simulate": "policykit.cli.simulate:simulate",
     "sweep": "policykit.cli.sweep:sweep",
 }

@@ -1,0 +1,79 @@
+"""``policykit sglang-plugin --check``: can this machine's SGLang run the configured combo?"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+
+import click
+from rich.console import Console
+
+from policykit.cli.common import echo_json, json_option
+from policykit.errors import ComboError
+from policykit.integrations.sglang import check, settings, startup
+from policykit.integrations.sglang.check import Finding
+from policykit.policy import EngineConfig
+
+EXIT_NOT_READY = 1
+
+
+@click.command("sglang-plugin")
+@click.option("--check", "do_check", is_flag=True, help="Run the readiness check (no GPU needed).")
+@click.option(
+    "--combo",
+    default=None,
+    help=f"Combo to check; default: ${settings.COMBO_ENV}, else the file ${settings.CONFIG_ENV}.",
+)
+@click.option("--page-size", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--chunk-size", default=8192, show_default=True, type=click.IntRange(min=1))
+@click.option("--prove/--no-prove", default=True, help="Run policykit check on the combo (z3).")
+@json_option
+def sglang_plugin(
+    do_check: bool, combo: str | None, page_size: int, chunk_size: int, prove: bool, as_json: bool
+) -> None:
+    """Check, without a GPU, that the installed SGLang is a supported version, that every hook
+    target exists, and that the combo loads (and, with --prove, what policykit check proves).
+
+    Exit code 0: ready; 1: not ready (a finding failed); 2: bad input.
+    """
+    if not do_check:
+        raise ComboError("policykit sglang-plugin has one action: pass --check.")
+    text = combo or settings.combo_text()
+    findings = [check.version_finding(), *check.target_findings()]
+    config = EngineConfig(page_size, chunk_size)
+    chosen, registry = _resolve(text, config)
+    where = f"page size {page_size}, chunk size {chunk_size}"
+    findings.append(Finding("combo", True, f"{chosen} loads and validates ({where})."))
+    proofs = startup.verdicts(chosen, registry, config) if prove else []
+    ready = all(f.ok for f in findings)
+    if as_json:
+        echo_json(
+            {
+                "schema": "policykit.sglang-plugin-check/1",
+                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "ready": ready,
+                "combo": chosen.as_dict(),
+                "config": {"page_size": page_size, "chunked_prefill_size": chunk_size},
+                "findings": [f.to_dict() for f in findings],
+                "verdicts": [
+                    {"property": v.property, "verdict": v.verdict, "label": v.label} for v in proofs
+                ],
+            }
+        )
+    else:
+        out = Console()
+        for f in findings:
+            mark = "[green]ok[/]" if f.ok else "[red]FAIL[/]"
+            out.print(f"{mark}  {f.name}: {f.detail}", highlight=False)
+        for v in proofs:
+            out.print(f"      policykit check: {v.property} {v.label}", highlight=False)
+        out.print("ready" if ready else "[red]not ready[/]")
+    if not ready:
+        sys.exit(EXIT_NOT_READY)
+
+
+def _resolve(text: str, config: EngineConfig) -> tuple:
+    try:
+        return startup.resolve(text, config)
+    except startup.StartupRefused as exc:
+        raise ComboError(str(exc)) from None

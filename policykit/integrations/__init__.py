@@ -1,0 +1,1 @@
+"""Adapters that let policykit policies decide inside a real serving engine (optional extras)."""

@@ -1,0 +1,277 @@
+"""The decision hooks on SGLang 0.5.23's ``PrefillAdder``, and the targets they patch.
+
+Three methods of ``sglang.srt.managers.schedule_policy.PrefillAdder`` carry every prefill
+decision policykit models; the plugin wraps exactly those (``AROUND`` / ``AFTER`` hooks through
+SGLang's ``HookRegistry``) and leaves the rest of the scheduler alone:
+
+``_select_prefill_admission`` (AROUND)
+    A waiting request's shape: the admission check (:meth:`AdmissionPolicy.admit`), its chunk
+    length (:meth:`ChunkingPolicy.new_chunk`) and where a truncated chunk ends
+    (:meth:`AlignmentPolicy.align_end`, which replaces upstream's ``truncation_align_size``).
+    Upstream calls it with the request's prefix already locked, so ``rem_total_tokens`` is the
+    post-lock figure policykit's planner checks the second time.
+``_commit_prefill_admission`` (AFTER)
+    The tail reservation of a truncated new request (:meth:`AdmissionPolicy.tail_reserve`),
+    added to the budget's ``total_offset`` (promised to later rounds, not allocated now).
+``add_chunked_req`` (AROUND)
+    The in-progress request's resume length, or its deferral (:meth:`ChunkingPolicy.resume_chunk`
+    returning 0 parks it, as upstream's hybrid-SWA budget already does), the alignment of a
+    resumed chunk that is truncated again, and its tail reservation. The length reaches
+    upstream's own code through ``chunked_req_limit``, so a policy can shorten or defer the
+    resumed chunk but never lengthen it past upstream's budget.
+
+Where upstream's budget models more than policykit's views do -- hybrid SWA or Mamba pools,
+DLLM, sharded KV, encoder replay, chunked prefill disabled, AMD exact-chunk-fill -- the hooks
+hand the call to upstream unchanged (:func:`plain`). A policy that raises or answers nonsense
+is logged by :mod:`.guard` and upstream decides that one call: the request's whole admission
+shape, the resumed chunk, or (for a tail) no reservation, which is upstream's own rule.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from policykit.integrations.sglang.guard import FALLBACK, consult, int_in, is_int
+from policykit.policy import AdmitView, AlignView, ChunkView, TailView
+from policykit.registry import Combo
+
+ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
+SELECT = f"{ADDER}._select_prefill_admission"
+COMMIT = f"{ADDER}._commit_prefill_admission"
+RESUME = f"{ADDER}.add_chunked_req"
+#: every decision target, in the order the scheduler meets them in a round
+DECISION_TARGETS = (RESUME, SELECT, COMMIT)
+
+#: set on an adder whose in-progress request stays in progress this round (parked or truncated)
+HOLDS_CHUNK = "policykit_holds_chunk"
+#: upstream's schedule policy that never truncates beside an in-progress request
+SPF = "shortest-prefill-first"
+
+_active: dict[str, Combo] = {}
+
+
+def activate(combo: Combo | None) -> None:
+    """Make ``combo`` the one the hooks ask (``None``: the hooks pass every call through)."""
+    _active.clear()
+    if combo is not None:
+        _active["combo"] = combo
+
+
+def active() -> Combo | None:
+    return _active.get("combo")
+
+
+@cache
+def _upstream() -> ModuleType:
+    import sglang.srt.managers.schedule_policy as schedule_policy
+
+    return schedule_policy
+
+
+@cache
+def _single_pool_budget() -> type:
+    from sglang.srt.mem_cache.prefill_budget import PrefillBudget
+
+    return PrefillBudget
+
+
+def plain(adder: Any) -> bool:
+    """Whether ``adder``'s budget is the single token pool policykit's ledger models."""
+    return (
+        adder.rem_chunk_tokens is not None
+        and type(adder.memory_budget) is _single_pool_budget()
+        and adder.dllm_config is None
+        and not adder.is_hybrid_swa
+        and not adder.is_hybrid_ssm_cache
+        and not adder._mamba_slot_cost
+        and not adder.kv_shard_granule
+        and not adder.exact_chunk_fill
+        and adder.mamba_chunk_grid <= 1
+    )
+
+
+def _rid(req: Any) -> str:
+    return str(getattr(req, "rid", "?"))
+
+
+def _max_new(req: Any) -> int:
+    """What upstream reserves for the tokens a request will generate (``add_one_req``'s rule)."""
+    left = max(req.sampling_params.max_new_tokens - len(req.output_ids), 0)
+    return min(left, _upstream().CLIP_MAX_NEW_TOKENS)
+
+
+def _ledgers(adder: Any) -> tuple[float, float]:
+    """``(rem_total_tokens, cur_rem_tokens)`` with one read of the pool: both are free plus
+    evictable less an offset (``PrefillBudget``'s definition), and reading free and evictable
+    is the costly part of each property."""
+    budget = adder.memory_budget
+    base = budget._available_and_evictable()
+    return base - budget.total_offset, base - budget.current_offset
+
+
+def _chunk_view(adder: Any, remaining: int, rem_total: float | None = None) -> ChunkView:
+    rem_total = int(adder.rem_total_tokens if rem_total is None else rem_total)
+    return ChunkView(
+        remaining_tokens=remaining,
+        rem_chunk_tokens=adder.rem_chunk_tokens,
+        rem_total_tokens=rem_total,
+        rem_swa_tokens=rem_total,
+        page_size=adder.page_size,
+        hybrid_swa=False,
+    )
+
+
+def _align(combo: Combo, adder: Any, req: Any, start: int, end: int) -> Any:
+    view = AlignView(start=start, end=end, page_size=adder.page_size)
+    return consult(
+        combo.alignment,
+        "align_end",
+        view,
+        _rid(req),
+        lambda x: is_int(x) and start < x <= end,
+        f"an int in ({start}, {end}]",
+    )
+
+
+def _reserve_tail(combo: Combo, adder: Any, req: Any, tail: int) -> None:
+    view = TailView(tail_tokens=tail, first_tokens=_max_new(req), page_size=adder.page_size)
+    reserve = consult(
+        combo.admission,
+        "tail_reserve",
+        view,
+        _rid(req),
+        lambda x: is_int(x) and x >= 0,
+        "a non-negative int",
+    )
+    if reserve is not FALLBACK:
+        adder.memory_budget.total_offset += reserve
+
+
+def select_admission(original: Any, adder: Any, req: Any, **kwargs: Any) -> Any:
+    """AROUND ``_select_prefill_admission``: the policies choose a waiting request's shape."""
+    combo = active()
+    host_hit = kwargs["host_hit_length"]
+    prefix_len = req.prefix_len + host_hit
+    if (
+        combo is None
+        or not plain(adder)
+        or kwargs["swa_host_hit_length"]
+        or adder._replay_len(req, prefix_len)
+    ):
+        return original(adder, req, **kwargs)
+    decision = _shape(combo, adder, req, prefix_len, kwargs)
+    return original(adder, req, **kwargs) if decision is FALLBACK else decision
+
+
+def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, kwargs: dict) -> Any:
+    sp, page = _upstream(), adder.page_size
+    prompt = len(req.full_untruncated_fill_ids)
+    remaining = prompt - req.prefix_len
+    # upstream's total_tokens = remaining + generated-token reserve + per-request page
+    first = kwargs["total_tokens"] - remaining - adder.per_req_token_overhead
+    rem_total, cur_rem = _ledgers(adder)
+    view = AdmitView(
+        prompt_tokens=prompt,
+        remaining_tokens=remaining,
+        host_prefix_tokens=kwargs["host_hit_length"],
+        first_tokens=first,
+        page_size=page,
+        # upstream compares ints against float ledgers (``x < remaining``): the ceiling keeps
+        # that comparison exact for an int-valued view
+        rem_total_tokens=math.ceil(rem_total),
+        cur_rem_tokens=math.ceil(cur_rem),
+    )
+    rid = _rid(req)
+    verdict = consult(
+        combo.admission, "admit", view, rid, lambda x: isinstance(x, bool), "True or False"
+    )
+    if verdict is FALLBACK:
+        return FALLBACK
+    if not verdict:
+        return sp.AddReqResult.NO_TOKEN
+    extend = prompt - prefix_len
+    chunk = consult(
+        combo.chunking,
+        "new_chunk",
+        _chunk_view(adder, extend, rem_total),
+        rid,
+        int_in(0, extend),
+        f"an int in [0, {extend}]",
+    )
+    if chunk is FALLBACK:
+        return FALLBACK
+    if chunk == 0:
+        return sp.AddReqResult.OTHER  # no room to start it this round
+    if chunk < extend and (
+        getattr(adder, HOLDS_CHUNK, False)
+        or adder.new_chunked_req is not None
+        or (kwargs.get("has_chunked_req") and sp.get_schedule().schedule_policy == SPF)
+    ):
+        # a second in-progress request: the scheduler tracks one (and asserts so)
+        return sp.AddReqResult.OTHER
+    max_new = min(req.sampling_params.max_new_tokens, sp.CLIP_MAX_NEW_TOKENS)
+    if chunk == extend:
+        tile = adder.ceil_paged_tokens(extend)
+        if (refused := adder._check_prefill_tile_budget(tile)) is not None:
+            return refused
+        return sp._PrefillAdmission(prefix_len, extend, max_new, False, 0)
+    end = _align(combo, adder, req, prefix_len, prefix_len + chunk)
+    if end is FALLBACK:
+        return FALLBACK
+    if (refused := adder._check_prefill_tile_budget(end - prefix_len)) is not None:
+        return refused
+    return sp._PrefillAdmission(prefix_len, end - prefix_len, 0, True, 0)
+
+
+def commit_admission(result: Any, adder: Any, req: Any, admission: Any, *args: Any) -> None:
+    """AFTER ``_commit_prefill_admission``: a truncated new request's tail reservation."""
+    combo = active()
+    if combo is None or not admission.is_chunked or not plain(adder):
+        return
+    tail = len(req.full_untruncated_fill_ids) - (admission.prefix_len + admission.extend_len)
+    _reserve_tail(combo, adder, req, tail)
+
+
+def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
+    """AROUND ``add_chunked_req``: the in-progress request's resume length, or its deferral."""
+    combo = active()
+    if combo is None or not plain(adder):
+        return original(adder, req)
+    remaining = len(req.full_untruncated_fill_ids) - req.prefix_len
+    chunk = consult(
+        combo.chunking,
+        "resume_chunk",
+        _chunk_view(adder, remaining),
+        _rid(req),
+        int_in(0, remaining),
+        f"an int in [0, {remaining}]",
+    )
+    if chunk is FALLBACK:
+        return _holding(adder, original(adder, req))
+    if chunk == 0:
+        # parked: computes nothing this round and stays the in-progress request
+        req.extend_end = req.prefix_len
+        return _holding(adder, req)
+    if chunk < remaining:
+        end = _align(combo, adder, req, req.prefix_len, req.prefix_len + chunk)
+        if end is FALLBACK:
+            return _holding(adder, original(adder, req))
+        chunk = end - req.prefix_len
+    saved = adder.chunked_req_limit
+    adder.chunked_req_limit = chunk if saved is None else min(saved, chunk)
+    try:
+        result = original(adder, req)
+    finally:
+        adder.chunked_req_limit = saved
+    if result is req and adder.can_run_list and adder.can_run_list[-1] is req:
+        _reserve_tail(combo, adder, req, len(req.full_untruncated_fill_ids) - req.extend_end)
+    return _holding(adder, result)
+
+
+def _holding(adder: Any, result: Any) -> Any:
+    """Note on the adder whether the in-progress request stays in progress (``result``)."""
+    setattr(adder, HOLDS_CHUNK, result is not None)
+    return result

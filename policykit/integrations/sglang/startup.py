@@ -1,0 +1,86 @@
+"""Start-up of the SGLang plugin: resolve the combo, validate it against the engine, log its proofs.
+
+The combo is resolved twice: at plugin load (:func:`resolve`, no engine facts yet), so that an
+unknown policy name stops the process at once; and after ``Scheduler.__init__``
+(:func:`on_scheduler_ready`), against the page size and chunk size the scheduler runs with,
+before its event loop serves anything. Either failure raises :class:`StartupRefused`, which
+SGLang's scheduler process reports and which makes the engine exit.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from policykit.errors import PolicykitError
+from policykit.integrations.sglang import hooks, settings
+from policykit.policy import EngineConfig
+from policykit.registry import Combo, PolicyRegistry, registry_from
+
+logger = logging.getLogger("policykit.sglang")
+
+
+class StartupRefused(RuntimeError):
+    """The configured combo cannot run on this engine; the message says why, in one paragraph."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"policykit SGLang plugin refuses to start: {reason}")
+
+
+def resolve(text: str, config: EngineConfig | None = None) -> tuple[Combo, PolicyRegistry]:
+    """The combo ``text`` names, from every installed policykit plugin (third-party included)."""
+    try:
+        registry = registry_from()
+        return registry.resolve(text, config=config), registry
+    except PolicykitError as exc:
+        raise StartupRefused(" ".join(str(exc).split())) from None
+
+
+def engine_config(scheduler: Any) -> EngineConfig:
+    """The engine facts policies validate against, read off a constructed ``Scheduler``."""
+    chunk = scheduler.chunked_prefill_size
+    return EngineConfig(
+        page_size=int(scheduler.page_size),
+        chunked_prefill_size=int(chunk) if chunk and chunk > 0 else 0,
+        hybrid_swa=bool(getattr(scheduler, "is_hybrid_swa", False)),
+    )
+
+
+def checkable(config: EngineConfig) -> bool:
+    """Whether the checker models this engine (a single paged pool with chunked prefill)."""
+    return not config.hybrid_swa and config.chunked_prefill_size > 0
+
+
+def verdicts(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> list[Any]:
+    """``policykit check``'s verdicts for ``combo`` on ``config`` (default bounds and timeout)."""
+    from policykit.spec.checker import CheckOptions, check_combo
+    from policykit.spec.model import ModelConfig
+
+    sources = {p.kind: str(registry.entry(p.kind, p.name).source) for p in combo.policies()[:3]}
+    model = ModelConfig(config.page_size, config.chunked_prefill_size)
+    return check_combo(combo, model, CheckOptions(), sources)
+
+
+def check_lines(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> list[str]:
+    """The start-up log: one line per property."""
+    if not checkable(config):
+        return [f"policykit check: {combo}: not checked (hybrid SWA or chunked prefill off)"]
+    return [
+        f"policykit check: {v.combo}: {v.property} {v.label}"
+        for v in verdicts(combo, registry, config)
+    ]
+
+
+def on_scheduler_ready(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+    """AFTER ``Scheduler.__init__``: validate against the engine, log the proofs, activate."""
+    try:
+        text = settings.combo_text()
+    except PolicykitError as exc:
+        raise StartupRefused(" ".join(str(exc).split())) from None
+    config = engine_config(scheduler)
+    combo, registry = resolve(text, config)
+    hooks.activate(combo)
+    logger.info("policykit SGLang plugin active with %s (%s)", combo, config)
+    if settings.startup_check_enabled():
+        for line in check_lines(combo, registry, config):
+            logger.info(line)

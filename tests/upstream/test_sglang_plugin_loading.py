@@ -1,0 +1,161 @@
+"""How the policykit SGLang plugin is found, enabled, refused and checked.
+
+The ``load_plugins`` tests need SGLang's scheduler modules (skipped without the extra); the
+settings, start-up and CLI tests need only policykit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from policykit.cli import main
+from policykit.integrations.sglang import check, hooks, plugin, settings, startup
+
+HAS_SGLANG = importlib.util.find_spec("sglang") is not None
+needs_sglang = pytest.mark.skipif(not HAS_SGLANG, reason="the policykit[sglang] extra is absent")
+
+
+@pytest.fixture
+def sglang_plugins(monkeypatch):
+    """SGLang's ``load_plugins`` ready to run again; upstream's methods restored afterwards."""
+    from policykit.upstream.sglang import UpstreamUnavailable, load
+
+    try:
+        load()
+    except UpstreamUnavailable as exc:
+        pytest.skip(str(exc))
+    import sglang.srt.plugins as plugins
+    from sglang.srt.managers.schedule_policy import PrefillAdder
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    saved = {name: PrefillAdder.__dict__[name] for name in plugin.DECISION_METHODS}
+    monkeypatch.setattr(plugins, "_plugins_loaded", False)
+    HookRegistry.reset()
+    yield plugins, PrefillAdder, saved
+    for name, method in saved.items():
+        setattr(PrefillAdder, name, method)
+    scheduler = sys.modules.get("sglang.srt.managers.scheduler")
+    init = getattr(getattr(scheduler, "Scheduler", None), "__init__", None)
+    if hasattr(init, "__wrapped__"):
+        scheduler.Scheduler.__init__ = init.__wrapped__
+    HookRegistry.reset()
+    hooks.activate(None)
+
+
+@needs_sglang
+def test_load_plugins_finds_the_entry_point_and_hooks_land(sglang_plugins, monkeypatch):
+    plugins, adder, saved = sglang_plugins
+    monkeypatch.setenv("SGLANG_PLUGINS", "policykit")
+    monkeypatch.setenv("POLICYKIT_COMBO", "admission=reserve-tail,chunking=defer")
+    plugins.load_plugins()
+    for name, original in saved.items():
+        assert adder.__dict__[name] is not original
+        assert adder.__dict__[name].__wrapped__ is original
+    assert str(hooks.active()).startswith("admission=reserve-tail,chunking=defer")
+
+
+@needs_sglang
+@pytest.mark.parametrize("allow_list", ["", "some-other-plugin"])
+def test_without_policykit_in_sglang_plugins_nothing_is_hooked(
+    sglang_plugins, monkeypatch, allow_list
+):
+    plugins, adder, saved = sglang_plugins
+    monkeypatch.setenv("SGLANG_PLUGINS", allow_list)
+    monkeypatch.setenv("POLICYKIT_COMBO", "admission=reserve-tail")
+    plugins.load_plugins()
+    for name, original in saved.items():
+        assert adder.__dict__[name] is original
+    assert hooks.active() is None
+
+
+def test_an_unknown_policy_stops_the_process_at_plugin_load(monkeypatch):
+    monkeypatch.setenv("SGLANG_PLUGINS", "policykit")
+    monkeypatch.setenv("POLICYKIT_COMBO", "admission=no-such-policy")
+    with pytest.raises(SystemExit) as exc:
+        plugin.load()
+    assert "refuses to start" in str(exc.value) and "no-such-policy" in str(exc.value)
+    assert hooks.active() is None
+
+
+def test_enabled_without_a_combo_stops_with_a_hint(monkeypatch):
+    monkeypatch.setenv("SGLANG_PLUGINS", "policykit")
+    monkeypatch.delenv("POLICYKIT_COMBO", raising=False)
+    monkeypatch.delenv("POLICYKIT_CONFIG", raising=False)
+    with pytest.raises(SystemExit, match="POLICYKIT_COMBO"):
+        plugin.load()
+
+
+def test_a_combo_the_engine_cannot_run_stops_the_scheduler(monkeypatch):
+    monkeypatch.setenv("POLICYKIT_COMBO", "alignment=checkpoint:100")
+    scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=8192)
+    with pytest.raises(startup.StartupRefused, match="checkpoint:100"):
+        startup.on_scheduler_ready(None, scheduler)
+    assert hooks.active() is None
+
+
+def test_scheduler_start_logs_one_check_line_per_property(monkeypatch, caplog):
+    monkeypatch.setenv("POLICYKIT_COMBO", "admission=reserve-tail,chunking=sglang,alignment=page")
+    scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=4096)
+    try:
+        with caplog.at_level("INFO", logger="policykit.sglang"):
+            startup.on_scheduler_ready(None, scheduler)
+        assert hooks.active() is not None
+    finally:
+        hooks.activate(None)
+    lines = [r.getMessage() for r in caplog.records if "policykit check:" in r.getMessage()]
+    props = [line.rsplit(": ", 1)[1].split()[0] for line in lines]
+    assert len(lines) >= 4 and len(set(props)) == len(props)
+
+
+def test_combo_from_a_config_file(tmp_path):
+    path = tmp_path / "combo.txt"
+    path.write_text("# deployed 2026-11-30\nadmission=reserve-tail\nchunking=defer  # seed 000\n")
+    assert settings.combo_text({"POLICYKIT_CONFIG": str(path)}) == (
+        "admission=reserve-tail,chunking=defer"
+    )
+    env = {"POLICYKIT_CONFIG": str(path), "POLICYKIT_COMBO": "admission=sglang"}
+    assert settings.combo_text(env) == "admission=sglang"
+
+
+def test_target_check_finds_every_target():
+    if not HAS_SGLANG:
+        pytest.skip("the policykit[sglang] extra is absent")
+    found = check.target_findings()
+    assert len(found) == 4 and all(f.ok for f in found), found
+
+
+def _cli(*args: str, env: dict | None = None):
+    return CliRunner().invoke(main, ["sglang-plugin", *args], env=env or {})
+
+
+@needs_sglang
+def test_cli_check_json():
+    result = _cli("--check", "--combo", "admission=reserve-tail", "--no-prove", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["schema"] == "policykit.sglang-plugin-check/1" and data["created"]
+    assert data["ready"] and data["combo"]["admission"] == "reserve-tail"
+
+
+def test_cli_bad_combo_is_one_paragraph_and_exit_2():
+    result = _cli("--check", "--combo", "admission=nope", "--no-prove")
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output and result.output.count("\n") == 1
+
+
+def test_cli_without_check_is_bad_input():
+    assert _cli().exit_code == 2
+
+
+def test_cli_unsupported_version_is_not_ready(monkeypatch):
+    monkeypatch.setattr(check, "installed_version", lambda: "0.5.22")
+    result = _cli("--check", "--combo", "admission=reserve-tail", "--no-prove", "--json")
+    assert result.exit_code == 1
+    finding = json.loads(result.output)["findings"][0]
+    assert not finding["ok"] and "0.5.22" in finding["detail"]
