@@ -121,12 +121,12 @@ def run_device(w: Workload, policy_name: str) -> dict[str, Any]:
 
     from policykit.allocator import torch_allocator
     from policykit.allocator_settings import expandable_enabled
-    from policykit.cli.common import load_registry
     from policykit.oom_chain import watermark_on_cuda_oom
+    from policykit.registry import registry_from
     from policykit.watermark import read_watermark
 
     facade = torch_allocator()
-    _, registry = load_registry()
+    registry = registry_from()
     policy = registry.make("allocator-phase", policy_name)
     policy.on_init()
     dev = torch.device("cuda")

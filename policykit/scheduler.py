@@ -352,9 +352,15 @@ class Scheduler:
             self._deferred = (deferred[0], 1)
 
     def idle(self, record: RoundRecord) -> bool:
-        """Nothing can change any more after this round."""
+        """Nothing can change any more after this round (a request failed in it gave its KV
+        back, so the next round may admit what this one could not)."""
         node = self.node
-        return not record.plan.batch and not node.future and not node.pending_releases()
+        return (
+            not record.plan.batch
+            and not record.failed
+            and not node.future
+            and not node.pending_releases()
+        )
 
     def run(
         self, max_rounds: int = 100_000, *, on_round: Callable[[RoundRecord], None] | None = None

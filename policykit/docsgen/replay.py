@@ -56,7 +56,7 @@ def scenario_from(source: str | Path | dict) -> Scenario:
     """A scenario from a bundled name, a path, or an already decoded JSON object."""
     if isinstance(source, dict):
         return parse_scenario(source, source="the exported counterexample")
-    from policykit.cli.simulate import resolve_scenario_path
+    from policykit.scenario import resolve_scenario_path
 
     return load_scenario(resolve_scenario_path(str(source)))
 

@@ -112,7 +112,7 @@ def test_json_output_and_config_file(tmp_path):
     assert load_model_shape(str(cfg)).kv_cell_bytes() == LLAMA.kv_cell_bytes()
     result = run("--gpu-mem-gib", "80", "--model", str(cfg), "--tp", "8", "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["kv"]["reserved"]["before_graphs_mib"] == 13824
     assert data["chunked_prefill_size"] == 8192
     assert data["activation"]["mlp_bytes"] == 8192 * 3 * 14336 // 8 * 2

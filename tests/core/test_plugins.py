@@ -43,7 +43,7 @@ def test_runtime_registered_policy_is_listed_and_usable():
     pm.register(RuntimePlugin(), name="runtime-test")
     listed = invoke(["policies", "--json"], pm)
     assert listed.exit_code == 0
-    names = {(p["kind"], p["name"]) for p in json.loads(listed.output)["policies"]}
+    names = {(p["kind"], p["name"]) for p in json.loads(listed.stdout)["policies"]}
     assert ("admission", "greedy-tail") in names
     run = invoke(
         [
@@ -56,7 +56,7 @@ def test_runtime_registered_policy_is_listed_and_usable():
         pm,
     )
     assert run.exit_code == 0, run.output
-    assert json.loads(run.output)["combo"]["admission"] == "greedy-tail"
+    assert json.loads(run.stdout)["combo"]["admission"] == "greedy-tail"
 
 
 @pytest.fixture
@@ -94,17 +94,17 @@ def installed_plugin(tmp_path, monkeypatch):
 def test_entry_point_policy_is_listed_with_its_distribution(installed_plugin):
     listed = invoke(["policies", "--json"])
     assert listed.exit_code == 0
-    (row,) = [p for p in json.loads(listed.output)["policies"] if p["name"] == "halves"]
+    (row,) = [p for p in json.loads(listed.stdout)["policies"] if p["name"] == "halves"]
     assert row["source"] == "tinychunk-policy 1.2.3"
     run = invoke(["simulate", "seed-abc", "--json", "--combo", "chunking=halves"])
     assert run.exit_code in (0, 1), run.output
-    assert json.loads(run.output)["combo"]["chunking"] == "halves"
+    assert json.loads(run.stdout)["combo"]["chunking"] == "halves"
 
 
 def test_plugins_lists_distribution_version_hooks_and_policies(installed_plugin):
     listed = invoke(["plugins", "--json"])
     assert listed.exit_code == 0, listed.output
-    doc = json.loads(listed.output)
+    doc = json.loads(listed.stdout)
     assert doc["schema"] == "policykit.plugins/1" and doc["created"]
     rows = {row["plugin"]: row for row in doc["plugins"]}
     assert rows["tinychunk"] == {
@@ -130,7 +130,7 @@ def test_plugins_shows_observer_hooks():
 
     pm = make_plugin_manager(entry_points=False)
     pm.register(Observer(), name="observer")
-    doc = json.loads(invoke(["plugins", "--json"], pm).output)
+    doc = json.loads(invoke(["plugins", "--json"], pm).stdout)
     (row,) = [r for r in doc["plugins"] if r["plugin"] == "observer"]
     assert row["hooks"] == ["policykit_round_end"] and row["policies"] == []
 

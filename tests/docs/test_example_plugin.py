@@ -63,7 +63,7 @@ def test_the_readme_code_is_the_package_code():
 def test_listed_by_policies(example_plugin):
     result = CliRunner().invoke(main, ["policies", "--json"])
     assert result.exit_code == 0, result.output
-    rows = {(r["kind"], r["name"]): r for r in json.loads(result.output)["policies"]}
+    rows = {(r["kind"], r["name"]): r for r in json.loads(result.stdout)["policies"]}
     row = rows[("admission", "watermark")]
     assert row["source"] == "policykit-example-policy 0.1.0"
     assert row["plugin"] == "watermark"
@@ -73,14 +73,14 @@ def test_listed_by_policies(example_plugin):
 def test_not_listed_when_blocked(example_plugin, monkeypatch):
     monkeypatch.setenv("POLICYKIT_BLOCK_PLUGINS", "watermark")
     result = CliRunner().invoke(main, ["policies", "--json"])
-    assert "watermark" not in {r["name"] for r in json.loads(result.output)["policies"]}
+    assert "watermark" not in {r["name"] for r in json.loads(result.stdout)["policies"]}
 
 
 def test_simulated_without_oom_where_upstream_crashes(example_plugin):
     combo = "admission=watermark:1024,alignment=checkpoint:256"
     result = CliRunner().invoke(main, ["simulate", "seed-abc", "--combo", combo, "--json"])
     assert result.exit_code == 0, result.output
-    run = json.loads(result.output)
+    run = json.loads(result.stdout)
     assert run["oom"] is None
     assert run["combo"]["admission"] == "watermark:1024"
     assert "B" in run["completed"]

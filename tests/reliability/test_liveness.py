@@ -154,10 +154,10 @@ def test_simulate_reports_starvation_with_a_configurable_threshold():
     runner = CliRunner()
     strict = runner.invoke(main, ["simulate", "seed-abc", "--starvation-rounds", "0", "--json"])
     assert strict.exit_code == 0, strict.output
-    starved = json.loads(strict.output)["starved"]
+    starved = json.loads(strict.stdout)["starved"]
     assert starved == [{"id": "C", "waited_rounds": 3}]
     lax = runner.invoke(main, ["simulate", "seed-abc", "--starvation-rounds", "3", "--json"])
-    assert json.loads(lax.output)["starved"] == []
+    assert json.loads(lax.stdout)["starved"] == []
     text = runner.invoke(main, ["simulate", "seed-abc", "--starvation-rounds", "0"])
     assert "starved:   C waited 3 rounds" in text.output
     bad = runner.invoke(main, ["simulate", "seed-abc", "--starvation-rounds", "-1"])

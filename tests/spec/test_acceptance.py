@@ -124,12 +124,12 @@ def test_cli_exports_a_scenario_that_simulate_replays_to_the_oom(tmp_path) -> No
         main, ["check", "--combo", combo, "--json", "--export-counterexample", str(tmp_path)]
     )
     assert out.exit_code == 1, out.output
-    data = json.loads(out.output)
+    data = json.loads(out.stdout)
     assert {v["property"]: v["verdict"] for v in data["verdicts"]}["no-oom"] == "violated"
     exported = tmp_path / "sglang+sglang+checkpoint_256.no-oom.json"
     sim = runner.invoke(main, ["simulate", str(exported), "--json"])
     assert sim.exit_code == 1, sim.output
-    assert json.loads(sim.output)["oom"] is not None
+    assert json.loads(sim.stdout)["oom"] is not None
 
 
 @pytest.mark.parametrize(

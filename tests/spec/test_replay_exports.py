@@ -47,7 +47,7 @@ def _simulate(tmp_path, scenario: dict) -> tuple[int, dict]:
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps(scenario))
     out = CliRunner().invoke(main, ["simulate", str(path), "--json"])
-    return out.exit_code, json.loads(out.output)
+    return out.exit_code, json.loads(out.stdout)
 
 
 def test_simulate_reports_a_request_failed_as_stuck_after_admission(tmp_path) -> None:
@@ -82,7 +82,7 @@ def exported(tmp_path_factory) -> tuple[list, object]:
         main, ["check", "--all", "--json", "--export-counterexample", str(folder)]
     )
     assert out.exit_code in (1, 3), out.output
-    return json.loads(out.output)["verdicts"], folder
+    return json.loads(out.stdout)["verdicts"], folder
 
 
 def test_every_violation_of_the_built_ins_is_exported(exported) -> None:
@@ -105,7 +105,7 @@ def test_every_exported_counterexample_replays_to_its_failure(exported) -> None:
         prop = path.name.rsplit(".", 2)[-2]
         out = runner.invoke(main, ["simulate", str(path), "--json"])
         assert out.exit_code in (1, 3), f"{path.name} replays with exit {out.exit_code}"
-        data = json.loads(out.output)
+        data = json.loads(out.stdout)
         if prop in ("no-oom", "swa-no-oom"):
             assert data["oom"] is not None, path.name
             assert data["oom"]["pool"] == ("swa" if prop == "swa-no-oom" else "full")

@@ -112,7 +112,7 @@ def test_check_takes_the_configuration_from_a_scenario(tmp_path) -> None:
     combo = "admission=reserve-tail,chunking=sglang,alignment=page"
     out = CliRunner().invoke(main, ["check", "--combo", combo, "--config", str(path), "--json"])
     assert out.exit_code == 0, out.output
-    data = json.loads(out.output)
+    data = json.loads(out.stdout)
     assert data["config"]["page_size"] == 16
     assert data["config"]["chunked_prefill_size"] == 512
     assert data["config"]["pool_cap_tokens"] == 5120
