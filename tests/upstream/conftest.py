@@ -6,6 +6,17 @@ from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
 
 
+@pytest.fixture(scope="module")
+def upstream():
+    """SGLang 0.5.23's scheduler modules, loaded once per module (skips without the extra)."""
+    from policykit.upstream.sglang import UpstreamUnavailable, load
+
+    try:
+        return load()
+    except UpstreamUnavailable as exc:
+        pytest.skip(str(exc))
+
+
 @pytest.fixture
 def registry() -> PolicyRegistry:
     return PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))

@@ -20,15 +20,9 @@ if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
 from policykit.upstream.conformance import UPSTREAM_COMBO
-from policykit.upstream.sglang import UpstreamDriver, UpstreamUnavailable, load
+from policykit.upstream.sglang import UpstreamDriver
 
-
-@pytest.fixture(scope="module", autouse=True)
-def upstream():
-    try:
-        return load()
-    except UpstreamUnavailable as exc:
-        pytest.skip(str(exc))
+pytestmark = pytest.mark.usefixtures("upstream")
 
 
 def waiting_scenario(n: int):

@@ -20,7 +20,6 @@ if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
 from policykit.upstream.conformance import conform, random_scenario
-from policykit.upstream.sglang import UpstreamUnavailable, load
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((ROOT / "policykit" / "scenarios").glob("*.json"))
@@ -29,12 +28,7 @@ RANDOM_COUNT = 300
 RANDOM_SEED = 20261130
 
 
-@pytest.fixture(scope="module", autouse=True)
-def upstream():
-    try:
-        return load()
-    except UpstreamUnavailable as exc:
-        pytest.skip(str(exc))
+pytestmark = pytest.mark.usefixtures("upstream")
 
 
 def assert_identical(scenario: Scenario) -> None:

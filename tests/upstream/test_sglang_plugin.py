@@ -30,7 +30,7 @@ from policykit.upstream.conformance import (
     random_scenario,
     run_policykit,
 )
-from policykit.upstream.sglang import UpstreamUnavailable, drive, load
+from policykit.upstream.sglang import drive
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = load_scenario(ROOT / "policykit" / "scenarios" / "seed-incident-1keim.json")
@@ -43,12 +43,7 @@ COUNT = 200
 PER_COMBO = int(os.environ.get("POLICYKIT_SGLANG_SCENARIOS", "100"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def upstream():
-    try:
-        return load()
-    except UpstreamUnavailable as exc:
-        pytest.skip(str(exc))
+pytestmark = pytest.mark.usefixtures("upstream")
 
 
 @pytest.fixture(scope="module")
