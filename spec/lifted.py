@@ -1,13 +1,14 @@
 """A policy method lifted once into a symbolic function of its view.
 
 The model asks each policy hundreds of times per check, each time with a view of different z3
-terms. Because a policy must be a pure function of its view (the guard and the cross-validation
-refuse anything else), its answer on *fresh* variables, with those variables then replaced by
-the terms at hand, is its answer on those terms. So the policy's code runs — guarded, once per
-branch combination — only the first time a (policy, method, view shape) is asked; every later
-call is a substitution. The lifted function is also exactly what
-:mod:`policykit.spec.crossval` compares with the plain Python policy, so the formula the
-checker reasons about is the one that was cross-validated.
+terms. The guard (and its cost) is paid once per (policy, method, view shape): the policy's
+code runs watched, once per branch combination, on *fresh* variables, and the result is kept
+here. That lifted function is what :mod:`policykit.spec.crossval` compares with the plain
+Python policy. Because a policy must be a pure function of its view (the guard and the
+cross-validation refuse anything else), its answer on any terms is the lifted function with
+the fresh variables replaced by those terms (:meth:`Lifted.instantiate`); the model itself
+re-runs the already-watched code on its own terms instead (``symbolic.evaluate``), which gives
+the same value with the branches those terms rule out already dropped.
 
 A view's *shape* says which fields are concrete here (the page size, the hybrid flag, a
 constant of the model) and their values: a policy may branch on those in Python, so each shape
@@ -36,12 +37,22 @@ from policykit.spec.symbolic import (
 Shape = tuple[tuple[str, Any], ...]
 
 
+def _numeral(value: Any) -> int | None:
+    """The value of a symbolic field that is a plain number (a constant of the model, such as
+    the compute budget at the start of a round), else None."""
+    return value.t.as_long() if isinstance(value, Sym) and z3.is_int_value(value.t) else None
+
+
 def _shape(view: Any) -> Shape:
-    """For each field: ``("sym", None)`` or ``("int", value)`` / ``("bool", value)``."""
+    """For each field: ``("sym", None)`` or ``("int", value)`` / ``("bool", value)``. A
+    symbolic field that is a plain number counts as that int: the policy then decides on it as
+    Python would, and the formula keeps none of the branches it rules out."""
     out = []
     for f in dataclasses.fields(view):
         value = getattr(view, f.name)
-        if isinstance(value, Sym):
+        if _numeral(value) is not None:
+            out.append(("int", _numeral(value)))
+        elif isinstance(value, Sym):
             out.append(("sym", None))
         elif isinstance(value, bool | int):
             out.append((type(value).__name__, value))
@@ -60,10 +71,6 @@ class Lifted:
     paths: list[z3.BoolRef]  #: the condition of each path the policy's code took
     #: set once :mod:`policykit.spec.crossval` has compared this with the Python policy
     validated: bool = False
-
-    def fresh_view(self, view: Any) -> Any:
-        """``view`` with every symbolic field replaced by its fresh variable."""
-        return dataclasses.replace(view, **{k: Sym(v) for k, v in self.inputs.items()})
 
     def instantiate(self, view: Any) -> Any:
         """The lifted answer with the fresh variables replaced by ``view``'s terms."""
@@ -108,12 +115,12 @@ def lift(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Li
 
 
 def _make(policy: Any, method: str, view: Any, source: str) -> Lifted:
+    values = {f.name: getattr(view, f.name) for f in dataclasses.fields(view)}
+    numbers = {k: n for k, v in values.items() if (n := _numeral(v)) is not None}
     inputs = {
-        f.name: z3.FreshInt(f.name)
-        for f in dataclasses.fields(view)
-        if isinstance(getattr(view, f.name), Sym)
+        k: z3.FreshInt(k) for k, v in values.items() if isinstance(v, Sym) and k not in numbers
     }
-    fresh = dataclasses.replace(view, **{k: Sym(v) for k, v in inputs.items()})
+    fresh = dataclasses.replace(view, **numbers, **{k: Sym(v) for k, v in inputs.items()})
     sink = DivisionSink()
     token = collect_divisions(sink)
     try:

@@ -505,12 +505,24 @@ def _policy_frame(exc: BaseException, policy: object) -> str:
 def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Any:
     """``policy.method(view)`` as one symbolic value.
 
-    The policy's code runs once per method and view shape (:mod:`policykit.spec.lifted`);
-    each call then instantiates that symbolic function with this view's terms.
+    The first time a (policy, method, view shape) is asked, the policy's code is run under the
+    guard on fresh variables and lifted (:mod:`policykit.spec.lifted`), which is what
+    cross-validation compares with Python. Every call then runs the same code on this view's
+    own terms, unwatched: those paths are a subset of the ones the guard already followed (a
+    pure function takes no other), and deciding on the real terms lets z3's simplifier drop
+    the branches they rule out, which keeps the model's formulas as small as before.
     """
     from policykit.spec.lifted import lift
 
-    return lift(policy, method, view, source=source).instantiate(view)
+    lift(policy, method, view, source=source)
+    try:
+        return explore(lambda: getattr(policy, method)(view)).merged()
+    except (Unsupported, _NonDeterministic, Exception) as exc:
+        raise SymbolicEvaluationError(
+            f"The {policy.kind} policy {policy.spec!r} ({source}) answered differently on the "
+            f"model's terms than on fresh variables ({type(exc).__name__}: {exc}); a pure "
+            "function cannot."
+        ) from None
 
 
 def run_guarded(
