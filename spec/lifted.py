@@ -6,9 +6,9 @@ code runs watched, once per branch combination, on *fresh* variables, and the re
 here. That lifted function is what :mod:`policykit.spec.crossval` compares with the plain
 Python policy. Because a policy must be a pure function of its view (the guard and the
 cross-validation refuse anything else), its answer on any terms is the lifted function with
-the fresh variables replaced by those terms (:meth:`Lifted.instantiate`); the model itself
-re-runs the already-watched code on its own terms instead (``symbolic.evaluate``), which gives
-the same value with the branches those terms rule out already dropped.
+the fresh variables replaced by those terms. The model re-runs the already-watched code on
+its own terms instead (``symbolic.evaluate``): the same value, with the branches those terms
+rule out already dropped.
 
 A view's *shape* says which fields are concrete here (the page size, the hybrid flag, a
 constant of the model) and their values: a policy may branch on those in Python, so each shape
@@ -24,12 +24,9 @@ from typing import Any
 import z3
 
 from policykit.spec.symbolic import (
-    Choice,
     DivisionSink,
     Sym,
-    SymBool,
     collect_divisions,
-    quotient,
     reset_divisions,
     run_guarded,
 )
@@ -71,21 +68,6 @@ class Lifted:
     paths: list[z3.BoolRef]  #: the condition of each path the policy's code took
     #: set once :mod:`policykit.spec.crossval` has compared this with the Python policy
     validated: bool = False
-
-    def instantiate(self, view: Any) -> Any:
-        """The lifted answer with the fresh variables replaced by ``view``'s terms."""
-        pairs = [(var, getattr(view, name).t) for name, var in self.inputs.items()]
-        for x, d, q in self.quotients:
-            pairs.append((q, quotient(z3.substitute(x, *pairs) if pairs else x, d)))
-        return self._map(lambda term: z3.substitute(term, *pairs) if pairs else term)
-
-    def _map(self, f: Any) -> Any:
-        r = self.result
-        if isinstance(r, Sym):
-            return Sym(f(r.t))
-        if isinstance(r, SymBool):
-            return SymBool(f(r.t))
-        return Choice({value: f(cond) for value, cond in r.when.items()})
 
 
 #: lifted functions per policy *value*: its class and what its instance holds (the registry
