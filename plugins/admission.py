@@ -12,11 +12,10 @@ from policykit.policy import AdmissionPolicy, AdmitView, TailView
 
 
 class SGLangAdmission(AdmissionPolicy):
-    """SGLang 0.5.23 (``PrefillBudget.check_prefill``/``reserve``, checked against its real
-    ``PrefillAdder`` by ``policykit conformance sglang``): the tail of a truncated request is
-    not recorded in the ledger.
+    """SGLang 0.5.23: the tail of a truncated request is not recorded in the ledger.
 
-    Safe only while truncation also exhausts the compute budget, so that nothing else can enter
+    Reproduces ``PrefillBudget.check_prefill``/``reserve``, checked against SGLang's real
+    ``PrefillAdder`` by ``policykit conformance sglang``. Safe only while truncation also exhausts the compute budget, so that nothing else can enter
     the round. Checkpoint or truncation alignment breaks that (seed 000).
     """
 

@@ -19,11 +19,12 @@ def _truncate_to_pages(v: ChunkView) -> int:
 
 
 class SGLangChunking(ChunkingPolicy):
-    """SGLang 0.5.23 on a plain KV pool (``add_chunked_req`` with ``PrefillBudget``): resume
-    with ``min(rem_chunk, rem_total)``; if that is ``<= 0``, force ``rem_chunk_tokens`` so the
-    half-computed request is not leaked. With hybrid SWA it models the code before
-    ``SWAPrefillBudget`` (seed 001's pre-fix fallback, capped at ``rem_swa_tokens``), which
-    0.5.23 no longer runs.
+    """SGLang 0.5.23 on a plain KV pool: resume with ``min(rem_chunk, rem_total)``, forced.
+
+    Reproduces ``add_chunked_req`` with ``PrefillBudget``: if ``min(rem_chunk, rem_total)`` is
+    ``<= 0``, force ``rem_chunk_tokens`` so the half-computed request is not leaked. With
+    hybrid SWA it models the code before ``SWAPrefillBudget`` (seed 001's pre-fix fallback,
+    capped at ``rem_swa_tokens``), which 0.5.23 no longer runs.
 
     The forced chunk bypasses the memory budget: it is where seed 000's OOM finally happens, and
     (capped at ``rem_swa_tokens`` with no page reserved) where seed 001's does.
