@@ -57,7 +57,7 @@ def test_load_plugins_finds_the_entry_point_and_hooks_land(sglang_plugins, monke
     for name, original in saved.items():
         assert adder.__dict__[name] is not original
         assert adder.__dict__[name].__wrapped__ is original
-    assert str(hooks.active()).startswith("admission=reserve-tail,chunking=defer")
+    assert str(hooks.active()).startswith("reserve-tail/defer")
 
 
 @needs_sglang
