@@ -277,18 +277,19 @@ def trace_table(cx: Counterexample, title: str) -> Table:
     if cx.failure is not None:
         table.caption = f"Replayed by the scheduler: {cx.failure.summary}"
         table.caption_justify = "left"
+    # two-line headers and unbroken cells: the table fits 80 columns without splitting words
     for col, justify in (
         ("round", "right"),
         ("request", "left"),
-        ("chunk [start, end)", "right"),
+        ("chunk\n[start,end)", "right"),
         ("tokens", "right"),
         ("kind", "left"),
-        ("load-back", "right"),
-        ("rem_total_tokens", "right"),
-        ("cur_rem_tokens", "right"),
-        ("free after", "right"),
+        ("load-\nback", "right"),
+        ("rem_\ntotal", "right"),
+        ("cur_\nrem", "right"),
+        ("free\nafter", "right"),
     ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(col, justify=justify, no_wrap=col != "request")  # type: ignore[arg-type]
     for r in cx.rounds:
         after: Text | str = Text(f"OOM ({r.oom})", style="bold red") if r.oom else str(r.free_after)
         lead = f"{r.round}" + (f" (released {', '.join(r.released)})" if r.released else "")
@@ -299,7 +300,7 @@ def trace_table(cx: Counterexample, title: str) -> Table:
             table.add_row(
                 lead if i == 0 else "",
                 row.request,
-                f"[{row.start}, {row.end})" if computes else "-",
+                f"[{row.start},{row.end})" if computes else "-",
                 str(row.end - row.start) if computes else "",
                 row.kind,
                 str(row.load_back) if row.load_back else "",
