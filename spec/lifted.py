@@ -34,22 +34,12 @@ from policykit.spec.symbolic import (
 Shape = tuple[tuple[str, Any], ...]
 
 
-def _numeral(value: Any) -> int | None:
-    """The value of a symbolic field that is a plain number (a constant of the model, such as
-    the compute budget at the start of a round), else None."""
-    return value.t.as_long() if isinstance(value, Sym) and z3.is_int_value(value.t) else None
-
-
 def _shape(view: Any) -> Shape:
-    """For each field: ``("sym", None)`` or ``("int", value)`` / ``("bool", value)``. A
-    symbolic field that is a plain number counts as that int: the policy then decides on it as
-    Python would, and the formula keeps none of the branches it rules out."""
+    """For each field: ``("sym", None)`` or ``("int", value)`` / ``("bool", value)``."""
     out = []
     for f in dataclasses.fields(view):
         value = getattr(view, f.name)
-        if _numeral(value) is not None:
-            out.append(("int", _numeral(value)))
-        elif isinstance(value, Sym):
+        if isinstance(value, Sym):
             out.append(("sym", None))
         elif isinstance(value, bool | int):
             out.append((type(value).__name__, value))
@@ -97,12 +87,12 @@ def lift(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Li
 
 
 def _make(policy: Any, method: str, view: Any, source: str) -> Lifted:
-    values = {f.name: getattr(view, f.name) for f in dataclasses.fields(view)}
-    numbers = {k: n for k, v in values.items() if (n := _numeral(v)) is not None}
     inputs = {
-        k: z3.FreshInt(k) for k, v in values.items() if isinstance(v, Sym) and k not in numbers
+        f.name: z3.FreshInt(f.name)
+        for f in dataclasses.fields(view)
+        if isinstance(getattr(view, f.name), Sym)
     }
-    fresh = dataclasses.replace(view, **numbers, **{k: Sym(v) for k, v in inputs.items()})
+    fresh = dataclasses.replace(view, **{k: Sym(v) for k, v in inputs.items()})
     sink = DivisionSink()
     token = collect_divisions(sink)
     try:
