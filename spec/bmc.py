@@ -37,6 +37,7 @@ from policykit.spec.model import (
     RoundState,
     full_need,
     ite,
+    make_request,
     owed,
     quiet_entry,
     swa_need,
@@ -89,6 +90,20 @@ class Inputs:
     #: the pool's size and the pinned prefixes in it (what never-fits measures an idle node by)
     pool_total: Sym
     pinned: Sym
+    #: what the declared bounds require of the inputs (a shrunk counterexample must keep them)
+    facts: list[z3.BoolRef]
+
+    def shrinkable(self, config: ModelConfig, granule: int) -> list[tuple[Sym, int, int]]:
+        """The integer inputs as ``(input, step, floor)``, in the order a counterexample is
+        shrunk: the pool (in pages), then the prompts (in the granule), then timing."""
+        page, reqs = config.page_size, self.requests
+        pool = [(self.free, page, 0), (self.evictable, page, 0)]
+        pool += [(r.device, page, 0) for r in reqs]
+        if config.hybrid:
+            pool.append((self.swa_free, page, page))
+        prompts = [(x, granule, 0) for r in reqs for x in (r.prompt, r.host)]
+        timing = [(r.arrival, 1, 1) for r in reqs] + [(self.release_rounds, 1, 0)]
+        return pool + prompts + timing
 
 
 @dataclass
@@ -126,16 +141,18 @@ class Unrolling:
 
 def make_inputs(enc: Encoder, config: ModelConfig, n: int, rounds: int, bounds: Bounds) -> Inputs:
     page = config.page_size
+    first_fact = len(enc.facts)
     free, evictable = enc.var("free"), enc.var("evictable")
     swa_free = enc.var("swa_free")
     never, delay = z3.Bool("release_never"), enc.var("release_rounds")
+    g = bounds.granule_for(config)
     reqs = [
-        Req(
-            name=chr(ord("A") + i) if n <= 26 else f"R{i}",
-            prompt=enc.var(f"prompt{i}"),
-            device=enc.var(f"device{i}"),
-            host=enc.var(f"host{i}"),
-            arrival=enc.var(f"arrival{i}"),
+        make_request(
+            enc,
+            chr(ord("A") + i) if n <= 26 else f"R{i}",
+            tuple(enc.var(f"{what}{i}") for what in ("prompt", "device", "host", "arrival")),
+            page,
+            host_paged=g % page == 0,
         )
         for i in range(n)
     ]
@@ -156,7 +173,6 @@ def make_inputs(enc: Encoder, config: ModelConfig, n: int, rounds: int, bounds: 
         f += [swa_free.t >= page, swa_free.t <= bounds.max_pool_tokens]
     else:
         f += [swa_free.t == 0]
-    g = bounds.granule_for(config)
     for i, r in enumerate(reqs):
         f += [
             (r.prompt % g).t == 0,
@@ -173,7 +189,8 @@ def make_inputs(enc: Encoder, config: ModelConfig, n: int, rounds: int, bounds: 
         ]
         if i:
             f.append(reqs[i - 1].arrival.t <= r.arrival.t)
-    return Inputs(free, evictable, swa_free, never, delay, reqs, total, pinned)
+    facts = enc.facts[first_fact:]
+    return Inputs(free, evictable, swa_free, never, delay, reqs, total, pinned, facts)
 
 
 @dataclass

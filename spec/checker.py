@@ -28,10 +28,11 @@ from policykit.spec.bmc import (
     make_inputs,
     unroll_round,
 )
-from policykit.spec.counterexample import Counterexample, extract, minimise, replay
+from policykit.spec.counterexample import Counterexample, extract, replay
 from policykit.spec.crossval import check_lifted, check_policies
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, ModelConfig, RoundModel
+from policykit.spec.shrink import shrunk_counterexample
 from policykit.spec.solver import solve, unrolled
 
 PROVED, VIOLATED, UNKNOWN = "proved", "violated", "unknown"
@@ -43,7 +44,8 @@ class CheckOptions:
     requests: int = 3
     timeout_s: float = 10.0
     bounds: Bounds = field(default_factory=Bounds)
-    minimise: bool = True
+    #: shrink counterexamples by replaying smaller ones (:mod:`policykit.spec.shrink`)
+    shrink: bool = True
     properties: tuple[str, ...] | None = None
 
 
@@ -207,16 +209,12 @@ class _Deepening:
 
     def _violated(self, prop: str, k: int, violation: z3.BoolRef, found: z3.ModelRef) -> None:
         """Record the violation with a counterexample that replays to its failure in the real
-        scheduler: the minimised one if it does, else the one the solver found first."""
+        scheduler: shrunk if it can be, else the one the solver found."""
         t0 = time.perf_counter()
-        models = [found]
-        if self.options.minimise:
-            facts = [*self.u.enc.facts, violation]
-            models.insert(0, minimise(facts, self.u, found, expected_ms=self.last_ms[prop]))
-        for model in models:
-            cx = replay(extract(self.u, model, prop, k, self.u.combo), self.u.combo)
-            if cx.failure is not None:
-                break
+        if self.options.shrink:
+            cx = shrunk_counterexample(self.u, prop, k, found, violation)
+        else:
+            cx = replay(extract(self.u, found, prop, k, self.u.combo), self.u.combo)
         note = (
             ""
             if cx.failure is not None

@@ -61,6 +61,7 @@ from policykit.spec.model import (
     RoundState,
     full_need,
     ite,
+    make_request,
     owed,
 )
 from policykit.spec.solver import solve
@@ -157,7 +158,8 @@ class Obligations:
 
     def _request(self, enc: Encoder) -> Req:
         page = self.config.page_size
-        q = Req("X", enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
+        inputs = (enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
+        q = make_request(enc, "X", inputs, page, host_paged=False)
         enc.facts += [
             q.prompt.t >= 1,
             q.device.t >= 0,

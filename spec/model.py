@@ -96,6 +96,26 @@ def loadable_host(host: Sym, page: int) -> Sym:
     return ite(paged.t >= LOAD_BACK_THRESHOLD, paged, Sym(num(0)))
 
 
+def make_request(
+    enc: Encoder,
+    name: str,
+    inputs: tuple[Sym, Sym, Sym, Sym],
+    page: int,
+    host_paged: bool,
+) -> Req:
+    """A request (``inputs``: prompt, device and host prefix hits, arrival) whose load-back,
+    ``loadable_host(host)``, is worked out once. Where the host hit is known to be whole
+    pages (``host_paged``) and a page reaches the threshold, that is the hit itself; leaving
+    the rounding and the threshold out of the formula then saves a case split at every
+    admission of every round."""
+    prompt, device, host, arrival = inputs
+    if host_paged and page >= LOAD_BACK_THRESHOLD:
+        loadable = host
+    else:
+        loadable = enc.bind("loadable", loadable_host(host, page))
+    return Req(name, prompt, device, host, arrival, loadable)
+
+
 def ite(c: Any, a: Any, b: Any) -> Sym:
     return Sym(z3.If(t(c), t(a), t(b)))
 
@@ -152,8 +172,9 @@ class Req:
     name: str
     prompt: Sym
     device: Sym  #: pinned device prefix hit, page-aligned
-    host: Sym  #: host-tier prefix hit (loaded back at admission)
+    host: Sym  #: host-tier prefix hit
     arrival: Sym
+    loadable: Sym  #: what a load-back copies of the host hit (``loadable_host``)
 
 
 @dataclass
@@ -196,6 +217,8 @@ class RoundModel:
         self, combo: Combo, config: ModelConfig, enc: Encoder, sources: dict[str, str]
     ) -> None:
         self.combo, self.config, self.enc, self.sources = combo, config, enc, sources
+        #: per request (by name): the idle node's answers, the same in every round
+        self._idle: dict[str, tuple[z3.BoolRef, Sym]] = {}
 
     # -- ledger ----------------------------------------------------------------------------
     def open_ledger(self, baseline: Sym, swa_free: Sym | None) -> Ledger:
@@ -320,7 +343,7 @@ class RoundModel:
         go = z3.And(consider, state.active, budget.is_(Budget.CONTINUE))
         stop_budget = z3.And(consider, state.active, z3.Not(budget.is_(Budget.CONTINUE)))
         remaining = req.prompt - req.device
-        host = loadable_host(req.host, page)
+        host = req.loadable
         view = AdmitView(
             prompt_tokens=req.prompt,  # type: ignore[arg-type]
             remaining_tokens=remaining,  # type: ignore[arg-type]
@@ -384,22 +407,27 @@ class RoundModel:
 
     def _never_fits(self, state: RoundState, req: Req, compute: Sym, idle: IdleNode) -> Any:
         """``Planner.never_fits``: the round's policies asked about the best case an idle node
-        can ever offer (every slot but the pinned prefixes free, the whole compute budget)."""
-        page, cfg = self.config.page_size, self.config
-        host = loadable_host(req.host, page)
-        view = idle_admit_view(
-            req.prompt, req.prompt - req.device, host, FIRST_TOKENS, page, idle.capacity
-        )
-        ok = self.enc.bind_bool("idle_admit", self._ask("admission", "admit", view))
-        chunk_view = idle_chunk_view(
-            compute,
-            host,
-            page,
-            cfg.chunked_prefill_size,
-            idle.capacity,
-            idle.swa_total if cfg.hybrid else None,
-        )
-        chunk = self.enc.bind("idle_chunk", self._ask("chunking", "new_chunk", chunk_view))
+        can ever offer (every slot but the pinned prefixes free, the whole compute budget).
+        That node is made of the request's inputs alone, so its answers are worked out once
+        per request and reused in every round."""
+        if req.name not in self._idle:
+            page, cfg = self.config.page_size, self.config
+            view = idle_admit_view(
+                req.prompt, req.prompt - req.device, req.loadable, FIRST_TOKENS, page, idle.capacity
+            )
+            chunk_view = idle_chunk_view(
+                compute,
+                req.loadable,
+                page,
+                cfg.chunked_prefill_size,
+                idle.capacity,
+                idle.swa_total if cfg.hybrid else None,
+            )
+            self._idle[req.name] = (
+                self.enc.bind_bool("idle_admit", self._ask("admission", "admit", view)),
+                self.enc.bind("idle_chunk", self._ask("chunking", "new_chunk", chunk_view)),
+            )
+        ok, chunk = self._idle[req.name]
         state.bad_contract = z3.Or(
             state.bad_contract, z3.And(ok, z3.Or(chunk.t < 0, chunk.t > compute.t))
         )
