@@ -248,9 +248,9 @@ def _unroll_and_solve(
     enc: Encoder,
 ) -> None:
     k_max, n = options.rounds, options.requests
-    inputs = make_inputs(enc, config, n, k_max, options.bounds)
-    u = Unrolling(combo, config, n, options.bounds, enc, inputs)
     model = RoundModel(combo, config, enc, sources)
+    inputs = make_inputs(enc, model, n, k_max, options.bounds)
+    u = Unrolling(combo, config, n, options.bounds, enc, inputs)
     search = _Deepening(u, options, name, list(props), seconds, verdicts)
     state = initial_state(inputs)
     for k in range(1, k_max + 1):

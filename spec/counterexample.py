@@ -52,6 +52,7 @@ REPLAYS_TO = {
     "no-oom": ("oom", "full"),
     "swa-no-oom": ("oom", "swa"),
     "admitted-completes": ("never-completes", None),
+    "no-starvation": ("starves", None),
     "progress": ("never-completes", None),
     "contract": ("never-completes", None),
 }
@@ -61,7 +62,7 @@ REPLAYS_TO = {
 class Failure:
     """What broke when the real scheduler replayed the counterexample, in which round."""
 
-    kind: str  #: "oom" or "never-completes"
+    kind: str  #: "oom", "never-completes" or "starves"
     round: int
     request: str | None
     #: the pool that ran out ("full" / "swa"), or why the request can never complete
@@ -75,6 +76,11 @@ class Failure:
         if self.kind == "oom":
             who = f" while placing {self.request}" if self.request else ""
             return f"Round {self.round}: the {self.detail} KV pool ran out of memory{who}."
+        if self.kind == "starves":
+            return (
+                f"Round {self.round}: waiting request {self.request} starves (an idle node "
+                "would admit it, but the queue stops in front of it every round)."
+            )
         why = {
             "memory": "it owes more KV than the node can ever free again",
             "stuck": "it was deferred with no memory ever coming back, and failed",
@@ -227,6 +233,9 @@ def replay(cx: Counterexample, combo: Combo, extra_rounds: int = 8) -> Counterex
     elif kind == "never-completes" and result.never_completes is not None:
         nc = result.never_completes
         failure = Failure("never-completes", nc.round, nc.request, nc.cause, nc.message)
+    elif kind == "starves" and result.starvation is not None:
+        st = result.starvation
+        failure = Failure("starves", st.round, st.request, "blocked", st.message)
     return dataclasses.replace(cx, failure=failure)
 
 

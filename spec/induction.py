@@ -55,6 +55,7 @@ from policykit.spec.model import (
     TRUNCATED,
     Encoder,
     Entry,
+    IdleNode,
     ModelConfig,
     Req,
     RoundModel,
@@ -156,10 +157,10 @@ class Obligations:
             enc.facts.append(led.swa_baseline.t >= 0)  # type: ignore[union-attr]
         return mid
 
-    def _request(self, enc: Encoder) -> Req:
+    def _request(self, enc: Encoder, name: str = "X") -> Req:
         page = self.config.page_size
         inputs = (enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
-        q = make_request(enc, "X", inputs, page, host_paged=False)
+        q = make_request(enc, name, inputs, page, host_paged=False)
         enc.facts += [
             q.prompt.t >= 1,
             q.device.t >= 0,
@@ -295,6 +296,8 @@ class Obligations:
             out = self._two_level(
                 self._j_ledger, lambda i: z3.BoolVal(True), lambda m: z3.Not(m.state.bad_ledger)
             )
+        elif prop == "no-starvation":
+            out = self._no_starvation()
         elif prop == "contract":
             out = self._contract()
         elif prop == "progress":
@@ -317,6 +320,41 @@ class Obligations:
         if "unknown" in (first, second):
             return "unknown"
         return "valid" if first == second == "valid" else "invalid"
+
+    def _no_starvation(self) -> str:
+        """On a drained node, the queue reaches a placement. A round there opens a fresh ledger
+        on everything an idle node has, so each request it looks at is either placed or
+        skipped with that ledger untouched and the queue going on (first obligation, given
+        that some request would fit an idle node); and a request that would fit an idle node
+        is placed when the fresh ledger reaches it (second). By induction over the queue,
+        whatever stands in front of such a request, something is placed."""
+        with Encoder() as enc:
+            model, state, idle = self._drained(enc)
+            enc.facts.append(model.fits_idle(self._request(enc, "X"), idle))
+            _, placed, _ = model.admit(state, z3.BoolVal(True), self._request(enc, "H"), idle)
+            enc.facts.append(z3.Not(state.bad_contract))
+            first = self._valid(enc, z3.Or(placed, state.active))
+        with Encoder() as enc:
+            model, state, idle = self._drained(enc)
+            x = self._request(enc, "X")
+            enc.facts.append(model.fits_idle(x, idle))
+            _, placed, _ = model.admit(state, z3.BoolVal(True), x, idle)
+            enc.facts.append(z3.Not(state.bad_contract))
+            second = self._valid(enc, placed)
+        if "unknown" in (first, second):
+            return "unknown"
+        return "valid" if first == second == "valid" else "invalid"
+
+    def _drained(self, enc: Encoder) -> tuple[RoundModel, RoundState, IdleNode]:
+        """A round opening on a drained node: the ledger holds all an idle node could have."""
+        cfg, page = self.config, self.config.page_size
+        capacity, swa = enc.var("C"), enc.var("S")
+        enc.facts += [capacity.t >= 0, (capacity % page).t == 0]
+        enc.facts.append(swa.t >= page if cfg.hybrid else swa.t == 0)
+        model = RoundModel(self.combo, cfg, enc, self.sources)
+        f = z3.BoolVal(False)
+        state = RoundState(model.open_ledger(capacity, swa), f, f, z3.BoolVal(True), f, f)
+        return model, state, IdleNode(capacity, swa)
 
     def _never_stuck(self) -> str:
         """The stuck-request valve never fails an admitted request: from any round start where

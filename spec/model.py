@@ -28,7 +28,7 @@ from policykit.ledger import Budget, Ledger
 from policykit.liveness import idle_admit_view, idle_chunk_view, owed_tokens
 from policykit.node import FIRST_TOKENS
 from policykit.plan import NEVER
-from policykit.policy import AdmitView, AlignView, ChunkView, TailView
+from policykit.policy import AdmitView, AlignView, ChunkView, QueueView, TailView
 from policykit.pool import extend_pages, pages_for
 from policykit.registry import Combo
 from policykit.spec.symbolic import (
@@ -377,8 +377,8 @@ class RoundModel:
         )
         refused = z3.And(go, z3.Or(z3.Not(ok), other))
         never = z3.BoolVal(False)
-        if idle is not None:
-            never = z3.And(refused, self._never_fits(state, req, compute, idle))
+        if idle is not None and self.combo.queue.skips_never_fitting:
+            never = z3.And(refused, self._never_fits(state, req, idle))
         state.active = z3.And(
             state.active, z3.Not(stop_budget), z3.Not(z3.And(refused, z3.Not(never)))
         )
@@ -405,18 +405,34 @@ class RoundModel:
             never,
         )
 
-    def _never_fits(self, state: RoundState, req: Req, compute: Sym, idle: IdleNode) -> Any:
-        """``Planner.never_fits``: the round's policies asked about the best case an idle node
-        can ever offer (every slot but the pinned prefixes free, the whole compute budget).
-        That node is made of the request's inputs alone, so its answers are worked out once
-        per request and reused in every round."""
+    def _never_fits(self, state: RoundState, req: Req, idle: IdleNode) -> Any:
+        """``Planner.never_fits``, asked by the planner about a refused request: a policy that
+        breaks its contract there breaks it in the round."""
+        ok, chunk = self.idle_answers(req, idle)
+        compute = req.prompt - req.device - req.loadable
+        state.bad_contract = z3.Or(
+            state.bad_contract, z3.And(ok, z3.Or(chunk.t < 0, chunk.t > compute.t))
+        )
+        return z3.Or(z3.Not(ok), chunk.t == 0)
+
+    def fits_idle(self, req: Req, idle: IdleNode) -> z3.BoolRef:
+        """An idle node would admit ``req`` and give it a first chunk (not ``never_fits``)."""
+        ok, chunk = self.idle_answers(req, idle)
+        return z3.And(ok, chunk.t > 0)
+
+    def idle_answers(self, req: Req, idle: IdleNode) -> tuple[z3.BoolRef, Sym]:
+        """The policies' answers about ``req`` on the best case an idle node can ever offer
+        (every slot but the pinned prefixes free, the whole compute budget): admitted, and
+        its first chunk. That node is made of the request's inputs alone, so the answers are
+        worked out once per request and reused in every round."""
         if req.name not in self._idle:
             page, cfg = self.config.page_size, self.config
+            remaining = req.prompt - req.device
             view = idle_admit_view(
-                req.prompt, req.prompt - req.device, req.loadable, FIRST_TOKENS, page, idle.capacity
+                req.prompt, remaining, req.loadable, FIRST_TOKENS, page, idle.capacity
             )
             chunk_view = idle_chunk_view(
-                compute,
+                remaining - req.loadable,
                 req.loadable,
                 page,
                 cfg.chunked_prefill_size,
@@ -427,11 +443,16 @@ class RoundModel:
                 self.enc.bind_bool("idle_admit", self._ask("admission", "admit", view)),
                 self.enc.bind("idle_chunk", self._ask("chunking", "new_chunk", chunk_view)),
             )
-        ok, chunk = self._idle[req.name]
-        state.bad_contract = z3.Or(
-            state.bad_contract, z3.And(ok, z3.Or(chunk.t < 0, chunk.t > compute.t))
-        )
-        return z3.Or(z3.Not(ok), chunk.t == 0)
+        return self._idle[req.name]
+
+    # -- the waiting queue -----------------------------------------------------------------
+    def priority(self, req: Req) -> Sym | None:
+        """``Planner.queue``'s sort key for ``req``, or None where the queue keeps arrival
+        order (the queue policy's ``arrival_order``)."""
+        if self.combo.queue.arrival_order:
+            return None
+        view = QueueView(req.prompt, req.device, req.loadable, self.config.page_size)  # type: ignore[arg-type]
+        return self.enc.bind("priority", self._ask("queue", "priority", view))
 
 
 @dataclass(frozen=True)

@@ -104,9 +104,9 @@ def _input_terms(u: Unrolling, config: ModelConfig) -> list[z3.ExprRef]:
 def _build(combo: Combo, config: ModelConfig, rounds: int) -> Unrolling:
     bounds = Bounds(granule=1)
     with Encoder() as enc:
-        inp = make_inputs(enc, config, MAX_REQUESTS, rounds + 1, bounds)
-        u = Unrolling(combo, config, MAX_REQUESTS, bounds, enc, inp)
         model = RoundModel(combo, config, enc, {})
+        inp = make_inputs(enc, model, MAX_REQUESTS, rounds + 1, bounds)
+        u = Unrolling(combo, config, MAX_REQUESTS, bounds, enc, inp)
         state = initial_state(inp)
         for k in range(1, rounds + 1):
             state, _ = unroll_round(u, model, state, k)
