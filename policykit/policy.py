@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 KINDS = ("admission", "chunking", "alignment", "allocator-phase", "queue")
+#: the kinds whose decisions plan a round, and so the ones ``policykit check`` evaluates
+DECISION_KINDS = ("admission", "chunking", "alignment", "queue")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from policykit.errors import ComboError, PluginError, quote
 from policykit.plugin_manager import PluginSource, PolicykitPluginManager
-from policykit.policy import KINDS, POLICY_BASES, EngineConfig, Policy
+from policykit.policy import DECISION_KINDS, KINDS, POLICY_BASES, EngineConfig, Policy
 
 DEFAULT_COMBO: dict[str, str] = {
     "admission": "reserve-tail",
@@ -204,6 +204,10 @@ class PolicyRegistry:
     # -- queries ---------------------------------------------------------------------------
     def entries(self, kind: str | None = None) -> list[PolicyEntry]:
         return [e for (k, _), e in self._entries.items() if kind is None or k == kind]
+
+    def sources(self, combo: Combo) -> dict[str, str]:
+        """Where each deciding policy of ``combo`` comes from, for error messages."""
+        return {k: str(self.entry(k, getattr(combo, k).name).source) for k in DECISION_KINDS}
 
     def entry(self, kind: str, name: str) -> PolicyEntry:
         try:

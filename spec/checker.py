@@ -93,6 +93,7 @@ def config_dict(config: ModelConfig) -> dict[str, Any]:
         "page_size": config.page_size,
         "chunked_prefill_size": config.chunked_prefill_size,
         "swa_window": config.swa_window,
+        "max_prefill_tokens": config.max_prefill_tokens,
     }
 
 
@@ -109,6 +110,8 @@ def bounds_dict(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
 def scope_text(config: ModelConfig, options: CheckOptions) -> str:
     """One line naming what every verdict of a run holds for, and the bounded ones' bounds."""
     swa = "no SWA" if config.swa_window is None else f"SWA window {config.swa_window}"
+    if config.max_prefill_tokens is not None:
+        swa += f", max_prefill_tokens {config.max_prefill_tokens}"
     b = bounds_dict(config, options)
     return (
         f"for page size {config.page_size}, chunk size {config.chunked_prefill_size}, {swa}; "
@@ -120,7 +123,12 @@ def scope_text(config: ModelConfig, options: CheckOptions) -> str:
 def config_from_scenario(scenario: Scenario) -> tuple[ModelConfig, int]:
     """The engine configuration of a user's scenario, and its pool size as the pool cap: the
     node the user runs, not the checker's defaults."""
-    config = ModelConfig(scenario.page_size, scenario.chunked_prefill_size, scenario.sliding_window)
+    config = ModelConfig(
+        scenario.page_size,
+        scenario.chunked_prefill_size,
+        scenario.sliding_window,
+        scenario.max_prefill_tokens,
+    )
     return config, pool_tokens(scenario)
 
 

@@ -208,6 +208,9 @@ def scenario_of(
         "description": f"Found by policykit check: {prop} violated in round {depth} under {combo}.",
         "page_size": cfg.page_size,
         "chunked_prefill_size": cfg.chunked_prefill_size,
+        **(
+            {} if cfg.max_prefill_tokens is None else {"max_prefill_tokens": cfg.max_prefill_tokens}
+        ),
         "pool": pool,
         "kv_release_rounds": None if read(inp.release_never) else read(inp.release_rounds),
         "combo": combo.as_dict(),

@@ -39,6 +39,7 @@ import z3
 
 from policykit.node import FIRST_TOKENS
 from policykit.policy import (
+    DECISION_KINDS,
     AdmitView,
     AlignView,
     ChunkView,
@@ -175,7 +176,7 @@ def check_lifted(combo: Combo, engine: EngineConfig, sources: dict[str, str] | N
     view shape with other concrete fields); run after the model, before verdicts are given."""
     sources = sources or {}
     by_name = {m.name: m for m in METHODS}
-    for kind in ("admission", "chunking", "alignment"):
+    for kind in DECISION_KINDS:
         policy = getattr(combo, kind)
         for (name, shape), lifted in entries(policy):
             if not lifted.validated:

@@ -10,8 +10,8 @@ straight-line formula (no path explosion across requests or rounds).
 
 Pinned device prefixes are modelled (they cost no lock); an *unpinned* device prefix, whose
 lock lowers the baseline and which eviction may take away, is not. ``max_prefill_tokens`` is
-not modelled (``None``). ``tests/spec/test_conformance.py`` checks the encoding against the
-concrete planner and node on random states.
+the ledger's input budget, as in the planner. ``tests/spec/test_conformance.py`` checks the
+encoding against the concrete planner and node on random states.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ _LEDGER_FIELDS = (
     "cur_rem_token_offset",
     "rem_swa_token_offset",
     "rem_chunk_tokens",
+    "rem_input_tokens",
 )
 
 
@@ -74,6 +75,8 @@ class ModelConfig:
     chunked_prefill_size: int = 4096
     #: hybrid SWA: tokens of the sliding window, or None
     swa_window: int | None = None
+    #: the round's input budget (``Budget.OTHER`` once spent), or None for none
+    max_prefill_tokens: int | None = None
 
     @property
     def hybrid(self) -> bool:
@@ -139,6 +142,11 @@ class Encoder:
 
     def __exit__(self, *exc: object) -> None:
         reset_divisions(self._token)
+
+    def fork(self) -> Encoder:
+        """A copy of the facts made so far, to ask one more question about them; names stay
+        unique across copies (one counter), so a copy can go on making terms."""
+        return Encoder(facts=list(self.facts), counter=self.counter)
 
     def var(self, name: str) -> Sym:
         """A free symbolic integer, kept within the no-wrap-around range."""
@@ -227,7 +235,9 @@ class RoundModel:
             page_size=cfg.page_size,
             baseline=baseline,
             rem_chunk_tokens=Sym(num(cfg.chunked_prefill_size)),
-            rem_input_tokens=None,
+            rem_input_tokens=None
+            if cfg.max_prefill_tokens is None
+            else Sym(num(cfg.max_prefill_tokens)),
             swa_baseline=swa_free if cfg.hybrid else None,
             rem_total_token_offset=Sym(num(0)),
             cur_rem_token_offset=Sym(num(0)),
@@ -237,7 +247,7 @@ class RoundModel:
     def merge_ledger(self, guard: Any, new: Ledger, old: Ledger) -> Ledger:
         """``new`` where ``guard`` holds, else ``old``; every field bound to a fresh name."""
         out = dataclasses.replace(old)
-        for name in _LEDGER_FIELDS:
+        for name in _fields(old):
             setattr(
                 out, name, self.enc.bind(name, ite(guard, getattr(new, name), getattr(old, name)))
             )
@@ -467,9 +477,16 @@ class IdleNode:
 def _pick_ledger(cond: z3.BoolRef, a: Ledger, b: Ledger) -> Ledger:
     """Ledger ``a`` where ``cond`` holds, else ``b`` (field by field)."""
     out = dataclasses.replace(a)
-    for name in _LEDGER_FIELDS:
+    for name in _fields(a):
         setattr(out, name, ite(cond, getattr(a, name), getattr(b, name)))
     return out
+
+
+def _fields(ledger: Ledger) -> tuple[str, ...]:
+    """The ledger's symbolic fields (no input budget where the configuration has none)."""
+    if ledger.rem_input_tokens is None:
+        return tuple(n for n in _LEDGER_FIELDS if n != "rem_input_tokens")
+    return _LEDGER_FIELDS
 
 
 def full_need(entry: Entry, page: int) -> Sym:

@@ -117,7 +117,10 @@ def model_rounds(scenario: dict[str, Any], combo: Combo, rounds: int) -> tuple[l
     """The same, read from the z3 encoding with every input fixed to the scenario's values."""
     pool = scenario["pool"]
     config = ModelConfig(
-        scenario["page_size"], scenario["chunked_prefill_size"], pool.get("sliding_window")
+        scenario["page_size"],
+        scenario["chunked_prefill_size"],
+        pool.get("sliding_window"),
+        scenario.get("max_prefill_tokens"),
     )
     compiled = unrolling(combo, config, rounds)
     inp = compiled.u.inputs
