@@ -260,7 +260,7 @@ def _unroll_and_solve(
     inputs = make_inputs(enc, model, n, k_max, options.bounds)
     u = Unrolling(combo, config, n, options.bounds, enc, inputs)
     search = _Deepening(u, options, name, list(props), seconds, verdicts)
-    state = initial_state(inputs)
+    state = initial_state(inputs, combo.queue.arrival_order)
     for k in range(1, k_max + 1):
         t0 = time.perf_counter()
         state, violations = unroll_round(u, model, state, k)

@@ -69,9 +69,9 @@ def run_policykit(
     scenario: Scenario, combo: str = UPSTREAM_COMBO, max_rounds: int = MAX_ROUNDS
 ) -> RunResult:
     """policykit's run of ``scenario`` as upstream runs it: the ``fcfs`` queue (its head
-    blocks it) and a stuck in-progress request not failed."""
+    blocks it) unless ``combo`` names another, and a stuck in-progress request not failed."""
     node = build_node(scenario)
-    chosen = _registry().resolve(combo, config=scenario.config.engine)
+    chosen = _registry().resolve({"queue": "fcfs"}, combo, config=scenario.config.engine)
     return Scheduler(node, chosen, fail_stuck=False).run(max_rounds)
 
 
