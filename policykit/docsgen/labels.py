@@ -31,11 +31,13 @@ def short_label(key: str) -> str:
 
 
 def combo_cells(key: str) -> list[str]:
-    """One table cell per shown kind (the allocator phase folded into the last one)."""
+    """One table cell per shown kind (the allocator phase and the queue, where not the
+    default, folded into the last one)."""
     parts = combo_parts(key)
     cells = [f"`{parts[k]}`" for k in SHOWN_KINDS]
-    if parts["allocator-phase"] != DEFAULT_COMBO["allocator-phase"]:
-        cells[-1] += f" (allocator `{parts['allocator-phase']}`)"
+    for kind, word in (("allocator-phase", "allocator"), ("queue", "queue")):
+        if parts[kind] != DEFAULT_COMBO[kind]:
+            cells[-1] += f" ({word} `{parts[kind]}`)"
     return cells
 
 

@@ -22,6 +22,8 @@ _KIND_DOC = {
     "chunking": "how many tokens a new or the resumed request computes this round",
     "alignment": "where a non-final chunk may end",
     "allocator-phase": "the torch caching-allocator settings of each process phase",
+    "queue": "the order of the waiting requests, and whether one that can never fit stops the "
+    "queue",
 }
 
 

@@ -50,8 +50,9 @@ def combo_key(raw: Mapping[str, str] | str) -> str:
 
 
 def combo_parts(key: str) -> dict[str, str]:
-    """``{kind: policy}`` of a canonical combo key."""
-    return parse_combo(key)
+    """``{kind: policy}`` of a combo key, every kind (the ones it leaves out at their defaults,
+    as results written before a kind existed leave it out)."""
+    return {**DEFAULT_COMBO, **parse_combo(key)}
 
 
 @dataclass(frozen=True)

@@ -110,8 +110,9 @@ def config_sentence(check: CheckResults) -> str:
 def _combo_of(key: str) -> tuple[str, str, str]:
     parts = combo_parts(key)
     admission = parts["admission"]
-    if parts["allocator-phase"] != DEFAULT_COMBO["allocator-phase"]:
-        admission += f" (allocator {parts['allocator-phase']})"
+    for kind, word in (("allocator-phase", "allocator"), ("queue", "queue")):
+        if parts[kind] != DEFAULT_COMBO[kind]:
+            admission += f" ({word} {parts[kind]})"
     return admission, parts["chunking"], parts["alignment"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import threading
@@ -184,7 +185,7 @@ def test_scheduler_calls_on_serving_once_before_the_first_round():
     combo = registry.resolve(sc.combo, None, config=sc.config.engine)
     fake = FakeAllocator()
     phased = PhasedExpandable(facade=fake)
-    combo = type(combo)(combo.admission, combo.chunking, combo.alignment, phased)
+    combo = dataclasses.replace(combo, allocator_phase=phased)
     scheduler = Scheduler(build_node(sc), combo)
     scheduler.start_serving()
     assert fake.sets() == [True]

@@ -6,6 +6,7 @@ installed (``pip install 'policykit[sglang]'``).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -141,7 +142,7 @@ class Nonsense(ChunkingPolicy):
 
 def test_a_raising_policy_is_logged_and_upstream_decides(registry, caplog):
     combo = registry.resolve(UPSTREAM_COMBO)
-    combo = type(combo)(Raising(), combo.chunking, combo.alignment, combo.allocator_phase)
+    combo = dataclasses.replace(combo, admission=Raising())
     with caplog.at_level(logging.ERROR, logger="policykit.sglang"):
         run = _upstream(SEED, combo)
     assert _outcome(run) == _outcome(_upstream(SEED))  # every decision fell back, rounds ran
@@ -152,7 +153,7 @@ def test_a_raising_policy_is_logged_and_upstream_decides(registry, caplog):
 
 def test_a_nonsense_answer_is_logged_and_upstream_decides(registry, caplog):
     combo = registry.resolve(UPSTREAM_COMBO)
-    combo = type(combo)(combo.admission, Nonsense(), combo.alignment, combo.allocator_phase)
+    combo = dataclasses.replace(combo, chunking=Nonsense())
     with caplog.at_level(logging.ERROR, logger="policykit.sglang"):
         run = _upstream(SEED, combo)
     assert _outcome(run) == _outcome(_upstream(SEED))
