@@ -16,7 +16,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
+from policykit.cli import main
 from policykit.docsgen.site import make_docs
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
@@ -93,3 +95,14 @@ def built_site(tmp_path_factory: pytest.TempPathFactory, example_registry) -> Pa
     config = copy_docs_tree(root)
     make_docs(example_registry, config=config, results_dir=FIXTURES / "results")
     return root
+
+
+@pytest.fixture(scope="session")
+def cli_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Result]:
+    """``policykit docs --json`` run once from the fixture results, as a user runs it (no
+    example plugin): the copy's root folder and the CLI's result. The tests that read it share
+    one strict build; a test that changes the tree works on its own copy of it."""
+    root = tmp_path_factory.mktemp("cli-docs-tree")
+    config = copy_docs_tree(root)
+    args = ["docs", "--config", str(config), "--results", str(FIXTURES / "results"), "--json"]
+    return root, CliRunner().invoke(main, args)

@@ -4,6 +4,7 @@ rows for an uncheckable plugin, a packaged config for any folder, progress lines
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,10 +59,14 @@ def _docs(*args: str):
     return CliRunner().invoke(main, ["docs", *args])
 
 
-def test_a_failed_run_keeps_the_previous_pages_and_site(tmp_path: Path):
-    config = copy_docs_tree(tmp_path)
+def test_a_failed_run_keeps_the_previous_pages_and_site(cli_built, tmp_path: Path):
+    """A broken page fails the strict build, and the pages and site of the previous run (a
+    copy of the shared one) stay as they were."""
+    root, first = cli_built
+    assert first.exit_code == 0, first.output
+    shutil.copytree(root, tmp_path, dirs_exist_ok=True)
+    config = tmp_path / "mkdocs.yml"
     base = ["--config", str(config), "--results", str(FIXTURES / "results")]
-    assert _docs(*base).exit_code == 0
     generated, built = tmp_path / "docs" / "generated", tmp_path / "site"
     page = (generated / "comparisons" / "index.md").read_text()
     html = (built / "generated" / "comparisons" / "index.html").read_text()
@@ -69,6 +74,7 @@ def test_a_failed_run_keeps_the_previous_pages_and_site(tmp_path: Path):
     (tmp_path / "docs" / "index.md").write_text("[dead](no-such-page.md)\n")  # strict fails
     failed = _docs(*base)
     assert failed.exit_code == 2 and "no-such-page.md" in failed.output
+    assert "mkdocs build --strict` failed" in failed.output
     assert (generated / "comparisons" / "index.md").read_text() == page
     assert (generated / site.MARKER).is_file()
     assert (built / "generated" / "comparisons" / "index.html").read_text() == html
@@ -171,11 +177,10 @@ def test_check_each_refuses_only_the_uncheckable_combination(uncheckable_plugin)
     assert {w for c, w in verdicts if c != "float-ratio"} <= {"proved", "violated", "unknown"}
 
 
-def test_each_phase_reports_progress_on_a_non_terminal(tmp_path: Path):
+def test_each_phase_reports_progress_on_a_non_terminal(cli_built):
     """Under CliRunner stderr is not a terminal: every phase prints its progress line there
     (and, while it runs, one every 10 s: :class:`policykit.heartbeat.Heartbeat`)."""
-    config = copy_docs_tree(tmp_path)
-    result = _docs("--config", str(config), "--results", str(FIXTURES / "results"), "--json")
+    _, result = cli_built
     assert result.exit_code == 0, result.output
     json.loads(result.stdout)  # progress never mixes into the JSON
     lines = result.stderr.splitlines()
