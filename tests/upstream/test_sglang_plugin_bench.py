@@ -3,8 +3,8 @@
 Run with ``pytest tests/upstream/test_sglang_plugin_bench.py --benchmark-enable``; compare the
 ``upstream`` and ``plugin`` rows of each group (target: the plugin at most 1.2x upstream). Both
 run in the same process, on the same node state: a round that admits 8 requests whole (1000
-tokens each under an 8192-token chunk budget), truncates the ninth and stops (with 64 waiting;
-with 1, admits it whole).
+tokens each under an 8192-token chunk budget), truncates the ninth and stops (with 64 or 4096
+waiting: the rest stay queued, as in upstream's loop; with 1, admits it whole).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _driver(waiting: int) -> UpstreamDriver:
     return driver
 
 
-@pytest.mark.parametrize("waiting", [1, 64])
+@pytest.mark.parametrize("waiting", [1, 64, 4096])
 @pytest.mark.parametrize("side", ["upstream", "plugin"])
 def test_plan_one_round(benchmark, waiting, side):
     try:
