@@ -15,8 +15,9 @@ class SGLangAdmission(AdmissionPolicy):
     """SGLang 0.5.23: the tail of a truncated request is not recorded in the ledger.
 
     Reproduces ``PrefillBudget.check_prefill``/``reserve``, checked against SGLang's real
-    ``PrefillAdder`` by ``policykit conformance sglang``. Safe only while truncation also exhausts the compute budget, so that nothing else can enter
-    the round. Checkpoint or truncation alignment breaks that (seed 000).
+    ``PrefillAdder`` by ``policykit conformance sglang``. Safe only while truncation also
+    exhausts the compute budget, so that nothing else can enter the round. Checkpoint or
+    truncation alignment breaks that (seed 000).
     """
 
     name = "sglang"
