@@ -113,10 +113,6 @@ def _facts(adder: Any) -> tuple[bool, bool, bool]:
     return facts
 
 
-def _rid(req: Any) -> str:
-    return str(getattr(req, "rid", "?"))
-
-
 def _max_new(req: Any) -> int:
     """What upstream reserves for the tokens a request will generate (``add_one_req``'s rule)."""
     left = max(req.sampling_params.max_new_tokens - len(req.output_ids), 0)
@@ -135,14 +131,14 @@ def _chunk_view(adder: Any, remaining: int, rem_total: float) -> Any:
     )
 
 
-def _align(combo: Combo, adder: Any, rid: str, start: int, end: int) -> Any:
+def _align(combo: Combo, adder: Any, req: Any, start: int, end: int) -> Any:
     view = align_view(start=start, end=end, page_size=adder.page_size)
-    return ask_count(combo.alignment, "align_end", view, rid, start + 1, end)
+    return ask_count(combo.alignment, "align_end", view, req, start + 1, end)
 
 
 def _reserve_tail(combo: Combo, adder: Any, req: Any, tail: int) -> None:
     view = tail_view(tail_tokens=tail, first_tokens=_max_new(req), page_size=adder.page_size)
-    reserve = ask_count(combo.admission, "tail_reserve", view, _rid(req), 0, None)
+    reserve = ask_count(combo.admission, "tail_reserve", view, req, 0, None)
     if reserve is not FALLBACK:
         adder.memory_budget.total_offset += reserve
 
@@ -186,8 +182,7 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, tiles: bool, kwa
         rem_total_tokens=math.ceil(rem_total),
         cur_rem_tokens=math.ceil(cur_rem),
     )
-    rid = _rid(req)
-    verdict = ask_verdict(combo.admission, "admit", view, rid)
+    verdict = ask_verdict(combo.admission, "admit", view, req)
     if verdict is FALLBACK:
         return FALLBACK
     if not verdict:
@@ -195,7 +190,7 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, tiles: bool, kwa
     extend = prompt - prefix_len
     rem_total = int(rem_total)
     view = chunk_view(extend, adder.rem_chunk_tokens, rem_total, rem_total, page, False)
-    chunk = ask_count(combo.chunking, "new_chunk", view, rid, 0, extend)
+    chunk = ask_count(combo.chunking, "new_chunk", view, req, 0, extend)
     if chunk is FALLBACK:
         return FALLBACK
     if chunk == 0:
@@ -213,7 +208,7 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, tiles: bool, kwa
             return refused
         max_new = min(req.sampling_params.max_new_tokens, sp.CLIP_MAX_NEW_TOKENS)
         return sp._PrefillAdmission(prefix_len, extend, max_new, False, 0)
-    end = _align(combo, adder, rid, prefix_len, prefix_len + chunk)
+    end = _align(combo, adder, req, prefix_len, prefix_len + chunk)
     if end is FALLBACK:
         return FALLBACK
     if tiles and (refused := adder._check_prefill_tile_budget(end - prefix_len)) is not None:
@@ -238,9 +233,8 @@ def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
     if combo is None or not plain(adder):
         return original(adder, req)
     remaining = len(req.full_untruncated_fill_ids) - req.prefix_len
-    rid = _rid(req)
     view = _chunk_view(adder, remaining, adder.rem_total_tokens)
-    chunk = ask_count(combo.chunking, "resume_chunk", view, rid, 0, remaining)
+    chunk = ask_count(combo.chunking, "resume_chunk", view, req, 0, remaining)
     if chunk is FALLBACK:
         return _holding(adder, original(adder, req))
     if chunk == 0:
@@ -248,7 +242,7 @@ def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
         req.extend_end = req.prefix_len
         return _holding(adder, req)
     if chunk < remaining:
-        end = _align(combo, adder, rid, req.prefix_len, req.prefix_len + chunk)
+        end = _align(combo, adder, req, req.prefix_len, req.prefix_len + chunk)
         if end is FALLBACK:
             return _holding(adder, original(adder, req))
         chunk = end - req.prefix_len
