@@ -113,6 +113,22 @@ def test_scheduler_start_logs_one_check_line_per_property(monkeypatch, caplog):
     assert len(lines) >= 4 and len(set(props)) == len(props)
 
 
+@pytest.mark.parametrize("queue, level", [("fcfs-skip", "WARNING"), ("fcfs", "INFO")])
+def test_scheduler_start_says_the_queue_policy_is_not_applied(monkeypatch, caplog, queue, level):
+    """The queue kind is not hooked: a combo whose queue SGLang's default fcfs does not
+    reproduce is warned about at start-up."""
+    monkeypatch.setenv("POLICYKIT_COMBO", f"admission=reserve-tail,queue={queue}")
+    monkeypatch.setenv("POLICYKIT_STARTUP_CHECK", "0")
+    scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=4096)
+    try:
+        with caplog.at_level("INFO", logger="policykit.sglang"):
+            startup.on_scheduler_ready(None, scheduler)
+    finally:
+        hooks.activate(None)
+    [record] = [r for r in caplog.records if "is not applied" in r.getMessage()]
+    assert record.levelname == level and repr(queue) in record.getMessage()
+
+
 def test_combo_from_a_config_file(tmp_path):
     path = tmp_path / "combo.txt"
     path.write_text("# deployed 2026-11-30\nadmission=reserve-tail\nchunking=defer  # seed 000\n")
