@@ -193,6 +193,8 @@ def test_cli_check_json():
     data = json.loads(result.output)
     assert data["schema"] == "policykit.sglang-plugin-check/1" and data["created"]
     assert data["ready"] and data["combo"]["admission"] == "reserve-tail"
+    [queue] = [f for f in data["findings"] if f["name"] == "queue"]
+    assert "'fcfs-skip' is not applied" in queue["detail"]
 
 
 def test_cli_bad_combo_is_one_paragraph_and_exit_2():
