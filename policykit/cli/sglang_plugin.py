@@ -44,6 +44,8 @@ def sglang_plugin(
     chosen, registry = _resolve(text, config)
     where = f"page size {page_size}, chunk size {chunk_size}"
     findings.append(Finding("combo", True, f"{chosen} loads and validates ({where})."))
+    # not a failure: the engine runs, with SGLang's own waiting queue
+    findings.append(Finding("queue", True, startup.queue_line(chosen).split(": ", 1)[1] + "."))
     proofs = startup.verdicts(chosen, registry, config) if prove else []
     ready = all(f.ok for f in findings)
     if as_json:

@@ -6,9 +6,11 @@ settings, start-up and CLI tests need only policykit.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -58,6 +60,40 @@ def test_load_plugins_finds_the_entry_point_and_hooks_land(sglang_plugins, monke
         assert adder.__dict__[name] is not original
         assert adder.__dict__[name].__wrapped__ is original
     assert str(hooks.active()).startswith("reserve-tail/defer")
+
+
+@needs_sglang
+def test_a_third_party_policy_found_by_its_entry_point_decides_in_the_engine(
+    sglang_plugins, monkeypatch
+):
+    """A policy from another distribution's ``policykit`` entry point is the one the engine
+    asks: its own class, unmodified."""
+    from policykit.scenario import load_scenario
+    from policykit.upstream.sglang import drive
+    from tests.spec import custom_policies
+
+    plugins, _, _ = sglang_plugins
+    installed = importlib.metadata.entry_points
+    acme = importlib.metadata.EntryPoint("acme-policies", custom_policies.__name__, "policykit")
+
+    def entry_points(**selection):
+        found = installed(**selection)
+        return [*found, acme] if selection.get("group") == "policykit" else found
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setenv("SGLANG_PLUGINS", "policykit")
+    monkeypatch.setenv("POLICYKIT_COMBO", "admission=paged-reserve")
+    plugins.load_plugins()
+    admission = hooks.active().admission
+    assert type(admission) is custom_policies.PagedReserve
+    asked: list = []
+    decide = custom_policies.PagedReserve.admit
+    monkeypatch.setattr(
+        custom_policies.PagedReserve, "admit", lambda self, v: asked.append(v) or decide(self, v)
+    )
+    root = Path(__file__).resolve().parents[2]
+    run = drive(load_scenario(root / "policykit" / "scenarios" / "seed-incident-1keim.json"))
+    assert asked and run.rounds
 
 
 @needs_sglang
@@ -113,6 +149,22 @@ def test_scheduler_start_logs_one_check_line_per_property(monkeypatch, caplog):
     assert len(lines) >= 4 and len(set(props)) == len(props)
 
 
+@pytest.mark.parametrize("queue, level", [("fcfs-skip", "WARNING"), ("fcfs", "INFO")])
+def test_scheduler_start_says_the_queue_policy_is_not_applied(monkeypatch, caplog, queue, level):
+    """The queue kind is not hooked: a combo whose queue SGLang's default fcfs does not
+    reproduce is warned about at start-up."""
+    monkeypatch.setenv("POLICYKIT_COMBO", f"admission=reserve-tail,queue={queue}")
+    monkeypatch.setenv("POLICYKIT_STARTUP_CHECK", "0")
+    scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=4096)
+    try:
+        with caplog.at_level("INFO", logger="policykit.sglang"):
+            startup.on_scheduler_ready(None, scheduler)
+    finally:
+        hooks.activate(None)
+    [record] = [r for r in caplog.records if "is not applied" in r.getMessage()]
+    assert record.levelname == level and repr(queue) in record.getMessage()
+
+
 def test_combo_from_a_config_file(tmp_path):
     path = tmp_path / "combo.txt"
     path.write_text("# deployed 2026-11-30\nadmission=reserve-tail\nchunking=defer  # seed 000\n")
@@ -141,6 +193,8 @@ def test_cli_check_json():
     data = json.loads(result.output)
     assert data["schema"] == "policykit.sglang-plugin-check/1" and data["created"]
     assert data["ready"] and data["combo"]["admission"] == "reserve-tail"
+    [queue] = [f for f in data["findings"] if f["name"] == "queue"]
+    assert "'fcfs-skip' is not applied" in queue["detail"]
 
 
 def test_cli_bad_combo_is_one_paragraph_and_exit_2():

@@ -34,8 +34,8 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from policykit.integrations.sglang.guard import FALLBACK, consult, int_in, is_int
-from policykit.policy import AdmitView, AlignView, ChunkView, TailView
+from policykit.integrations.sglang.guard import FALLBACK, ask_count, ask_verdict
+from policykit.integrations.sglang.views import admit_view, align_view, chunk_view, tail_view
 from policykit.registry import Combo
 
 ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
@@ -47,6 +47,8 @@ DECISION_TARGETS = (RESUME, SELECT, COMMIT)
 
 #: set on an adder whose in-progress request stays in progress this round (parked or truncated)
 HOLDS_CHUNK = "policykit_holds_chunk"
+#: set on an adder once: what :func:`_facts` found about its budget
+FACTS = "policykit_facts"
 #: upstream's schedule policy that never truncates beside an in-progress request
 SPF = "shortest-prefill-first"
 
@@ -80,21 +82,35 @@ def _single_pool_budget() -> type:
 
 def plain(adder: Any) -> bool:
     """Whether ``adder``'s budget is the single token pool policykit's ledger models."""
-    return (
-        adder.rem_chunk_tokens is not None
-        and type(adder.memory_budget) is _single_pool_budget()
-        and adder.dllm_config is None
-        and not adder.is_hybrid_swa
-        and not adder.is_hybrid_ssm_cache
-        and not adder._mamba_slot_cost
-        and not adder.kv_shard_granule
-        and not adder.exact_chunk_fill
-        and adder.mamba_chunk_grid <= 1
-    )
+    return _facts(adder)[0]
 
 
-def _rid(req: Any) -> str:
-    return str(getattr(req, "rid", "?"))
+def _facts(adder: Any) -> tuple[bool, bool, bool]:
+    """``(plain, replays, tiles)`` for ``adder``: whether its budget is the single pool policykit
+    models, whether encoder-SWA replay is on (upstream's ``_replay_len`` is 0 when it is off),
+    and whether AMD's prefill tile budget is (``_check_prefill_tile_budget`` admits everything
+    when it is not). All three are fixed when upstream builds the adder, once per round, so
+    they are worked out at the adder's first decision and kept on it: the decisions after it
+    skip questions whose answer cannot differ."""
+    facts = adder.__dict__.get(FACTS)
+    if facts is None:
+        sp = _upstream()
+        plain = (
+            adder.rem_chunk_tokens is not None
+            and type(adder.memory_budget) is _single_pool_budget()
+            and adder.dllm_config is None
+            and not adder.is_hybrid_swa
+            and not adder.is_hybrid_ssm_cache
+            and not adder._mamba_slot_cost
+            and not adder.kv_shard_granule
+            and not adder.exact_chunk_fill
+            and adder.mamba_chunk_grid <= 1
+        )
+        replays = bool(sp.get_exec().features.enable_encoder_swa_bounded_replay)
+        # upstream's own gate (its names; an unknown layout keeps asking it)
+        tiles = getattr(sp, "_IS_HIP", True) and getattr(sp, "PREFILL_TILE_BUDGET", 1) > 0
+        facts = adder.__dict__[FACTS] = (plain, replays, bool(tiles))
+    return facts
 
 
 def _max_new(req: Any) -> int:
@@ -103,18 +119,9 @@ def _max_new(req: Any) -> int:
     return min(left, _upstream().CLIP_MAX_NEW_TOKENS)
 
 
-def _ledgers(adder: Any) -> tuple[float, float]:
-    """``(rem_total_tokens, cur_rem_tokens)`` with one read of the pool: both are free plus
-    evictable less an offset (``PrefillBudget``'s definition), and reading free and evictable
-    is the costly part of each property."""
-    budget = adder.memory_budget
-    base = budget._available_and_evictable()
-    return base - budget.total_offset, base - budget.current_offset
-
-
-def _chunk_view(adder: Any, remaining: int, rem_total: float | None = None) -> ChunkView:
-    rem_total = int(adder.rem_total_tokens if rem_total is None else rem_total)
-    return ChunkView(
+def _chunk_view(adder: Any, remaining: int, rem_total: float) -> Any:
+    rem_total = int(rem_total)
+    return chunk_view(
         remaining_tokens=remaining,
         rem_chunk_tokens=adder.rem_chunk_tokens,
         rem_total_tokens=rem_total,
@@ -125,55 +132,46 @@ def _chunk_view(adder: Any, remaining: int, rem_total: float | None = None) -> C
 
 
 def _align(combo: Combo, adder: Any, req: Any, start: int, end: int) -> Any:
-    view = AlignView(start=start, end=end, page_size=adder.page_size)
-    return consult(
-        combo.alignment,
-        "align_end",
-        view,
-        _rid(req),
-        lambda x: is_int(x) and start < x <= end,
-        f"an int in ({start}, {end}]",
-    )
+    view = align_view(start=start, end=end, page_size=adder.page_size)
+    return ask_count(combo.alignment, "align_end", view, req, start + 1, end)
 
 
 def _reserve_tail(combo: Combo, adder: Any, req: Any, tail: int) -> None:
-    view = TailView(tail_tokens=tail, first_tokens=_max_new(req), page_size=adder.page_size)
-    reserve = consult(
-        combo.admission,
-        "tail_reserve",
-        view,
-        _rid(req),
-        lambda x: is_int(x) and x >= 0,
-        "a non-negative int",
-    )
+    view = tail_view(tail_tokens=tail, first_tokens=_max_new(req), page_size=adder.page_size)
+    reserve = ask_count(combo.admission, "tail_reserve", view, req, 0, None)
     if reserve is not FALLBACK:
         adder.memory_budget.total_offset += reserve
 
 
 def select_admission(original: Any, adder: Any, req: Any, **kwargs: Any) -> Any:
     """AROUND ``_select_prefill_admission``: the policies choose a waiting request's shape."""
-    combo = active()
-    host_hit = kwargs["host_hit_length"]
-    prefix_len = req.prefix_len + host_hit
+    combo = _active.get("combo")
+    if combo is None:
+        return original(adder, req, **kwargs)
+    is_plain, replays, tiles = adder.__dict__.get(FACTS) or _facts(adder)
+    prefix_len = req.prefix_len + kwargs["host_hit_length"]
     if (
-        combo is None
-        or not plain(adder)
+        not is_plain
         or kwargs["swa_host_hit_length"]
-        or adder._replay_len(req, prefix_len)
+        or (replays and adder._replay_len(req, prefix_len))
     ):
         return original(adder, req, **kwargs)
-    decision = _shape(combo, adder, req, prefix_len, kwargs)
+    decision = _shape(combo, adder, req, prefix_len, tiles, kwargs)
     return original(adder, req, **kwargs) if decision is FALLBACK else decision
 
 
-def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, kwargs: dict) -> Any:
+def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, tiles: bool, kwargs: dict) -> Any:
     sp, page = _upstream(), adder.page_size
     prompt = len(req.full_untruncated_fill_ids)
     remaining = prompt - req.prefix_len
     # upstream's total_tokens = remaining + generated-token reserve + per-request page
     first = kwargs["total_tokens"] - remaining - adder.per_req_token_overhead
-    rem_total, cur_rem = _ledgers(adder)
-    view = AdmitView(
+    # one read of the pool for both ledgers (``PrefillBudget``'s definition of each is free
+    # plus evictable less an offset; the read is the costly part of either property)
+    budget = adder.memory_budget
+    base = budget._available_and_evictable()
+    rem_total, cur_rem = base - budget.total_offset, base - budget.current_offset
+    view = admit_view(
         prompt_tokens=prompt,
         remaining_tokens=remaining,
         host_prefix_tokens=kwargs["host_hit_length"],
@@ -184,23 +182,15 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, kwargs: dict) ->
         rem_total_tokens=math.ceil(rem_total),
         cur_rem_tokens=math.ceil(cur_rem),
     )
-    rid = _rid(req)
-    verdict = consult(
-        combo.admission, "admit", view, rid, lambda x: isinstance(x, bool), "True or False"
-    )
+    verdict = ask_verdict(combo.admission, "admit", view, req)
     if verdict is FALLBACK:
         return FALLBACK
     if not verdict:
         return sp.AddReqResult.NO_TOKEN
     extend = prompt - prefix_len
-    chunk = consult(
-        combo.chunking,
-        "new_chunk",
-        _chunk_view(adder, extend, rem_total),
-        rid,
-        int_in(0, extend),
-        f"an int in [0, {extend}]",
-    )
+    rem_total = int(rem_total)
+    view = chunk_view(extend, adder.rem_chunk_tokens, rem_total, rem_total, page, False)
+    chunk = ask_count(combo.chunking, "new_chunk", view, req, 0, extend)
     if chunk is FALLBACK:
         return FALLBACK
     if chunk == 0:
@@ -212,24 +202,26 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, kwargs: dict) ->
     ):
         # a second in-progress request: the scheduler tracks one (and asserts so)
         return sp.AddReqResult.OTHER
-    max_new = min(req.sampling_params.max_new_tokens, sp.CLIP_MAX_NEW_TOKENS)
     if chunk == extend:
-        tile = adder.ceil_paged_tokens(extend)
-        if (refused := adder._check_prefill_tile_budget(tile)) is not None:
+        tile = -(-extend // page) * page  # upstream's ceil_paged_tokens
+        if tiles and (refused := adder._check_prefill_tile_budget(tile)) is not None:
             return refused
+        max_new = min(req.sampling_params.max_new_tokens, sp.CLIP_MAX_NEW_TOKENS)
         return sp._PrefillAdmission(prefix_len, extend, max_new, False, 0)
     end = _align(combo, adder, req, prefix_len, prefix_len + chunk)
     if end is FALLBACK:
         return FALLBACK
-    if (refused := adder._check_prefill_tile_budget(end - prefix_len)) is not None:
+    if tiles and (refused := adder._check_prefill_tile_budget(end - prefix_len)) is not None:
         return refused
     return sp._PrefillAdmission(prefix_len, end - prefix_len, 0, True, 0)
 
 
 def commit_admission(result: Any, adder: Any, req: Any, admission: Any, *args: Any) -> None:
     """AFTER ``_commit_prefill_admission``: a truncated new request's tail reservation."""
-    combo = active()
-    if combo is None or not admission.is_chunked or not plain(adder):
+    if not admission.is_chunked:
+        return  # admitted whole: no tail (the common case, so asked first)
+    combo = _active.get("combo")
+    if combo is None or not plain(adder):
         return
     tail = len(req.full_untruncated_fill_ids) - (admission.prefix_len + admission.extend_len)
     _reserve_tail(combo, adder, req, tail)
@@ -237,18 +229,12 @@ def commit_admission(result: Any, adder: Any, req: Any, admission: Any, *args: A
 
 def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
     """AROUND ``add_chunked_req``: the in-progress request's resume length, or its deferral."""
-    combo = active()
+    combo = _active.get("combo")
     if combo is None or not plain(adder):
         return original(adder, req)
     remaining = len(req.full_untruncated_fill_ids) - req.prefix_len
-    chunk = consult(
-        combo.chunking,
-        "resume_chunk",
-        _chunk_view(adder, remaining),
-        _rid(req),
-        int_in(0, remaining),
-        f"an int in [0, {remaining}]",
-    )
+    view = _chunk_view(adder, remaining, adder.rem_total_tokens)
+    chunk = ask_count(combo.chunking, "resume_chunk", view, req, 0, remaining)
     if chunk is FALLBACK:
         return _holding(adder, original(adder, req))
     if chunk == 0:

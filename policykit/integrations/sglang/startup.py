@@ -56,9 +56,8 @@ def verdicts(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> li
     from policykit.spec.checker import CheckOptions, check_combo
     from policykit.spec.model import ModelConfig
 
-    sources = {p.kind: str(registry.entry(p.kind, p.name).source) for p in combo.policies()[:3]}
     model = ModelConfig(config.page_size, config.chunked_prefill_size)
-    return check_combo(combo, model, CheckOptions(), sources)
+    return check_combo(combo, model, CheckOptions(), registry.sources(combo))
 
 
 def check_lines(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> list[str]:
@@ -71,6 +70,15 @@ def check_lines(combo: Combo, registry: PolicyRegistry, config: EngineConfig) ->
     ]
 
 
+def queue_line(combo: Combo) -> str:
+    """The waiting-queue kind is not hooked: say so, with the order SGLang keeps instead."""
+    return (
+        f"policykit SGLang plugin: the queue policy {combo.queue.spec!r} is not applied; "
+        "SGLang's --schedule-policy orders the waiting queue and a refused request stops it "
+        "(policykit's fcfs or lpm, not fcfs-skip)"
+    )
+
+
 def on_scheduler_ready(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
     """AFTER ``Scheduler.__init__``: validate against the engine, log the proofs, activate."""
     try:
@@ -81,6 +89,8 @@ def on_scheduler_ready(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -
     combo, registry = resolve(text, config)
     hooks.activate(combo)
     logger.info("policykit SGLang plugin active with %s (%s)", combo, config)
+    # SGLang's default schedule policy is fcfs: only another queue policy is a mismatch
+    logger.log(logging.INFO if combo.queue.name == "fcfs" else logging.WARNING, queue_line(combo))
     if settings.startup_check_enabled():
         for line in check_lines(combo, registry, config):
             logger.info(line)
