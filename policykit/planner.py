@@ -20,7 +20,13 @@ from typing import Any
 
 from policykit.errors import PolicyError
 from policykit.ledger import Budget, Ledger
-from policykit.liveness import idle_admit_view, idle_capacity, idle_chunk_view
+from policykit.liveness import (
+    idle_admit_view,
+    idle_capacity,
+    idle_chunk_view,
+    idle_swa_facts,
+    swa_facts,
+)
 from policykit.node import FIRST_TOKENS, PrefillNode
 from policykit.plan import NEVER, Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.policy import AdmitView, AlignView, ChunkView, Policy, TailView
@@ -108,6 +114,7 @@ class Planner:
             rem_chunk_tokens=cfg.chunked_prefill_size,
             rem_input_tokens=cfg.max_prefill_tokens,
             swa_baseline=None if node.swa_pool is None else node.swa_pool.free_tokens,
+            sliding_window=cfg.sliding_window,
         )
 
     def plan(self, round_no: int, ledger: Ledger | None = None) -> Plan:
@@ -168,6 +175,7 @@ class Planner:
             rem_swa_tokens=ledger.rem_swa_tokens,
             page_size=page,
             hybrid_swa=ledger.hybrid_swa,
+            **self._swa_facts(req.remaining, ledger),
         )
         chunking = combo.chunking
         chunk = _check_chunk(
@@ -216,6 +224,9 @@ class Planner:
                 page_size=page,
                 rem_total_tokens=ledger.rem_total_tokens,
                 cur_rem_tokens=ledger.cur_rem_tokens,
+                hybrid_swa=ledger.hybrid_swa,
+                rem_swa_tokens=ledger.rem_swa_tokens,
+                **self._swa_facts(remaining - host_len, ledger),
             )
 
         adm = combo.admission
@@ -241,6 +252,7 @@ class Planner:
             rem_swa_tokens=ledger.rem_swa_tokens,
             page_size=page,
             hybrid_swa=ledger.hybrid_swa,
+            **self._swa_facts(compute, ledger),
         )
         chunking = combo.chunking
         chunk = _check_chunk(
@@ -275,15 +287,27 @@ class Planner:
         pinned = node.cache.pinned_prefix(req.tokens)
         host_len = node.host.loadable(req.tokens, pinned, page)
         remaining = req.prompt_tokens - pinned
-        idle = idle_admit_view(req.prompt_tokens, remaining, host_len, FIRST_TOKENS, page, capacity)
+        swa_total = None if node.swa_pool is None else node.swa_pool.total_tokens
+        swa = None
+        if swa_total is not None and cfg.sliding_window is not None:
+            swa = idle_swa_facts(
+                remaining - host_len,
+                FIRST_TOKENS,
+                page,
+                cfg.chunked_prefill_size,
+                swa_total,
+                cfg.sliding_window,
+            )
+        idle = idle_admit_view(
+            req.prompt_tokens, remaining, host_len, FIRST_TOKENS, page, capacity, swa
+        )
         where = f"even on an idle node ({capacity} tokens could ever be free"
         where += f", {pinned} of its prompt cached and pinned)" if pinned else ")"
         adm = self.combo.admission
         if not _admits(adm, idle, req.id):
             return f"{describe(adm)} refuses its {req.prompt_tokens}-token prompt {where}."
-        swa_total = None if node.swa_pool is None else node.swa_pool.total_tokens
         view = idle_chunk_view(
-            remaining - host_len, host_len, page, cfg.chunked_prefill_size, capacity, swa_total
+            remaining - host_len, host_len, page, cfg.chunked_prefill_size, capacity, swa_total, swa
         )
         chunking = self.combo.chunking
         chunk = ask(chunking, chunking.new_chunk, view, req.id)
@@ -316,6 +340,14 @@ class Planner:
                 request_id=request_id,
             )
         ledger.reserve(reserve)
+
+    def _swa_facts(self, compute: int, ledger: Ledger) -> dict[str, int]:
+        """The sliding-window fields of a view for a request with ``compute`` tokens to go
+        (zeros without hybrid SWA)."""
+        swa = self.node.swa_pool
+        if swa is None:
+            return {}
+        return swa_facts(ledger, compute, FIRST_TOKENS, swa.total_tokens)
 
     @staticmethod
     def _has_chunked(entries: list[Entry]) -> bool:
