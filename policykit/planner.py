@@ -16,6 +16,7 @@ engine's real ones would lower its baseline; :meth:`PrefillNode.commit` performs
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from policykit.errors import PolicyError
@@ -36,6 +37,22 @@ from policykit.request import Request
 
 #: ``_admit_with``'s verdict when the request fitted until its cached prefix was locked
 _LOCK_REFUSED = object()
+
+
+@dataclass
+class LoadBacks:
+    """What the round's host load-backs have taken so far.
+
+    SGLang loads a host prefix back while it admits the request, evicting cached prefixes
+    that nothing has locked yet when the free pool is short, before it even matches the next
+    request; so a later request of the round can lose the prefix it would have hit (and the
+    node's commit does the same, request by request).
+    """
+
+    #: ids of the cached nodes those evictions take
+    gone: set[int] = field(default_factory=set)
+    loaded: int = 0  #: slots the load-backs take from the free pool
+    freed: int = 0  #: slots their evictions give back to it
 
 
 class Observer:
@@ -133,12 +150,13 @@ class Planner:
                 self.observer.admit(entry.request_id, entry, ledger)
 
         locked: set[int] = set()
+        loads = LoadBacks()
         for req in self.node.waiting:
             state = ledger.budget_state()
             if state is not Budget.CONTINUE:
                 stop = state.value
                 break
-            verdict = self._admit(req, ledger, locked, entries)
+            verdict = self._admit(req, ledger, locked, entries, loads)
             if (
                 isinstance(verdict, Budget)
                 and self.skip_never_fits
@@ -194,22 +212,47 @@ class Planner:
 
     # -- a waiting request -----------------------------------------------------------------
     def _admit(
-        self, req: Request, ledger: Ledger, locked: set[int], entries: list[Entry]
+        self,
+        req: Request,
+        ledger: Ledger,
+        locked: set[int],
+        entries: list[Entry],
+        loads: LoadBacks,
     ) -> Entry | Budget:
-        verdict = self._admit_with(req, ledger, locked, entries, reuse=True)
+        verdict = self._admit_with(req, ledger, locked, entries, loads, reuse=True)
         if verdict is _LOCK_REFUSED:
             # Locking its own cached prefix made it not fit (a policy that gives no credit for
             # the prefix pays for it twice). Computing the prompt afresh may fit; otherwise
             # the request would wait forever, since an idle node never evicts that prefix.
-            verdict = self._admit_with(req, ledger, locked, entries, reuse=False)
+            verdict = self._admit_with(req, ledger, locked, entries, loads, reuse=False)
+        if isinstance(verdict, Entry) and verdict.load_back:
+            self._load_back(verdict.load_back, locked, loads)
         return Budget.NO_TOKEN if verdict is _LOCK_REFUSED else verdict
 
+    def _load_back(self, tokens: int, locked: set[int], loads: LoadBacks) -> None:
+        """Foresee what a load-back of ``tokens`` evicts at admission (``LoadBacks``)."""
+        node, page = self.node, self.node.config.page_size
+        slots = pages_for(tokens, page) * page
+        short = slots - (node.pool.free_tokens + loads.freed - loads.loaded)
+        if short > 0:
+            taken = node.cache.victims(short, keep=locked, gone=loads.gone)
+            loads.gone.update(n.id for n in taken)
+            loads.freed += sum(len(n) for n in taken)
+        loads.loaded += slots
+
     def _admit_with(
-        self, req: Request, ledger: Ledger, locked: set[int], entries: list[Entry], *, reuse: bool
+        self,
+        req: Request,
+        ledger: Ledger,
+        locked: set[int],
+        entries: list[Entry],
+        loads: LoadBacks,
+        *,
+        reuse: bool,
     ) -> Entry | Budget | object:
         node, combo, page = self.node, self.combo, ledger.page_size
         if reuse:
-            cached, last, _ = node.cache.match(req.tokens)
+            cached, last, _ = node.cache.match(req.tokens, loads.gone)
         else:
             cached, last = 0, node.cache.root
         host_len = node.host.loadable(req.tokens, cached, page)

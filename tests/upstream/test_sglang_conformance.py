@@ -114,7 +114,7 @@ def test_random_scenarios(hybrid_swa, count):
 
 # Eviction at admission: r0's host load-back takes its slots at admission, evicting r1's cached
 # prefix (the least recently used) before r1 is matched, so upstream computes r1's 600 tokens;
-# policykit locks every planned prefix before any load-back evicts, and r1 keeps its 512.
+# the planner foresees that eviction (planner.LoadBacks) and the node commits it in that order.
 LOAD_BACK_EVICTS = scenario(
     16,
     4096,
@@ -127,9 +127,6 @@ LOAD_BACK_EVICTS = scenario(
 )
 
 
-@pytest.mark.xfail(
-    reason="issue 13 item 8: eviction at admission is not reproduced yet", strict=True
-)
 def test_load_back_evicts_a_later_requests_prefix():
     assert_identical(LOAD_BACK_EVICTS)
 
