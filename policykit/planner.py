@@ -5,8 +5,10 @@ The order is the engine's (SGLang ``_get_new_batch_prefill_raw``):
 1. open a fresh ledger from ``free + evictable``;
 2. resume the in-progress chunked request first (chunking policy, then alignment);
 3. admit waiting requests in order while the budget says ``CONTINUE``: admission check, lock
-   of the device prefix (and the check again), host load-back (lowers the baseline at once),
-   chunk length, alignment, charges, tail reservation;
+   of the device prefix (and the check again), host load-back (lowers the baseline at once,
+   and evicts unlocked cached prefixes at once if the free pool is short, so a later request
+   no longer hits them: :class:`LoadBacks`), chunk length, alignment, charges, tail
+   reservation;
 4. stop at the first request that is refused: nothing behind it is looked at.
 
 Nothing is allocated here. Locks and load-backs are *accounted* on the ledger exactly as the
