@@ -7,7 +7,7 @@ be dropped (it holds KV already), so the choice is between forcing a chunk anywa
 from __future__ import annotations
 
 from policykit.hookspecs import hookimpl
-from policykit.policy import ChunkingPolicy, ChunkView
+from policykit.policy import ChunkingPolicy, ChunkView, EngineConfig
 
 
 def _truncate_to_pages(v: ChunkView) -> int:
@@ -74,11 +74,19 @@ class SGLangPreSWAFixChunking(ChunkingPolicy):
     ``min(rem_chunk, rem_total, rem_swa)``, and when that is ``<= 0`` force ``rem_chunk_tokens``.
     No page is left for ``alloc_extend`` and the fallback ignores the sliding-window budget:
     seed 001's OOM. A new request's chunk ignores the sliding-window budget too. Kept so that
-    seed 001 replays; on a plain KV pool it is ``sglang``. The ledger it runs on is 0.5.23's
-    (the window-capped sliding-window charge), which seed 001 does not describe.
+    seed 001 replays, and only under hybrid SWA (on a plain KV pool it would be ``sglang``).
+    The ledger it runs on is 0.5.23's (the window-capped sliding-window charge), which seed 001
+    does not describe.
     """
 
     name = "sglang-pre-swa-fix"
+
+    def validate(self, config: EngineConfig) -> None:
+        if not config.hybrid_swa:
+            raise ValueError(
+                "sglang-pre-swa-fix differs from chunking=sglang only with hybrid SWA (a "
+                "sliding window); without one, use chunking=sglang"
+            )
 
     def new_chunk(self, v: ChunkView) -> int:
         return _truncate_to_pages(v)
