@@ -68,8 +68,24 @@ class EmptyCacheAtServing(policykit.AllocatorPhasePolicy):
 # --8<-- [end:allocator-phase]
 
 
+# --8<-- [start:queue]
+class LeastWorkFirst(policykit.QueuePolicy):
+    """The request with the fewest tokens left to compute goes first; one that can never fit
+    is rejected for good instead of blocking the queue."""
+
+    name = "least-work"
+    skips_never_fitting = True
+
+    def priority(self, v: policykit.QueueView) -> int:
+        return v.prompt_tokens - v.prefix_tokens - v.host_prefix_tokens
+
+
+# --8<-- [end:queue]
+
+
 @policykit.hookimpl
 def policykit_register_policies(register):
     register(WholePagesChunking)
     register(TwoPageAlignment)
     register(EmptyCacheAtServing)
+    register(LeastWorkFirst)

@@ -17,6 +17,8 @@ from policykit.policy import (
     EngineConfig,
     Parameter,
     Policy,
+    QueuePolicy,
+    QueueView,
     TailView,
 )
 
@@ -34,6 +36,8 @@ __all__ = [
     "EngineConfig",
     "Parameter",
     "Policy",
+    "QueuePolicy",
+    "QueueView",
     "TailView",
     "__version__",
     "ceil_paged",

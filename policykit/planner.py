@@ -9,6 +9,8 @@ The order is the engine's (SGLang ``_get_new_batch_prefill_raw``):
    and evicts unlocked cached prefixes at once if the free pool is short, so a later request
    no longer hits them: :class:`LoadBacks`), chunk length, alignment, charges, tail
    reservation;
+   The queue policy orders the waiting requests; it also says whether a request that can
+   never fit is rejected for good (the planner goes on) or, as upstream, stops the queue;
 4. stop at the first request that is refused: nothing behind it is looked at.
 
 Nothing is allocated here. Locks and load-backs are *accounted* on the ledger exactly as the
@@ -32,7 +34,7 @@ from policykit.liveness import (
 )
 from policykit.node import FIRST_TOKENS, PrefillNode
 from policykit.plan import NEVER, Entry, EntryKind, LedgerMark, Plan, Rejection
-from policykit.policy import AdmitView, AlignView, ChunkView, Policy, TailView
+from policykit.policy import AdmitView, AlignView, ChunkView, Policy, QueueView, TailView
 from policykit.pool import pages_for
 from policykit.registry import Combo
 from policykit.request import Request
@@ -115,15 +117,10 @@ class Planner:
         node: PrefillNode,
         combo: Combo,
         observer: Observer | None = None,
-        *,
-        skip_never_fits: bool = True,
     ) -> None:
         self.node = node
         self.combo = combo
         self.observer = observer or Observer()
-        #: skip a request that can never fit (a policykit extension) instead of letting it
-        #: block the queue behind it every round, as SGLang's fcfs queue does
-        self.skip_never_fits = skip_never_fits
 
     def open_ledger(self) -> Ledger:
         node, cfg = self.node, self.node.config
@@ -153,17 +150,14 @@ class Planner:
 
         locked: set[int] = set()
         loads = LoadBacks()
-        for req in self.node.waiting:
+        skips = self.combo.queue.skips_never_fitting
+        for req in self.queue():
             state = ledger.budget_state()
             if state is not Budget.CONTINUE:
                 stop = state.value
                 break
             verdict = self._admit(req, ledger, locked, entries, loads)
-            if (
-                isinstance(verdict, Budget)
-                and self.skip_never_fits
-                and (reason := self.never_fits(req)) is not None
-            ):
+            if isinstance(verdict, Budget) and skips and (reason := self.never_fits(req)):
                 # Refused for good: skip it rather than block the queue behind it forever.
                 rejected.append(Rejection(req.id, NEVER, reason))
                 self.observer.reject(req.id, NEVER, ledger)
@@ -184,6 +178,35 @@ class Planner:
             stop=stop,
             baseline=baseline,
         )
+
+    # -- the waiting queue -----------------------------------------------------------------
+    def queue(self) -> list[Request]:
+        """The waiting requests in the order this round looks at them: by the queue policy's
+        priority, lower first, with a stable sort (equal priorities keep arrival order)."""
+        waiting = list(self.node.waiting)
+        policy = self.combo.queue
+        if policy.arrival_order or len(waiting) < 2:
+            return waiting
+        return sorted(waiting, key=self._priority)
+
+    def _priority(self, req: Request) -> int:
+        node, page = self.node, self.node.config.page_size
+        cached = node.cache.match(req.tokens)[0]
+        view = QueueView(
+            prompt_tokens=req.prompt_tokens,
+            prefix_tokens=cached,
+            host_prefix_tokens=node.host.loadable(req.tokens, cached, page),
+            page_size=page,
+        )
+        policy = self.combo.queue
+        rank = ask(policy, policy.priority, view, req.id)
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise PolicyError(
+                f"{describe(policy)} gave request {req.id!r} the priority {rank!r}; a priority "
+                "is an int (lower goes first).",
+                request_id=req.id,
+            )
+        return rank
 
     # -- the in-progress request -----------------------------------------------------------
     def _resume(self, req: Request, ledger: Ledger) -> Entry:

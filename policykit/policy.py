@@ -1,4 +1,4 @@
-"""The four policy kinds and the small, pure views they decide on.
+"""The five policy kinds and the small, pure views they decide on.
 
 A policy sees a frozen *view* of plain integers and returns integers or booleans. It never
 touches the pool, the cache or the request objects. That restriction is what lets the same
@@ -26,7 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-KINDS = ("admission", "chunking", "alignment", "allocator-phase")
+KINDS = ("admission", "chunking", "alignment", "allocator-phase", "queue")
+#: the kinds whose decisions plan a round, and so the ones ``policykit check`` evaluates
+DECISION_KINDS = ("admission", "chunking", "alignment", "queue")
 
 
 @dataclass(frozen=True)
@@ -205,9 +207,46 @@ class AllocatorPhasePolicy(Policy):
         yield
 
 
+# --- waiting queue ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QueueView:
+    """A waiting request, as far as its place in the queue goes: facts of the request alone.
+
+    Nothing here changes while it waits (no wait time, no ledger), so the queue's order is the
+    same in every round and a checker can reason about it once per request."""
+
+    prompt_tokens: int  #: the whole prompt
+    prefix_tokens: int  #: its prefix already cached on the device (the radix-tree match)
+    host_prefix_tokens: int  #: what a load-back would copy to the device
+    page_size: int  #: tokens per KV page (concrete: the engine's configuration)
+
+
+class QueuePolicy(Policy):
+    """Decides the order of the waiting queue and what a refused request does to it.
+
+    Every round the planner looks at the waiting requests sorted by :meth:`priority` (lower
+    first; equal priorities keep arrival order) and stops at the first one that is refused,
+    as SGLang's scheduler loop does. With ``skips_never_fitting`` a refused request that no
+    node state could ever admit (``Planner.never_fits``) is rejected for good and the planner
+    goes on to the next one, instead of letting it block everything behind it every round.
+    """
+
+    kind = "queue"
+    #: reject a request that can never fit and go on, rather than stop the queue at it
+    skips_never_fitting: ClassVar[bool] = False
+    #: the queue stays in arrival order and :meth:`priority` is not asked (it saves a prefix
+    #: match per waiting request per round, which is what upstream's ``fcfs`` saves too)
+    arrival_order: ClassVar[bool] = False
+
+    def priority(self, v: QueueView) -> int:
+        """The request's place in the queue: lower goes first (ties keep arrival order)."""
+        raise NotImplementedError
+
+
 POLICY_BASES: dict[str, type[Policy]] = {
     "admission": AdmissionPolicy,
     "chunking": ChunkingPolicy,
     "alignment": AlignmentPolicy,
     "allocator-phase": AllocatorPhasePolicy,
+    "queue": QueuePolicy,
 }

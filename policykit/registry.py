@@ -2,7 +2,8 @@
 
 A *combo* is one policy per kind. The tool prints a combo one way only, positionally
 (:func:`format_combo`): ``reserve-tail/sglang/checkpoint:256`` is admission/chunking/alignment,
-with a fourth part only when the allocator phase is not the default. ``--combo`` accepts that
+with a fourth part (the allocator phase) and a fifth (the waiting queue) only as far as one is
+not the default. ``--combo`` accepts that
 form back, the explicit ``admission=reserve-tail,alignment=checkpoint:256`` form (kinds left
 out keep the defaults in :data:`DEFAULT_COMBO`, or a scenario's own choice), and the older
 printed spellings ``sglang+sglang+page`` and ``sglang · sglang · page`` (:func:`parse_combo`).
@@ -18,13 +19,14 @@ from dataclasses import dataclass
 
 from policykit.errors import ComboError, PluginError, quote
 from policykit.plugin_manager import PluginSource, PolicykitPluginManager
-from policykit.policy import KINDS, POLICY_BASES, EngineConfig, Policy
+from policykit.policy import DECISION_KINDS, KINDS, POLICY_BASES, EngineConfig, Policy
 
 DEFAULT_COMBO: dict[str, str] = {
     "admission": "reserve-tail",
     "chunking": "sglang",
     "alignment": "page",
     "allocator-phase": "default",
+    "queue": "fcfs-skip",
 }
 
 #: parameter values ``--all`` tries for policies that require one
@@ -66,12 +68,13 @@ class Combo:
     chunking: Policy
     alignment: Policy
     allocator_phase: Policy
+    queue: Policy
 
     def as_dict(self) -> dict[str, str]:
         return {p.kind: p.spec for p in self.policies()}
 
     def policies(self) -> tuple[Policy, ...]:
-        return (self.admission, self.chunking, self.alignment, self.allocator_phase)
+        return (self.admission, self.chunking, self.alignment, self.allocator_phase, self.queue)
 
     def __str__(self) -> str:
         return format_combo(self.as_dict())
@@ -85,15 +88,17 @@ NAME_FORBIDDEN = ",=:/+· \t"
 
 
 def format_combo(combo: Mapping[str, str]) -> str:
-    """The one printed form of a combo: ``admission/chunking/alignment[/allocator-phase]``.
+    """The one printed form of a combo:
+    ``admission/chunking/alignment[/allocator-phase[/queue]]``.
 
-    Kinds missing from ``combo`` are the defaults; the allocator phase is printed only when it
-    is not the default, since it plans nothing and most combos leave it alone.
+    Kinds missing from ``combo`` are the defaults. The trailing kinds are printed only as far as
+    one differs from its default (most combos leave the allocator phase and the queue alone):
+    a non-default queue brings the allocator phase with it, so the parts keep their places.
     """
     chosen = {**DEFAULT_COMBO, **combo}
-    parts = [chosen[k] for k in KINDS[:3]]
-    if chosen["allocator-phase"] != DEFAULT_COMBO["allocator-phase"]:
-        parts.append(chosen["allocator-phase"])
+    parts = [chosen[k] for k in KINDS]
+    while len(parts) > 3 and parts[-1] == DEFAULT_COMBO[KINDS[len(parts) - 1]]:
+        parts.pop()
     return COMBO_SEPARATOR.join(parts)
 
 
@@ -133,13 +138,14 @@ def parse_combo(text: str) -> dict[str, str]:
 
 def _parse_positional(text: str) -> dict[str, str]:
     parts = _POSITIONAL_SPLIT.split(text)
-    if not 3 <= len(parts) <= 4 or not all(parts):
+    if not 3 <= len(parts) <= len(KINDS) or not all(parts):
         raise ComboError(
             f"The combo {quote(text)} has {len(parts)} part(s); the short form is "
-            "ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE], for example "
+            "ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE[/QUEUE]], for example "
             "reserve-tail/sglang/checkpoint:256 (or write admission=reserve-tail,...)."
         )
-    return dict(zip(KINDS, [*parts, DEFAULT_COMBO["allocator-phase"]][:4], strict=True))
+    defaults = [DEFAULT_COMBO[k] for k in KINDS[len(parts) :]]
+    return dict(zip(KINDS, [*parts, *defaults], strict=True))
 
 
 class PolicyRegistry:
@@ -198,6 +204,10 @@ class PolicyRegistry:
     # -- queries ---------------------------------------------------------------------------
     def entries(self, kind: str | None = None) -> list[PolicyEntry]:
         return [e for (k, _), e in self._entries.items() if kind is None or k == kind]
+
+    def sources(self, combo: Combo) -> dict[str, str]:
+        """Where each deciding policy of ``combo`` comes from, for error messages."""
+        return {k: str(self.entry(k, getattr(combo, k).name).source) for k in DECISION_KINDS}
 
     def entry(self, kind: str, name: str) -> PolicyEntry:
         try:
@@ -270,6 +280,7 @@ class PolicyRegistry:
             chunking=made["chunking"],
             alignment=made["alignment"],
             allocator_phase=made["allocator-phase"],
+            queue=made["queue"],
         )
 
     def all_combos(

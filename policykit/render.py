@@ -135,11 +135,19 @@ def print_run(result: RunResult, *, title: str, console: Console | None = None) 
             )
         )
         console.print(Text(nc.message, style="red"))
+    if result.starvation is not None:
+        st = result.starvation
+        console.print(
+            Text(f"Waiting request {st.request} starves (round {st.round}):", style="bold red")
+        )
+        console.print(Text(st.message, style="red"))
     if result.oom is None:
         console.print(
             Text(
                 f"No OOM after {len(result.rounds)} rounds (stopped: {result.stopped_by}).",
-                style="bold green" if result.never_completes is None else "yellow",
+                style="bold green"
+                if result.never_completes is None and result.starvation is None
+                else "yellow",
             )
         )
     console.print(f"completed: {', '.join(result.completed) or '-'}")

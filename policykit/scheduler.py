@@ -109,12 +109,27 @@ class RoundRecord:
 
 
 @dataclass
+class Starvation:
+    """A waiting request that waits forever although an idle node would admit it: the failure
+    ``no-starvation`` names. The node is drained (nothing in progress, no KV held) and nothing
+    was planned, because the queue stops at ``head`` every round (a queue policy that does not
+    skip a request that can never fit, as upstream's ``fcfs``)."""
+
+    round: int
+    request: str
+    head: str | None
+    message: str
+
+
+@dataclass
 class RunResult:
     combo: Combo
     rounds: list[RoundRecord] = field(default_factory=list)
     oom: OOMReport | None = None
     #: the first admitted request found unable to ever complete (or None)
     never_completes: NeverCompletes | None = None
+    #: the first waiting request found to wait forever on a drained node (or None)
+    starvation: Starvation | None = None
     completed: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)
@@ -130,6 +145,7 @@ class RunResult:
             "never_completes": None
             if self.never_completes is None
             else self.never_completes.__dict__.copy(),
+            "starvation": None if self.starvation is None else self.starvation.__dict__.copy(),
             "completed": self.completed,
             "pending": self.pending,
             "rejected": [{"id": k, "reason": v} for k, v in self.rejected.items()],
@@ -169,7 +185,7 @@ class Scheduler:
         forward: Forward | None = None,
         starvation_rounds: int = 1000,
         history: bool = True,
-        upstream_queue: bool = False,
+        fail_stuck: bool = True,
     ) -> None:
         self.node = node
         self.combo = combo
@@ -180,11 +196,11 @@ class Scheduler:
         self.history = history
         #: the in-progress request and how many rounds in a row it has been deferred
         self._deferred: tuple[str, int] | None = None
-        #: SGLang's waiting-queue behaviour: a never-fitting head blocks the queue, and a
-        #: stuck in-progress request waits forever (policykit's extensions skip and fail them)
-        self.upstream_queue = upstream_queue
+        #: fail an in-progress request that is stuck on an otherwise idle node (policykit's
+        #: extension; SGLang 0.5.23 defers it forever)
+        self.fail_stuck = fail_stuck
         self._observer = _HookObserver(pm)
-        self.planner = Planner(node, combo, self._observer, skip_never_fits=not upstream_queue)
+        self.planner = Planner(node, combo, self._observer)
         self.round_no = 0
         self.result = RunResult(combo)
         self._serving = False
@@ -288,7 +304,7 @@ class Scheduler:
         Failing it frees that KV for them; the run reports it as never completing.
         """
         req = self.node.chunked
-        if req is None or plan.batch or self.node.pending_releases() or self.upstream_queue:
+        if req is None or plan.batch or self.node.pending_releases() or not self.fail_stuck:
             return
         chunking = self.combo.chunking
         message = (
@@ -333,6 +349,35 @@ class Scheduler:
                 "evictable + held KV still due back).",
             )
 
+    def _check_starvation(self, record: RoundRecord) -> None:
+        """A round on a drained node (nothing in progress, no KV held) that placed nothing
+        while a request an idle node would admit waits: the queue stopped in front of it, and
+        with nothing running nothing changes before the next round looks at it again."""
+        node = self.node
+        if (
+            self.result.starvation is not None
+            or record.plan.batch
+            or node.chunked is not None
+            or node.held
+            or not node.waiting
+        ):
+            return
+        queue = self.planner.queue()
+        for req in queue:
+            if self.planner.never_fits(req) is None:
+                refused = record.plan.rejected
+                head = refused[-1].request_id if refused else None
+                why = f"the queue stops at {head}" if head else "nothing admits it"
+                self.result.starvation = Starvation(
+                    self.round_no,
+                    req.id,
+                    head,
+                    f"an idle node would admit it, but in round {self.round_no} the node is "
+                    f"drained and {why} (the {self.combo.queue.spec!r} queue policy does not "
+                    "skip a request that can never fit), so it waits behind it.",
+                )
+                return
+
     def _never_completes(
         self, request: str, cause: str, owed: int, reclaimable: int, message: str
     ) -> None:
@@ -374,6 +419,7 @@ class Scheduler:
                     break
                 if on_round is not None:
                     on_round(record)
+                self._check_starvation(record)
                 if self.idle(record):
                     result.stopped_by = "idle"
                     break

@@ -15,6 +15,7 @@ keeps the unrolled formula tractable.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ from policykit.spec.model import (
     RoundState,
     full_need,
     ite,
+    make_request,
     owed,
     quiet_entry,
     swa_need,
@@ -45,13 +47,24 @@ from policykit.spec.model import (
 from policykit.spec.symbolic import Sym, num
 
 #: the properties, in the order they are reported
-PROPERTIES = ("no-oom", "swa-no-oom", "admitted-completes", "progress", "ledger", "contract")
+PROPERTIES = (
+    "no-oom",
+    "swa-no-oom",
+    "admitted-completes",
+    "no-starvation",
+    "progress",
+    "ledger",
+    "contract",
+)
 PROPERTY_DOCS = {
     "no-oom": "the full KV pool can pay for every planned batch (load-backs + alloc_extend)",
     "swa-no-oom": "the sliding-window pool can pay extend + page_size per chunk (hybrid SWA)",
     "admitted-completes": "every admitted request can still complete after every round: what "
     "it owes fits in what the node can ever free again (free + evictable + held KV still due "
     "back), and the scheduler never fails it for waiting forever (full and SWA pools)",
+    "no-starvation": "a round that opens on a drained node (nothing in progress, no KV held) "
+    "while a request an idle node would admit waits, places a request: no waiting request "
+    "waits forever behind one that can never fit",
     "progress": "a round that opens with memory to finish the in-progress request schedules it",
     "ledger": "cur_rem_tokens >= rem_total_tokens after every placed chunk",
     "contract": "every policy decision is one the planner accepts (chunk in range, aligned end "
@@ -89,6 +102,20 @@ class Inputs:
     #: the pool's size and the pinned prefixes in it (what never-fits measures an idle node by)
     pool_total: Sym
     pinned: Sym
+    #: what the declared bounds require of the inputs (a shrunk counterexample must keep them)
+    facts: list[z3.BoolRef]
+
+    def shrinkable(self, config: ModelConfig, granule: int) -> list[tuple[Sym, int, int]]:
+        """The integer inputs as ``(input, step, floor)``, in the order a counterexample is
+        shrunk: the pool (in pages), then the prompts (in the granule), then timing."""
+        page, reqs = config.page_size, self.requests
+        pool = [(self.free, page, 0), (self.evictable, page, 0)]
+        pool += [(r.device, page, 0) for r in reqs]
+        if config.hybrid:
+            pool.append((self.swa_free, page, page))
+        prompts = [(x, granule, 0) for r in reqs for x in (r.prompt, r.host)]
+        timing = [(r.arrival, 1, 1) for r in reqs] + [(self.release_rounds, 1, 0)]
+        return pool + prompts + timing
 
 
 @dataclass
@@ -124,18 +151,22 @@ class Unrolling:
     violations: list[dict[str, z3.BoolRef]] = field(default_factory=list)
 
 
-def make_inputs(enc: Encoder, config: ModelConfig, n: int, rounds: int, bounds: Bounds) -> Inputs:
+def make_inputs(enc: Encoder, model: RoundModel, n: int, rounds: int, bounds: Bounds) -> Inputs:
+    """The symbolic scenario, its requests numbered in the order the queue looks at them."""
+    config = model.config
     page = config.page_size
+    first_fact = len(enc.facts)
     free, evictable = enc.var("free"), enc.var("evictable")
     swa_free = enc.var("swa_free")
     never, delay = z3.Bool("release_never"), enc.var("release_rounds")
+    g = bounds.granule_for(config)
     reqs = [
-        Req(
-            name=chr(ord("A") + i) if n <= 26 else f"R{i}",
-            prompt=enc.var(f"prompt{i}"),
-            device=enc.var(f"device{i}"),
-            host=enc.var(f"host{i}"),
-            arrival=enc.var(f"arrival{i}"),
+        make_request(
+            enc,
+            chr(ord("A") + i) if n <= 26 else f"R{i}",
+            tuple(enc.var(f"{what}{i}") for what in ("prompt", "device", "host", "arrival")),
+            page,
+            host_paged=g % page == 0,
         )
         for i in range(n)
     ]
@@ -156,8 +187,7 @@ def make_inputs(enc: Encoder, config: ModelConfig, n: int, rounds: int, bounds: 
         f += [swa_free.t >= page, swa_free.t <= bounds.max_pool_tokens]
     else:
         f += [swa_free.t == 0]
-    g = bounds.granule_for(config)
-    for i, r in enumerate(reqs):
+    for r in reqs:
         f += [
             (r.prompt % g).t == 0,
             (r.host % g).t == 0,
@@ -171,9 +201,24 @@ def make_inputs(enc: Encoder, config: ModelConfig, n: int, rounds: int, bounds: 
             r.arrival.t >= 1,
             r.arrival.t <= rounds,
         ]
-        if i:
-            f.append(reqs[i - 1].arrival.t <= r.arrival.t)
-    return Inputs(free, evictable, swa_free, never, delay, reqs, total, pinned)
+    f += queue_order(model, reqs)
+    facts = enc.facts[first_fact:]
+    return Inputs(free, evictable, swa_free, never, delay, reqs, total, pinned, facts)
+
+
+def queue_order(model: RoundModel, reqs: list[Req]) -> list[z3.BoolRef]:
+    """Facts that number the requests in the queue's order: by the queue policy's priority,
+    equal priorities in arrival order (the planner's stable sort of an arrival-ordered queue).
+    No scenario is lost: any one can be renumbered so. A request's priority depends on its own
+    facts alone (``QueueView``), so the order is the same in every round."""
+    keys = [model.priority(r) for r in reqs]
+    out = []
+    for (a, ka), (b, kb) in itertools.pairwise(zip(reqs, keys, strict=True)):
+        in_arrival = a.arrival.t <= b.arrival.t
+        out.append(
+            in_arrival if ka is None else z3.Or(ka.t < kb.t, z3.And(ka.t == kb.t, in_arrival))
+        )
+    return out
 
 
 @dataclass
@@ -182,7 +227,12 @@ class NodeState:
 
     baseline: Sym
     swa_free: Sym
-    admitted: Sym  #: requests 0..admitted-1 left the queue (admission is in queue order)
+    left: list[z3.BoolRef]  #: the request left the waiting queue (placed or rejected for good)
+    #: with a queue in arrival order, requests leave it in order: how many have (``left`` is
+    #: then ``admitted > i``). One counter instead of a flag per request keeps that order
+    #: explicit, which the solver needs: with flags the round-3 query of seed 000 went from
+    #: 5-12 s to over 15 s. None for a queue ordered by priority
+    admitted: Sym | None
     seq: list[Sym]
     finished: list[Sym]  #: round it finished, 0 while not
     released: list[z3.BoolRef]
@@ -191,13 +241,15 @@ class NodeState:
     alive: z3.BoolRef  #: no OOM and no policy error so far
 
 
-def initial_state(inp: Inputs) -> NodeState:
+def initial_state(inp: Inputs, in_arrival_order: bool) -> NodeState:
+    """A fresh node; ``in_arrival_order``: the queue policy keeps arrival order."""
     zero = Sym(num(0))
     n = len(inp.requests)
     return NodeState(
         baseline=inp.free + inp.evictable,
         swa_free=inp.swa_free,
-        admitted=zero,
+        left=[z3.BoolVal(False)] * n,
+        admitted=Sym(num(0)) if in_arrival_order else None,
         seq=[zero] * n,
         finished=[zero] * n,
         released=[z3.BoolVal(False)] * n,
@@ -236,9 +288,7 @@ def unroll_round(
     ledger = model.open_ledger(baseline, swa_free)
     f = z3.BoolVal(False)
     state = RoundState(ledger, f, f, z3.BoolVal(True), f, f)
-    in_progress = [
-        z3.And(s.admitted.t > i, s.finished[i].t == 0, z3.Not(s.rejected[i])) for i in range(n)
-    ]
+    in_progress = [z3.And(s.left[i], s.finished[i].t == 0, z3.Not(s.rejected[i])) for i in range(n)]
     # at most one request is in progress: select it, resume it once
     has = z3.simplify(z3.Or(*in_progress))
     progress_bad = z3.BoolVal(False)
@@ -256,16 +306,24 @@ def unroll_round(
         )
         progress_bad = z3.And(has, room, e.kind.t == DEFERRED)
         entries = [_combine(quiet_entry(), e, in_progress[i]) for i in range(n)]
-    admitted = s.admitted
+    left, admitted = list(s.left), s.admitted
     rejected = list(s.rejected)
     idle = IdleNode(capacity=idle_capacity(inp.pool_total, inp.pinned), swa_total=inp.swa_free)
+    placed_any: list[z3.BoolRef] = []
     for j, q in enumerate(reqs):
-        consider = z3.And(admitted.t <= j, q.arrival.t <= r)
+        waits = z3.Not(left[j]) if admitted is None else admitted.t <= j
+        consider = z3.And(waits, q.arrival.t <= r)
         e, placed, never = model.admit(state, consider, q, idle)
         # an entry per request per round: a waiting request cannot also be in progress
         entries[j] = _combine(entries[j], e, e.kind.t != NONE)
-        admitted = enc.bind("admitted", ite(z3.Or(placed, never), j + 1, admitted))
+        if admitted is None:
+            left[j] = enc.bind_bool("left", z3.Or(left[j], placed, never))
+        else:
+            admitted = enc.bind("admitted", ite(z3.Or(placed, never), j + 1, admitted))
         rejected[j] = z3.Or(rejected[j], never)
+        placed_any.append(placed)
+    if admitted is not None:
+        left = [admitted.t > i for i in range(n)]
 
     # commit
     need = sum((full_need(e, page) for e in entries), Sym(num(0)))
@@ -311,7 +369,7 @@ def unroll_round(
         stuck = z3.And(
             z3.Not(batch),
             z3.Not(held),
-            admitted.t > i,
+            left[i],
             finished[i].t == 0,
             z3.Not(rejected[i]),
         )
@@ -324,7 +382,7 @@ def unroll_round(
     # what the in-progress request (if any) still needs after this round
     owed_after = Sym(num(0))
     for i, q in enumerate(reqs):
-        still = z3.And(admitted.t > i, finished[i].t == 0, z3.Not(rejected[i]))
+        still = z3.And(left[i], finished[i].t == 0, z3.Not(rejected[i]))
         owed_after = owed_after + ite(still, owed(q.prompt, seq[i], page), 0)
     owed_after = enc.bind("owed_after", owed_after)
     reclaimable = baseline_after + sum(
@@ -334,6 +392,19 @@ def unroll_round(
 
     alive = s.alive
     oom = z3.Or(oom_full, oom_swa)
+    # a drained node: nothing in progress, no KV held by finished requests (due back or not)
+    drained = z3.And(
+        z3.Not(has),
+        *(
+            z3.Not(z3.And(s.finished[i].t > 0, z3.Not(s.released[i]), z3.Not(released_now[i])))
+            for i in range(n)
+        ),
+    )
+    admissible = [
+        z3.And(z3.Not(s.left[j]), q.arrival.t <= r, model.fits_idle(q, idle))
+        for j, q in enumerate(reqs)
+    ]
+    starves = z3.And(drained, z3.Or(*admissible), z3.Not(z3.Or(*placed_any)))
     violations = {
         "no-oom": z3.And(alive, z3.Not(state.bad_contract), oom_full),
         "swa-no-oom": z3.And(alive, z3.Not(state.bad_contract), oom_swa),
@@ -343,6 +414,7 @@ def unroll_round(
             z3.Not(oom),
             z3.Or(t(never_completes(owed_after, reclaimable)), *stuck_now),
         ),
+        "no-starvation": z3.And(alive, z3.Not(state.bad_contract), starves),
         "progress": z3.And(alive, z3.Not(state.bad_contract), progress_bad),
         "ledger": z3.And(alive, state.bad_ledger),
         "contract": z3.And(alive, state.bad_contract),
@@ -367,6 +439,7 @@ def unroll_round(
     nxt = NodeState(
         baseline=enc.bind("baseline_next", baseline_after + freed),
         swa_free=swa_after,
+        left=left,
         admitted=admitted,
         seq=seq,
         finished=finished,

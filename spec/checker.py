@@ -28,10 +28,11 @@ from policykit.spec.bmc import (
     make_inputs,
     unroll_round,
 )
-from policykit.spec.counterexample import Counterexample, extract, minimise, replay
+from policykit.spec.counterexample import Counterexample, extract, replay
 from policykit.spec.crossval import check_lifted, check_policies
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, ModelConfig, RoundModel
+from policykit.spec.shrink import shrunk_counterexample
 from policykit.spec.solver import solve, unrolled
 
 PROVED, VIOLATED, UNKNOWN = "proved", "violated", "unknown"
@@ -43,7 +44,8 @@ class CheckOptions:
     requests: int = 3
     timeout_s: float = 10.0
     bounds: Bounds = field(default_factory=Bounds)
-    minimise: bool = True
+    #: shrink counterexamples by replaying smaller ones (:mod:`policykit.spec.shrink`)
+    shrink: bool = True
     properties: tuple[str, ...] | None = None
 
 
@@ -91,6 +93,7 @@ def config_dict(config: ModelConfig) -> dict[str, Any]:
         "page_size": config.page_size,
         "chunked_prefill_size": config.chunked_prefill_size,
         "swa_window": config.swa_window,
+        "max_prefill_tokens": config.max_prefill_tokens,
     }
 
 
@@ -107,6 +110,8 @@ def bounds_dict(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
 def scope_text(config: ModelConfig, options: CheckOptions) -> str:
     """One line naming what every verdict of a run holds for, and the bounded ones' bounds."""
     swa = "no SWA" if config.swa_window is None else f"SWA window {config.swa_window}"
+    if config.max_prefill_tokens is not None:
+        swa += f", max_prefill_tokens {config.max_prefill_tokens}"
     b = bounds_dict(config, options)
     return (
         f"for page size {config.page_size}, chunk size {config.chunked_prefill_size}, {swa}; "
@@ -118,7 +123,12 @@ def scope_text(config: ModelConfig, options: CheckOptions) -> str:
 def config_from_scenario(scenario: Scenario) -> tuple[ModelConfig, int]:
     """The engine configuration of a user's scenario, and its pool size as the pool cap: the
     node the user runs, not the checker's defaults."""
-    config = ModelConfig(scenario.page_size, scenario.chunked_prefill_size, scenario.sliding_window)
+    config = ModelConfig(
+        scenario.page_size,
+        scenario.chunked_prefill_size,
+        scenario.sliding_window,
+        scenario.max_prefill_tokens,
+    )
     return config, pool_tokens(scenario)
 
 
@@ -207,16 +217,12 @@ class _Deepening:
 
     def _violated(self, prop: str, k: int, violation: z3.BoolRef, found: z3.ModelRef) -> None:
         """Record the violation with a counterexample that replays to its failure in the real
-        scheduler: the minimised one if it does, else the one the solver found first."""
+        scheduler: shrunk if it can be, else the one the solver found."""
         t0 = time.perf_counter()
-        models = [found]
-        if self.options.minimise:
-            facts = [*self.u.enc.facts, violation]
-            models.insert(0, minimise(facts, self.u, found, expected_ms=self.last_ms[prop]))
-        for model in models:
-            cx = replay(extract(self.u, model, prop, k, self.u.combo), self.u.combo)
-            if cx.failure is not None:
-                break
+        if self.options.shrink:
+            cx = shrunk_counterexample(self.u, prop, k, found, violation)
+        else:
+            cx = replay(extract(self.u, found, prop, k, self.u.combo), self.u.combo)
         note = (
             ""
             if cx.failure is not None
@@ -250,11 +256,11 @@ def _unroll_and_solve(
     enc: Encoder,
 ) -> None:
     k_max, n = options.rounds, options.requests
-    inputs = make_inputs(enc, config, n, k_max, options.bounds)
-    u = Unrolling(combo, config, n, options.bounds, enc, inputs)
     model = RoundModel(combo, config, enc, sources)
+    inputs = make_inputs(enc, model, n, k_max, options.bounds)
+    u = Unrolling(combo, config, n, options.bounds, enc, inputs)
     search = _Deepening(u, options, name, list(props), seconds, verdicts)
-    state = initial_state(inputs)
+    state = initial_state(inputs, combo.queue.arrival_order)
     for k in range(1, k_max + 1):
         t0 = time.perf_counter()
         state, violations = unroll_round(u, model, state, k)

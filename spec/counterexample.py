@@ -2,14 +2,14 @@
 
 A counterexample is only useful if a person can read it and a machine can replay it. So the
 model is turned into the same per-round rows ``policykit simulate`` prints (seed 000's A/B/C
-table), shrunk first (smallest pool, then smallest prompts that still fail), and written as a
-scenario file (``policykit.scenario``) that ``policykit simulate`` replays.
+table), after :mod:`policykit.spec.shrink` made it small, and written as a scenario file
+(``policykit.scenario``) that ``policykit simulate`` replays.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +21,6 @@ from policykit.registry import Combo
 from policykit.scenario import parse_scenario
 from policykit.spec.bmc import Unrolling, value
 from policykit.spec.model import KIND_NAMES, NONE
-from policykit.spec.solver import solve, unrolled
-from policykit.spec.symbolic import num
 
 
 @dataclass(frozen=True)
@@ -54,6 +52,7 @@ REPLAYS_TO = {
     "no-oom": ("oom", "full"),
     "swa-no-oom": ("oom", "swa"),
     "admitted-completes": ("never-completes", None),
+    "no-starvation": ("starves", None),
     "progress": ("never-completes", None),
     "contract": ("never-completes", None),
 }
@@ -63,7 +62,7 @@ REPLAYS_TO = {
 class Failure:
     """What broke when the real scheduler replayed the counterexample, in which round."""
 
-    kind: str  #: "oom" or "never-completes"
+    kind: str  #: "oom", "never-completes" or "starves"
     round: int
     request: str | None
     #: the pool that ran out ("full" / "swa"), or why the request can never complete
@@ -77,6 +76,11 @@ class Failure:
         if self.kind == "oom":
             who = f" while placing {self.request}" if self.request else ""
             return f"Round {self.round}: the {self.detail} KV pool ran out of memory{who}."
+        if self.kind == "starves":
+            return (
+                f"Round {self.round}: waiting request {self.request} starves (an idle node "
+                "would admit it, but the queue stops in front of it every round)."
+            )
         why = {
             "memory": "it owes more KV than the node can ever free again",
             "stuck": "it was deferred with no memory ever coming back, and failed",
@@ -131,59 +135,11 @@ class Counterexample:
         }
 
 
-def pool_size(u: Unrolling) -> z3.ArithRef:
-    inp = u.inputs
-    return inp.free.t + inp.evictable.t + sum((r.device.t for r in inp.requests), num(0))
-
-
-def prompt_size(u: Unrolling) -> z3.ArithRef:
-    return sum((r.prompt.t + r.host.t for r in u.inputs.requests), num(0))
-
-
-def minimise(
-    facts: list[z3.BoolRef],
-    u: Unrolling,
-    model: z3.ModelRef,
-    budget_s: float = 2.0,
-    expected_ms: float = 250,
-) -> z3.ModelRef:
-    """Binary-search the smallest pool, then the smallest prompts, that still violate.
-
-    ``facts`` include the violation; ``expected_ms`` is what finding the model took (each
-    query here is that one plus a bound). Stops when ``budget_s`` runs out and keeps the best
-    model found so far (a larger counterexample is still a valid one).
-    """
-    end = time.monotonic() + budget_s
-    fixed: list[z3.BoolRef] = []
-    # both sizes are sums of page (pool) or granule (prompts) multiples: search in those steps
-    steps = (u.config.page_size, u.bounds.granule_for(u.config))
-    for i, (objective, step) in enumerate(zip((pool_size(u), prompt_size(u)), steps, strict=True)):
-        # each objective gets its share of what is left, so the prompts are shrunk too
-        deadline = time.monotonic() + (end - time.monotonic()) / (2 - i)
-        best = model.eval(objective, model_completion=True).as_long()
-        lo = 0
-        while lo < best and time.monotonic() < deadline:
-            mid = lo + (best - lo) // 2 // step * step
-            left = max(1, int((deadline - time.monotonic()) * 1000))
-            result, found, _ = solve(
-                [*facts, *fixed, objective <= mid], left, unrolled(expected_ms)
-            )
-            if result == z3.sat and found is not None:
-                model = found
-                best = model.eval(objective, model_completion=True).as_long()
-            elif result == z3.unsat:
-                lo = mid + step
-            else:
-                break
-        fixed.append(objective <= best)
-    return model
-
-
 def extract(
     u: Unrolling, model: z3.ModelRef, prop: str, depth: int, combo: Combo
 ) -> Counterexample:
     """Read the violating run of ``depth`` rounds out of ``model``."""
-    inp, cfg = u.inputs, u.config
+    inp = u.inputs
     names = [r.name for r in inp.requests]
     rounds = []
     for k, rt in enumerate(u.rounds[:depth], start=1):
@@ -217,39 +173,51 @@ def extract(
                 value(model, rt.owed_after),
             )
         )
-    never = value(model, inp.release_never)
+    scenario = scenario_of(u, lambda x: value(model, x), prop, depth, combo)
+    return Counterexample(prop, depth, scenario, tuple(rounds))
+
+
+def scenario_of(
+    u: Unrolling, read: Callable[[Any], Any], prop: str, depth: int, combo: Combo
+) -> dict[str, Any]:
+    """The scenario file of the inputs, each input's value given by ``read`` (a z3 model's,
+    or a shrunk candidate's)."""
+    inp, cfg = u.inputs, u.config
     requests = []
     for r in inp.requests:
-        item: dict[str, Any] = {"id": r.name, "prompt_tokens": value(model, r.prompt)}
-        device, host = value(model, r.device), value(model, r.host)
+        item: dict[str, Any] = {"id": r.name, "prompt_tokens": read(r.prompt)}
+        device, host = read(r.device), read(r.host)
         if device:
             item["device_prefix_tokens"] = device
             item["device_prefix_pinned"] = True
         if host:
             item["host_prefix_tokens"] = host
-        arrival = value(model, r.arrival)
+        arrival = read(r.arrival)
         if arrival > 1:
             item["arrival_round"] = arrival
         requests.append(item)
     pool: dict[str, Any] = {
-        "free_tokens": value(model, inp.free),
-        "evictable_tokens": value(model, inp.evictable),
+        "free_tokens": read(inp.free),
+        "evictable_tokens": read(inp.evictable),
     }
     if cfg.hybrid:
-        pool["swa_free_tokens"] = value(model, inp.swa_free)
+        pool["swa_free_tokens"] = read(inp.swa_free)
         pool["sliding_window"] = cfg.swa_window
     scenario = {
         "name": f"counterexample-{prop}",
         "description": f"Found by policykit check: {prop} violated in round {depth} under {combo}.",
         "page_size": cfg.page_size,
         "chunked_prefill_size": cfg.chunked_prefill_size,
+        **(
+            {} if cfg.max_prefill_tokens is None else {"max_prefill_tokens": cfg.max_prefill_tokens}
+        ),
         "pool": pool,
-        "kv_release_rounds": None if never else value(model, inp.release_rounds),
+        "kv_release_rounds": None if read(inp.release_never) else read(inp.release_rounds),
         "combo": combo.as_dict(),
         "requests": requests,
     }
     parse_scenario(scenario, source="the exported counterexample")  # must be replayable
-    return Counterexample(prop, depth, scenario, tuple(rounds))
+    return scenario
 
 
 def replay(cx: Counterexample, combo: Combo, extra_rounds: int = 8) -> Counterexample:
@@ -268,6 +236,9 @@ def replay(cx: Counterexample, combo: Combo, extra_rounds: int = 8) -> Counterex
     elif kind == "never-completes" and result.never_completes is not None:
         nc = result.never_completes
         failure = Failure("never-completes", nc.round, nc.request, nc.cause, nc.message)
+    elif kind == "starves" and result.starvation is not None:
+        st = result.starvation
+        failure = Failure("starves", st.round, st.request, "blocked", st.message)
     return dataclasses.replace(cx, failure=failure)
 
 

@@ -38,7 +38,16 @@ from typing import Any
 import z3
 
 from policykit.node import FIRST_TOKENS
-from policykit.policy import AdmitView, AlignView, ChunkView, EngineConfig, Policy, TailView
+from policykit.policy import (
+    DECISION_KINDS,
+    AdmitView,
+    AlignView,
+    ChunkView,
+    EngineConfig,
+    Policy,
+    QueueView,
+    TailView,
+)
 from policykit.registry import Combo
 from policykit.spec.guard import Breach, Guard
 from policykit.spec.lifted import Lifted, entries, lift
@@ -131,6 +140,22 @@ METHODS: tuple[Method, ...] = (
         lambda c: AlignView(_sym("start"), _sym("end"), c.page_size),  # type: ignore[arg-type]
         lambda x, _: [x["start"] >= 0, x["end"] > x["start"]],
     ),
+    Method(
+        "queue",
+        "priority",
+        int,
+        lambda c: QueueView(
+            _sym("prompt_tokens"),  # type: ignore[arg-type]
+            _sym("prefix_tokens"),  # type: ignore[arg-type]
+            _sym("host_prefix_tokens"),  # type: ignore[arg-type]
+            c.page_size,
+        ),
+        lambda x, _: [
+            x["prefix_tokens"] >= 0,
+            x["host_prefix_tokens"] >= 0,
+            x["prefix_tokens"] + x["host_prefix_tokens"] < x["prompt_tokens"],
+        ],
+    ),
 )
 
 
@@ -151,7 +176,7 @@ def check_lifted(combo: Combo, engine: EngineConfig, sources: dict[str, str] | N
     view shape with other concrete fields); run after the model, before verdicts are given."""
     sources = sources or {}
     by_name = {m.name: m for m in METHODS}
-    for kind in ("admission", "chunking", "alignment"):
+    for kind in DECISION_KINDS:
         policy = getattr(combo, kind)
         for (name, shape), lifted in entries(policy):
             if not lifted.validated:
@@ -374,6 +399,11 @@ def _repair(values: dict[str, int], m: Method, engine: EngineConfig) -> None:
         values["rem_chunk_tokens"] = min(values["rem_chunk_tokens"], engine.chunked_prefill_size)
         if not engine.hybrid_swa:
             values["rem_swa_tokens"] = values["rem_total_tokens"]
+    elif m.name == "priority":
+        values["prefix_tokens"] = abs(values["prefix_tokens"])
+        values["host_prefix_tokens"] = abs(values["host_prefix_tokens"])
+        least = values["prefix_tokens"] + values["host_prefix_tokens"] + 1
+        values["prompt_tokens"] = max(values["prompt_tokens"], least)
     elif m.name == "align_end":
         values["start"] = abs(values["start"])
         values["end"] = values["start"] + max(abs(values["end"] - values["start"]), 1)

@@ -34,8 +34,9 @@ request instead of forcing a chunk the pool cannot pay for: such a combo never O
 where admitted => completes is violated (the request waits for releases instead).
 
 What this covers is the model of ``policykit.spec.model`` (pinned device prefixes, host
-load-backs, held KV and releases at any time, hybrid SWA; no unpinned prefix locks, no
-``max_prefill_tokens``), with the combo's real policies evaluated symbolically, and policies
+load-backs, held KV and releases at any time, hybrid SWA, any ``max_prefill_tokens``: a spent
+input budget only stops the queue; no unpinned prefix locks), with the combo's real policies
+evaluated symbolically, and policies
 assumed to honour their contract (that is the separate ``contract`` property). A failed
 obligation is *not* a violation: the candidate invariant is just not inductive for that combo,
 and the verdict falls back to bounded model checking.
@@ -43,6 +44,7 @@ and the verdict falls back to bounded model checking.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,12 +57,14 @@ from policykit.spec.model import (
     TRUNCATED,
     Encoder,
     Entry,
+    IdleNode,
     ModelConfig,
     Req,
     RoundModel,
     RoundState,
     full_need,
     ite,
+    make_request,
     owed,
 )
 from policykit.spec.solver import solve
@@ -92,6 +96,10 @@ class Obligations:
         #: prompt and host-prefix lengths are multiples of this (the checked bounds)
         self.granule = granule
         self._full: str | None = None  # no-oom and admitted-completes share one induction
+        #: the two states every obligation starts from, built once per combo (the policies'
+        #: symbolic runs are most of an obligation's cost): see :meth:`_resumed`, :meth:`_stepped`
+        self._resume: tuple[Encoder, Mid, dict] | None = None
+        self._step_from: tuple[Encoder, Mid, Mid, Entry, Req] | None = None
 
     # -- states ----------------------------------------------------------------------------
     def _round_start(self, enc: Encoder) -> tuple[Sym, Sym, z3.BoolRef, Sym, Sym]:
@@ -130,6 +138,7 @@ class Obligations:
             page_size=cfg.page_size,
             baseline=enc.var("L_baseline"),
             rem_chunk_tokens=enc.var("L_rem_chunk"),
+            # no input budget: a spent one only stops the queue, which keeps every invariant
             rem_input_tokens=None,
             swa_baseline=enc.var("L_swa_baseline") if cfg.hybrid else None,
             rem_total_token_offset=enc.var("L_total_offset"),
@@ -155,9 +164,10 @@ class Obligations:
             enc.facts.append(led.swa_baseline.t >= 0)  # type: ignore[union-attr]
         return mid
 
-    def _request(self, enc: Encoder) -> Req:
+    def _request(self, enc: Encoder, name: str = "X") -> Req:
         page = self.config.page_size
-        q = Req("X", enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
+        inputs = (enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
+        q = make_request(enc, name, inputs, page, host_paged=False)
         enc.facts += [
             q.prompt.t >= 1,
             q.device.t >= 0,
@@ -233,29 +243,51 @@ class Obligations:
         post: Callable[[Mid], z3.BoolRef],
     ) -> str:
         """Run base, step and exit for invariant ``j`` (and ``inv`` between rounds)."""
-        results = []
-        with Encoder() as enc:
-            results.append(self._base(enc, j, inv, post))
-        with Encoder() as enc:
-            results.append(self._step(enc, j, post))
+        results = [self._base(j, inv, post), self._step(j, post)]
         if "unknown" in results:
             return "unknown"
         return "valid" if all(r == "valid" for r in results) else "invalid"
 
-    def _base(self, enc: Encoder, j, inv, post) -> str:
-        model = RoundModel(self.combo, self.config, enc, self.sources)
-        mid, info = self._after_resume(enc, model)
-        enc.facts.append(inv(info))
-        enc.facts.append(z3.Not(mid.state.bad_contract))
-        return self._valid(enc, z3.And(j(mid), post(mid)))
+    def _resumed(self) -> tuple[Encoder, Mid, dict]:
+        """An arbitrary round start and its resume step (:meth:`_after_resume`), built once;
+        each caller gets its own copy of the facts to add to (the states are only read)."""
+        if self._resume is None:
+            with Encoder() as enc:
+                model = RoundModel(self.combo, self.config, enc, self.sources)
+                mid, info = self._after_resume(enc, model)
+            self._resume = (enc, mid, info)
+        enc, mid, info = self._resume
+        return enc.fork(), mid, info
 
-    def _step(self, enc: Encoder, j, post) -> str:
-        model = RoundModel(self.combo, self.config, enc, self.sources)
-        mid = self._arbitrary_mid(enc, model)
-        enc.facts.append(j(mid))
-        nxt, _ = self._admit_step(enc, model, mid)
-        enc.facts.append(z3.Not(nxt.state.bad_contract))
-        return self._valid(enc, z3.And(j(nxt), post(nxt)))
+    def _stepped(self) -> tuple[Encoder, Mid, Mid, Entry, Req]:
+        """An arbitrary mid-round state, and the state after one admission turn of an
+        arbitrary request: (facts, before, after, the turn's entry, the request), built once.
+        The turn updates its round state in place, so ``before`` is a copy taken first."""
+        if self._step_from is None:
+            with Encoder() as enc:
+                model = RoundModel(self.combo, self.config, enc, self.sources)
+                mid = self._arbitrary_mid(enc, model)
+                before = Mid(dataclasses.replace(mid.state), mid.extend, mid.owed)
+                nxt, e = self._admit_step(enc, model, mid)
+            self._step_from = (enc, before, nxt, e, self._last_request)
+        enc, before, nxt, e, req = self._step_from
+        return enc.fork(), before, nxt, e, req
+
+    def _base(self, j, inv, post) -> str:
+        enc, mid, info = self._resumed()
+        with enc:
+            enc.facts.append(inv(info))
+            enc.facts.append(z3.Not(mid.state.bad_contract))
+            claim = z3.And(j(mid), post(mid))
+        return self._valid(enc, claim)
+
+    def _step(self, j, post) -> str:
+        enc, mid, nxt, _, _ = self._stepped()
+        with enc:
+            enc.facts.append(j(mid))
+            enc.facts.append(z3.Not(nxt.state.bad_contract))
+            claim = z3.And(j(nxt), post(nxt))
+        return self._valid(enc, claim)
 
     def prove(self, prop: str) -> str:
         """'proved', 'not-inductive' or 'unknown' for one property."""
@@ -293,6 +325,8 @@ class Obligations:
             out = self._two_level(
                 self._j_ledger, lambda i: z3.BoolVal(True), lambda m: z3.Not(m.state.bad_ledger)
             )
+        elif prop == "no-starvation":
+            out = self._no_starvation()
         elif prop == "contract":
             out = self._contract()
         elif prop == "progress":
@@ -303,18 +337,48 @@ class Obligations:
 
     def _contract(self) -> str:
         """Policies honour the planner's contract from every well-formed state."""
-        with Encoder() as enc:
-            model = RoundModel(self.combo, self.config, enc, self.sources)
-            mid, _ = self._after_resume(enc, model)
-            first = self._valid(enc, z3.Not(mid.state.bad_contract))
-        with Encoder() as enc:
-            model = RoundModel(self.combo, self.config, enc, self.sources)
-            mid = self._arbitrary_mid(enc, model)
-            nxt, _ = self._admit_step(enc, model, mid)
-            second = self._valid(enc, z3.Not(nxt.state.bad_contract))
+        enc, mid, _ = self._resumed()
+        first = self._valid(enc, z3.Not(mid.state.bad_contract))
+        enc, _, nxt, _, _ = self._stepped()
+        second = self._valid(enc, z3.Not(nxt.state.bad_contract))
         if "unknown" in (first, second):
             return "unknown"
         return "valid" if first == second == "valid" else "invalid"
+
+    def _no_starvation(self) -> str:
+        """On a drained node, the queue reaches a placement. A round there opens a fresh ledger
+        on everything an idle node has, so each request it looks at is either placed or
+        skipped with that ledger untouched and the queue going on (first obligation, given
+        that some request would fit an idle node); and a request that would fit an idle node
+        is placed when the fresh ledger reaches it (second). By induction over the queue,
+        whatever stands in front of such a request, something is placed."""
+        with Encoder() as enc:
+            model, state, idle = self._drained(enc)
+            enc.facts.append(model.fits_idle(self._request(enc, "X"), idle))
+            _, placed, _ = model.admit(state, z3.BoolVal(True), self._request(enc, "H"), idle)
+            enc.facts.append(z3.Not(state.bad_contract))
+            first = self._valid(enc, z3.Or(placed, state.active))
+        with Encoder() as enc:
+            model, state, idle = self._drained(enc)
+            x = self._request(enc, "X")
+            enc.facts.append(model.fits_idle(x, idle))
+            _, placed, _ = model.admit(state, z3.BoolVal(True), x, idle)
+            enc.facts.append(z3.Not(state.bad_contract))
+            second = self._valid(enc, placed)
+        if "unknown" in (first, second):
+            return "unknown"
+        return "valid" if first == second == "valid" else "invalid"
+
+    def _drained(self, enc: Encoder) -> tuple[RoundModel, RoundState, IdleNode]:
+        """A round opening on a drained node: the ledger holds all an idle node could have."""
+        cfg, page = self.config, self.config.page_size
+        capacity, swa = enc.var("C"), enc.var("S")
+        enc.facts += [capacity.t >= 0, (capacity % page).t == 0]
+        enc.facts.append(swa.t >= page if cfg.hybrid else swa.t == 0)
+        model = RoundModel(self.combo, cfg, enc, self.sources)
+        f = z3.BoolVal(False)
+        state = RoundState(model.open_ledger(capacity, swa), f, f, z3.BoolVal(True), f, f)
+        return model, state, IdleNode(capacity, swa)
 
     def _never_stuck(self) -> str:
         """The stuck-request valve never fails an admitted request: from any round start where
@@ -331,9 +395,8 @@ class Obligations:
         """The obligation of :meth:`_never_stuck`; ``aligned``: the in-progress request's
         prompt and computed length are whole pages."""
         page = self.config.page_size
-        with Encoder() as enc:
-            model = RoundModel(self.combo, self.config, enc, self.sources)
-            mid, i = self._after_resume(enc, model)
+        enc, mid, i = self._resumed()
+        with enc:
             enc.facts += [
                 i["has"],
                 owed(i["p"], i["seq"], page).t <= i["B"].t,
@@ -341,7 +404,7 @@ class Obligations:
             ]
             if aligned:
                 enc.facts += [(i["p"] % page).t == 0, (i["seq"] % page).t == 0]
-            return self._valid(enc, i["entry"].end.t > i["entry"].start.t)
+        return self._valid(enc, i["entry"].end.t > i["entry"].start.t)
 
     def _ends_stay_aligned(self) -> str:
         """Where prompts and host prefixes are whole pages, every chunk ends on a page: the
@@ -350,43 +413,37 @@ class Obligations:
         fits in its last partly filled page owes nothing, and a policy may defer it on a full
         pool forever)."""
         page = self.config.page_size
-        with Encoder() as enc:
-            model = RoundModel(self.combo, self.config, enc, self.sources)
-            mid, i = self._after_resume(enc, model)
-            e = i["entry"]
+        enc, mid, i = self._resumed()
+        e = i["entry"]
+        with enc:
             enc.facts += [
                 (i["p"] % page).t == 0,
                 (i["seq"] % page).t == 0,
                 z3.Not(mid.state.bad_contract),
             ]
-            first = self._valid(enc, z3.Implies(e.end.t > e.start.t, (e.end % page).t == 0))
-        with Encoder() as enc:
-            model = RoundModel(self.combo, self.config, enc, self.sources)
-            mid = self._arbitrary_mid(enc, model)
-            nxt, e = self._admit_step(enc, model, mid)
+            claim = z3.Implies(e.end.t > e.start.t, (e.end % page).t == 0)
+        first = self._valid(enc, claim)
+        enc, _, nxt, e, req = self._stepped()
+        with enc:
             enc.facts.append(z3.Not(nxt.state.bad_contract))
             # the request of the step: its prompt and host prefix are whole pages
-            enc.facts += [
-                (v % page).t == 0 for v in (self._last_request.prompt, self._last_request.host)
-            ]
-            second = self._valid(enc, z3.Implies(e.end.t > e.start.t, (e.end % page).t == 0))
+            enc.facts += [(v % page).t == 0 for v in (req.prompt, req.host)]
+            claim = z3.Implies(e.end.t > e.start.t, (e.end % page).t == 0)
+        second = self._valid(enc, claim)
         if "unknown" in (first, second):
             return "unknown"
         return "valid" if first == second == "valid" else "invalid"
 
     def _progress(self) -> str:
         """From any round start with memory to finish it, the in-progress request runs."""
-        with Encoder() as enc:
-            return self._progress_in(enc)
-
-    def _progress_in(self, enc: Encoder) -> str:
         cfg, page = self.config, self.config.page_size
-        model = RoundModel(self.combo, cfg, enc, self.sources)
-        mid, i = self._after_resume(enc, model)
-        room = z3.And(
-            i["has"],
-            i["B"].t >= owed(i["p"], i["seq"], page).t + page,
-            z3.BoolVal(True) if not cfg.hybrid else i["swa"].t >= (i["p"] - i["seq"]).t + 2 * page,
-        )
-        enc.facts.append(z3.Not(mid.state.bad_contract))
+        enc, mid, i = self._resumed()
+        with enc:
+            swa_room = i["swa"].t >= (i["p"] - i["seq"]).t + 2 * page
+            room = z3.And(
+                i["has"],
+                i["B"].t >= owed(i["p"], i["seq"], page).t + page,
+                swa_room if cfg.hybrid else z3.BoolVal(True),
+            )
+            enc.facts.append(z3.Not(mid.state.bad_contract))
         return self._valid(enc, z3.Implies(room, i["entry"].end.t > i["entry"].start.t))

@@ -10,8 +10,8 @@ straight-line formula (no path explosion across requests or rounds).
 
 Pinned device prefixes are modelled (they cost no lock); an *unpinned* device prefix, whose
 lock lowers the baseline and which eviction may take away, is not. ``max_prefill_tokens`` is
-not modelled (``None``). ``tests/spec/test_conformance.py`` checks the encoding against the
-concrete planner and node on random states.
+the ledger's input budget, as in the planner. ``tests/spec/test_conformance.py`` checks the
+encoding against the concrete planner and node on random states.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from policykit.liveness import (
 )
 from policykit.node import FIRST_TOKENS
 from policykit.plan import NEVER
-from policykit.policy import AdmitView, AlignView, ChunkView, TailView
+from policykit.policy import AdmitView, AlignView, ChunkView, QueueView, TailView
 from policykit.pool import extend_pages, pages_for
 from policykit.registry import Combo
 from policykit.spec.symbolic import (
@@ -69,6 +69,7 @@ _LEDGER_FIELDS = (
     "cur_rem_token_offset",
     "rem_swa_token_offset",
     "rem_chunk_tokens",
+    "rem_input_tokens",
 )
 
 
@@ -80,6 +81,8 @@ class ModelConfig:
     chunked_prefill_size: int = 4096
     #: hybrid SWA: tokens of the sliding window, or None
     swa_window: int | None = None
+    #: the round's input budget (``Budget.OTHER`` once spent), or None for none
+    max_prefill_tokens: int | None = None
 
     @property
     def hybrid(self) -> bool:
@@ -100,6 +103,26 @@ def loadable_host(host: Sym, page: int) -> Sym:
     when that is under ``LOAD_BACK_THRESHOLD`` tokens (it is recomputed instead)."""
     paged = host // page * page
     return ite(paged.t >= LOAD_BACK_THRESHOLD, paged, Sym(num(0)))
+
+
+def make_request(
+    enc: Encoder,
+    name: str,
+    inputs: tuple[Sym, Sym, Sym, Sym],
+    page: int,
+    host_paged: bool,
+) -> Req:
+    """A request (``inputs``: prompt, device and host prefix hits, arrival) whose load-back,
+    ``loadable_host(host)``, is worked out once. Where the host hit is known to be whole
+    pages (``host_paged``) and a page reaches the threshold, that is the hit itself; leaving
+    the rounding and the threshold out of the formula then saves a case split at every
+    admission of every round."""
+    prompt, device, host, arrival = inputs
+    if host_paged and page >= LOAD_BACK_THRESHOLD:
+        loadable = host
+    else:
+        loadable = enc.bind("loadable", loadable_host(host, page))
+    return Req(name, prompt, device, host, arrival, loadable)
 
 
 def ite(c: Any, a: Any, b: Any) -> Sym:
@@ -125,6 +148,11 @@ class Encoder:
 
     def __exit__(self, *exc: object) -> None:
         reset_divisions(self._token)
+
+    def fork(self) -> Encoder:
+        """A copy of the facts made so far, to ask one more question about them; names stay
+        unique across copies (one counter), so a copy can go on making terms."""
+        return Encoder(facts=list(self.facts), counter=self.counter)
 
     def var(self, name: str) -> Sym:
         """A free symbolic integer, kept within the no-wrap-around range."""
@@ -158,8 +186,9 @@ class Req:
     name: str
     prompt: Sym
     device: Sym  #: pinned device prefix hit, page-aligned
-    host: Sym  #: host-tier prefix hit (loaded back at admission)
+    host: Sym  #: host-tier prefix hit
     arrival: Sym
+    loadable: Sym  #: what a load-back copies of the host hit (``loadable_host``)
 
 
 @dataclass
@@ -202,6 +231,8 @@ class RoundModel:
         self, combo: Combo, config: ModelConfig, enc: Encoder, sources: dict[str, str]
     ) -> None:
         self.combo, self.config, self.enc, self.sources = combo, config, enc, sources
+        #: per request (by name): the idle node's answers, the same in every round
+        self._idle: dict[str, tuple[z3.BoolRef, Sym]] = {}
 
     # -- ledger ----------------------------------------------------------------------------
     def open_ledger(self, baseline: Sym, swa_free: Sym | None) -> Ledger:
@@ -210,7 +241,9 @@ class RoundModel:
             page_size=cfg.page_size,
             baseline=baseline,
             rem_chunk_tokens=Sym(num(cfg.chunked_prefill_size)),
-            rem_input_tokens=None,
+            rem_input_tokens=None
+            if cfg.max_prefill_tokens is None
+            else Sym(num(cfg.max_prefill_tokens)),
             swa_baseline=swa_free if cfg.hybrid else None,
             sliding_window=cfg.swa_window,
             rem_total_token_offset=Sym(num(0)),
@@ -221,7 +254,7 @@ class RoundModel:
     def merge_ledger(self, guard: Any, new: Ledger, old: Ledger) -> Ledger:
         """``new`` where ``guard`` holds, else ``old``; every field bound to a fresh name."""
         out = dataclasses.replace(old)
-        for name in _LEDGER_FIELDS:
+        for name in _fields(old):
             setattr(
                 out, name, self.enc.bind(name, ite(guard, getattr(new, name), getattr(old, name)))
             )
@@ -334,7 +367,7 @@ class RoundModel:
         go = z3.And(consider, state.active, budget.is_(Budget.CONTINUE))
         stop_budget = z3.And(consider, state.active, z3.Not(budget.is_(Budget.CONTINUE)))
         remaining = req.prompt - req.device
-        host = loadable_host(req.host, page)
+        host = req.loadable
         # the sliding-window pool's size: the idle node's, or (induction step) any size
         swa_pool = None
         if self.config.hybrid:
@@ -376,8 +409,8 @@ class RoundModel:
         )
         refused = z3.And(go, z3.Or(z3.Not(ok), other))
         never = z3.BoolVal(False)
-        if idle is not None:
-            never = z3.And(refused, self._never_fits(state, req, compute, idle))
+        if idle is not None and self.combo.queue.skips_never_fitting:
+            never = z3.And(refused, self._never_fits(state, req, idle))
         state.active = z3.And(
             state.active, z3.Not(stop_budget), z3.Not(z3.And(refused, z3.Not(never)))
         )
@@ -404,39 +437,65 @@ class RoundModel:
             never,
         )
 
-    def _never_fits(self, state: RoundState, req: Req, compute: Sym, idle: IdleNode) -> Any:
-        """``Planner.never_fits``: the round's policies asked about the best case an idle node
-        can ever offer (every slot but the pinned prefixes free, the whole compute budget)."""
-        page, cfg = self.config.page_size, self.config
-        host = loadable_host(req.host, page)
-        swa = None
-        if cfg.swa_window is not None:
-            swa = idle_swa_facts(
-                compute,
-                FIRST_TOKENS,
-                page,
-                cfg.chunked_prefill_size,
-                idle.swa_total,
-                cfg.swa_window,
-            )
-        view = idle_admit_view(
-            req.prompt, req.prompt - req.device, host, FIRST_TOKENS, page, idle.capacity, swa
-        )
-        ok = self.enc.bind_bool("idle_admit", self._ask("admission", "admit", view))
-        chunk_view = idle_chunk_view(
-            compute,
-            host,
-            page,
-            cfg.chunked_prefill_size,
-            idle.capacity,
-            idle.swa_total if cfg.hybrid else None,
-            swa,
-        )
-        chunk = self.enc.bind("idle_chunk", self._ask("chunking", "new_chunk", chunk_view))
+    def _never_fits(self, state: RoundState, req: Req, idle: IdleNode) -> Any:
+        """``Planner.never_fits``, asked by the planner about a refused request: a policy that
+        breaks its contract there breaks it in the round."""
+        ok, chunk = self.idle_answers(req, idle)
+        compute = req.prompt - req.device - req.loadable
         state.bad_contract = z3.Or(
             state.bad_contract, z3.And(ok, z3.Or(chunk.t < 0, chunk.t > compute.t))
         )
         return z3.Or(z3.Not(ok), chunk.t == 0)
+
+    def fits_idle(self, req: Req, idle: IdleNode) -> z3.BoolRef:
+        """An idle node would admit ``req`` and give it a first chunk (not ``never_fits``)."""
+        ok, chunk = self.idle_answers(req, idle)
+        return z3.And(ok, chunk.t > 0)
+
+    def idle_answers(self, req: Req, idle: IdleNode) -> tuple[z3.BoolRef, Sym]:
+        """The policies' answers about ``req`` on the best case an idle node can ever offer
+        (every slot but the pinned prefixes free, the whole compute budget): admitted, and
+        its first chunk. That node is made of the request's inputs alone, so the answers are
+        worked out once per request and reused in every round."""
+        if req.name not in self._idle:
+            page, cfg = self.config.page_size, self.config
+            remaining = req.prompt - req.device
+            swa = None
+            if cfg.swa_window is not None:
+                swa = idle_swa_facts(
+                    remaining - req.loadable,
+                    FIRST_TOKENS,
+                    page,
+                    cfg.chunked_prefill_size,
+                    idle.swa_total,
+                    cfg.swa_window,
+                )
+            view = idle_admit_view(
+                req.prompt, remaining, req.loadable, FIRST_TOKENS, page, idle.capacity, swa
+            )
+            chunk_view = idle_chunk_view(
+                remaining - req.loadable,
+                req.loadable,
+                page,
+                cfg.chunked_prefill_size,
+                idle.capacity,
+                idle.swa_total if cfg.hybrid else None,
+                swa,
+            )
+            self._idle[req.name] = (
+                self.enc.bind_bool("idle_admit", self._ask("admission", "admit", view)),
+                self.enc.bind("idle_chunk", self._ask("chunking", "new_chunk", chunk_view)),
+            )
+        return self._idle[req.name]
+
+    # -- the waiting queue -----------------------------------------------------------------
+    def priority(self, req: Req) -> Sym | None:
+        """``Planner.queue``'s sort key for ``req``, or None where the queue keeps arrival
+        order (the queue policy's ``arrival_order``)."""
+        if self.combo.queue.arrival_order:
+            return None
+        view = QueueView(req.prompt, req.device, req.loadable, self.config.page_size)  # type: ignore[arg-type]
+        return self.enc.bind("priority", self._ask("queue", "priority", view))
 
 
 @dataclass(frozen=True)
@@ -451,9 +510,16 @@ class IdleNode:
 def _pick_ledger(cond: z3.BoolRef, a: Ledger, b: Ledger) -> Ledger:
     """Ledger ``a`` where ``cond`` holds, else ``b`` (field by field)."""
     out = dataclasses.replace(a)
-    for name in _LEDGER_FIELDS:
+    for name in _fields(a):
         setattr(out, name, ite(cond, getattr(a, name), getattr(b, name)))
     return out
+
+
+def _fields(ledger: Ledger) -> tuple[str, ...]:
+    """The ledger's symbolic fields (no input budget where the configuration has none)."""
+    if ledger.rem_input_tokens is None:
+        return tuple(n for n in _LEDGER_FIELDS if n != "rem_input_tokens")
+    return _LEDGER_FIELDS
 
 
 def full_need(entry: Entry, page: int) -> Sym:

@@ -67,15 +67,6 @@ def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineCon
     return [registry.resolve(c, config=engine) for c in texts or [None]]
 
 
-def _sources(registry: PolicyRegistry, combo: Combo) -> dict[str, str]:
-    """Where each policy of the combo comes from, for error messages."""
-    return {
-        "admission": str(registry.entry("admission", combo.admission.name).source),
-        "chunking": str(registry.entry("chunking", combo.chunking.name).source),
-        "alignment": str(registry.entry("alignment", combo.alignment.name).source),
-    }
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", text.replace("/", "+"))
 
@@ -99,6 +90,12 @@ def _slug(text: str) -> str:
     help="Check a hybrid sliding-window model with this window (tokens).",
 )
 @click.option(
+    "--max-prefill-tokens",
+    type=click.IntRange(1, 1 << 24),
+    default=None,
+    help="The round's input budget (SGLang's max_prefill_tokens; default: none).",
+)
+@click.option(
     "--granule",
     type=click.IntRange(1, 1 << 20),
     default=None,
@@ -116,8 +113,8 @@ def _slug(text: str) -> str:
     "config_scenario",
     default=None,
     metavar="SCENARIO",
-    help="Take page size, chunk size, SWA window and the pool cap from this scenario file "
-    "(or bundled scenario name) instead of --page-size/--chunk-size/--swa-window.",
+    help="Take page size, chunk size, SWA window, max_prefill_tokens and the pool cap from this "
+    "scenario file (or bundled scenario name) instead of the options that set them.",
 )
 @click.option(
     "--timeout",
@@ -166,6 +163,7 @@ def check(
     page_size: int,
     chunk_size: int,
     swa_window: int | None,
+    max_prefill_tokens: int | None,
     granule: int | None,
     pool_cap: int | None,
     config_scenario: str | None,
@@ -196,7 +194,9 @@ def check(
     from policykit.spec.model import ModelConfig
 
     if config_scenario is not None:
-        page_size, chunk_size, swa_window, pool_cap = _from_scenario(config_scenario, pool_cap)
+        page_size, chunk_size, swa_window, max_prefill_tokens, pool_cap = _from_scenario(
+            config_scenario, pool_cap
+        )
     pool_cap = pool_cap or Bounds.max_pool_tokens
     if pool_cap < page_size:
         raise ComboError(f"--pool-cap {pool_cap} is smaller than one {page_size}-token page.")
@@ -206,7 +206,7 @@ def check(
     _, registry = load_registry()
     engine = EngineConfig(page_size, chunk_size, hybrid_swa=swa_window is not None)
     chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
-    config = ModelConfig(page_size, chunk_size, swa_window)
+    config = ModelConfig(page_size, chunk_size, swa_window, max_prefill_tokens)
     options = CheckOptions(
         rounds, requests, timeout, Bounds(max_pool_tokens=pool_cap, granule=granule)
     )
@@ -216,6 +216,7 @@ def check(
             "page_size": page_size,
             "chunk_size": chunk_size,
             "swa_window": swa_window,
+            "max_prefill_tokens": max_prefill_tokens,
             "rounds": rounds,
             "requests": requests,
             "timeout": timeout,
@@ -237,6 +238,7 @@ def check(
                 "page_size": page_size,
                 "chunked_prefill_size": chunk_size,
                 "swa_window": swa_window,
+                "max_prefill_tokens": max_prefill_tokens,
                 "rounds": rounds,
                 "requests": requests,
                 "granule": granule or page_size,
@@ -320,7 +322,7 @@ def _check_pool(
                 bar.update(task, description=str(combo))
                 beat.describe(str(combo))
                 if pool is None:
-                    verdicts += check_or_refuse(combo, config, options, _sources(registry, combo))
+                    verdicts += check_or_refuse(combo, config, options, registry.sources(combo))
                 else:
                     verdicts += futures[i].result()
                 bar.advance(task)
@@ -331,17 +333,17 @@ def _check_pool(
     return verdicts
 
 
-def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None, int]:
-    """``--config``: page size, chunk size, SWA window and pool cap of a user's scenario (an
-    explicit --pool-cap wins; an explicit --page-size, --chunk-size or --swa-window is refused
-    as ambiguous)."""
+def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None, int | None, int]:
+    """``--config``: page size, chunk size, SWA window, max_prefill_tokens and pool cap of a
+    user's scenario (an explicit --pool-cap wins; an explicit option for any of the others is
+    refused as ambiguous)."""
     from policykit.scenario import load_scenario, resolve_scenario_path
     from policykit.spec.checker import config_from_scenario
 
     ctx = click.get_current_context()
     clash = [
         f"--{name.replace('_', '-')}"
-        for name in ("page_size", "chunk_size", "swa_window")
+        for name in ("page_size", "chunk_size", "swa_window", "max_prefill_tokens")
         if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
     ]
     if clash:
@@ -350,7 +352,13 @@ def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None
             f"{', '.join(clash)}, not both."
         )
     config, pool = config_from_scenario(load_scenario(resolve_scenario_path(arg)))
-    return config.page_size, config.chunked_prefill_size, config.swa_window, pool_cap or pool
+    return (
+        config.page_size,
+        config.chunked_prefill_size,
+        config.swa_window,
+        config.max_prefill_tokens,
+        pool_cap or pool,
+    )
 
 
 def _check_in_worker(combo: dict[str, str], config, options) -> list:
@@ -358,7 +366,7 @@ def _check_in_worker(combo: dict[str, str], config, options) -> list:
 
     _, registry = load_registry()
     chosen = registry.resolve(combo)
-    return check_or_refuse(chosen, config, options, _sources(registry, chosen))
+    return check_or_refuse(chosen, config, options, registry.sources(chosen))
 
 
 def _check_units(

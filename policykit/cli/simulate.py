@@ -48,7 +48,8 @@ def simulate(
     Exit code 0: no OOM and every admitted request can complete (requests that never fit
     are listed as pending); 1: the simulated engine ran out of memory; 2: bad input; 3: no
     OOM, but an admitted request can never complete (it owes more KV than the node can ever
-    free again, or it was failed for waiting forever).
+    free again, or it was failed for waiting forever), or a waiting request starves (an idle
+    node would admit it, but the queue stops in front of it every round).
     """
     from policykit.devices import resolve_device
 
@@ -69,7 +70,8 @@ def simulate(
 
 def exit_code(result: RunResult) -> int:
     """1 for an OOM (the worse failure, and the one that ends a run), else 3 for an admitted
-    request that can never complete, else 0."""
+    request that can never complete or a waiting request that starves, else 0."""
     if result.oom is not None:
         return EXIT_OOM
-    return EXIT_NEVER_COMPLETES if result.never_completes is not None else 0
+    stuck = result.never_completes is not None or result.starvation is not None
+    return EXIT_NEVER_COMPLETES if stuck else 0

@@ -109,10 +109,10 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
     """Check one combo against every property with z3; return its verdicts.
 
     ``args``: ``combo`` (a combo string), ``page_size``, ``chunk_size``, and optionally
-    ``swa_window``, ``rounds``, ``requests``, ``timeout`` (seconds per solver query) and
-    ``granule``, with ``policykit check``'s defaults. A violated property is a result, not a
-    failure, and so is a refusal (``refused`` verdicts with the reason): the unit raises only
-    when the check itself cannot run.
+    ``swa_window``, ``max_prefill_tokens``, ``rounds``, ``requests``, ``timeout`` (seconds per
+    solver query) and ``granule``, with ``policykit check``'s defaults. A violated property is
+    a result, not a failure, and so is a refusal (``refused`` verdicts with the reason): the
+    unit raises only when the check itself cannot run.
     """
     from policykit.policy import EngineConfig
     from policykit.spec import check_or_refuse
@@ -134,9 +134,7 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
             granule=args.get("granule"),
         ),
     )
-    sources = {
-        kind: str(registry.entry(kind, getattr(combo, kind).name).source)
-        for kind in ("admission", "chunking", "alignment")
-    }
-    verdicts = check_or_refuse(combo, ModelConfig(page, chunk, window), options, sources)
+    sources = registry.sources(combo)
+    config = ModelConfig(page, chunk, window, args.get("max_prefill_tokens"))
+    verdicts = check_or_refuse(combo, config, options, sources)
     return {"combo": args["combo"], "verdicts": [v.to_dict() for v in verdicts]}

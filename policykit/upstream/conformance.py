@@ -22,7 +22,7 @@ from policykit.scheduler import RunResult, Scheduler
 from policykit.upstream.sglang import NotExpressible, UpstreamRun, drive
 
 #: the combo that reproduces SGLang 0.5.23 (with its fcfs waiting queue: the head blocks)
-UPSTREAM_COMBO = "admission=sglang,chunking=sglang,alignment=none"
+UPSTREAM_COMBO = "admission=sglang,chunking=sglang,alignment=none,queue=fcfs"
 #: rounds each side may run; both stop at the same round when a scenario runs that long
 MAX_ROUNDS = 5_000
 
@@ -68,11 +68,11 @@ def _registry() -> PolicyRegistry:
 def run_policykit(
     scenario: Scenario, combo: str = UPSTREAM_COMBO, max_rounds: int = MAX_ROUNDS
 ) -> RunResult:
-    """policykit's run of ``scenario`` with upstream's waiting-queue behaviour: the head of
-    the queue blocks it, and a stuck in-progress request is not failed."""
+    """policykit's run of ``scenario`` as upstream runs it: the ``fcfs`` queue (its head
+    blocks it) unless ``combo`` names another, and a stuck in-progress request not failed."""
     node = build_node(scenario)
-    chosen = _registry().resolve(combo, config=scenario.config.engine)
-    return Scheduler(node, chosen, upstream_queue=True).run(max_rounds)
+    chosen = _registry().resolve({"queue": "fcfs"}, combo, config=scenario.config.engine)
+    return Scheduler(node, chosen, fail_stuck=False).run(max_rounds)
 
 
 def _round_view(plan: Plan) -> dict[str, Any]:

@@ -36,20 +36,25 @@ def strings_in(doc) -> set[str]:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("sglang/defer/page", ("sglang", "defer", "page", "default")),
-        ("sglang/defer/page/expandable", ("sglang", "defer", "page", "expandable")),
-        ("sglang+sglang+checkpoint:256", ("sglang", "sglang", "checkpoint:256", "default")),
+        ("sglang/defer/page", ("sglang", "defer", "page", "default", "fcfs-skip")),
+        ("sglang/defer/page/expandable", ("sglang", "defer", "page", "expandable",
+                                          "fcfs-skip")),
+        ("sglang/defer/page/default/lpm", ("sglang", "defer", "page", "default", "lpm")),
+        ("sglang+sglang+checkpoint:256", ("sglang", "sglang", "checkpoint:256", "default",
+                                          "fcfs-skip")),
         ("margin-tail:2/half-budget/checkpoint:256", ("margin-tail:2", "half-budget",
-                                                      "checkpoint:256", "default")),
-        ("sglang · sglang · page · default", ("sglang", "sglang", "page", "default")),
-        (" reserve-tail / sglang / page ", ("reserve-tail", "sglang", "page", "default")),
+                                                      "checkpoint:256", "default", "fcfs-skip")),
+        ("sglang · sglang · page · default", ("sglang", "sglang", "page", "default",
+                                              "fcfs-skip")),
+        (" reserve-tail / sglang / page ", ("reserve-tail", "sglang", "page", "default",
+                                            "fcfs-skip")),
     ],
 )  # fmt: skip
 def test_every_printed_spelling_parses(text, expected):
     assert tuple(parse_combo(text).values()) == expected
 
 
-@pytest.mark.parametrize("text", ["sglang/defer", "a/b/c/d/e", "sglang//page", "sglang"])
+@pytest.mark.parametrize("text", ["sglang/defer", "a/b/c/d/e/f", "sglang//page", "sglang"])
 def test_malformed_short_forms_are_combo_errors(text):
     with pytest.raises(ComboError):
         parse_combo(text)

@@ -87,7 +87,14 @@ def test_the_tutorial_examples_are_proved_as_the_tutorial_says(cli, tutorial_pm)
     res = cli("check", "--combo", "reserve-tail/whole-pages/checkpoint:256",
               "--combo", "reserve-tail/sglang/two-pages", "--json", pm=tutorial_pm)  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["summary"]["proved"] == 10
+    assert json.loads(res.stdout)["summary"]["proved"] == 12
+
+
+def test_the_tutorial_queue_example_is_proved(cli, tutorial_pm):
+    res = cli("check", "--combo", "reserve-tail/sglang/page/default/least-work", "--json",
+              pm=tutorial_pm)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["summary"]["proved"] == 6
 
 
 def test_the_tutorial_allocator_phase_example_runs(cli, tutorial_pm):

@@ -104,10 +104,10 @@ def _input_terms(u: Unrolling, config: ModelConfig) -> list[z3.ExprRef]:
 def _build(combo: Combo, config: ModelConfig, rounds: int) -> Unrolling:
     bounds = Bounds(granule=1)
     with Encoder() as enc:
-        inp = make_inputs(enc, config, MAX_REQUESTS, rounds + 1, bounds)
-        u = Unrolling(combo, config, MAX_REQUESTS, bounds, enc, inp)
         model = RoundModel(combo, config, enc, {})
-        state = initial_state(inp)
+        inp = make_inputs(enc, model, MAX_REQUESTS, rounds + 1, bounds)
+        u = Unrolling(combo, config, MAX_REQUESTS, bounds, enc, inp)
+        state = initial_state(inp, combo.queue.arrival_order)
         for k in range(1, rounds + 1):
             state, _ = unroll_round(u, model, state, k)
     return u
@@ -117,7 +117,10 @@ def model_rounds(scenario: dict[str, Any], combo: Combo, rounds: int) -> tuple[l
     """The same, read from the z3 encoding with every input fixed to the scenario's values."""
     pool = scenario["pool"]
     config = ModelConfig(
-        scenario["page_size"], scenario["chunked_prefill_size"], pool.get("sliding_window")
+        scenario["page_size"],
+        scenario["chunked_prefill_size"],
+        pool.get("sliding_window"),
+        scenario.get("max_prefill_tokens"),
     )
     compiled = unrolling(combo, config, rounds)
     inp = compiled.u.inputs

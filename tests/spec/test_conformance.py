@@ -14,14 +14,16 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.plugin_manager import make_plugin_manager
 from policykit.policy import EngineConfig
 from policykit.registry import PolicyRegistry
 from tests.spec.replay import MAX_REQUESTS, concrete_rounds, model_rounds
 
 ROUNDS = 4
-#: (page, chunk, sliding window): each is one encoding per combo, so few and varied
-CONFIGS = [(16, 256, None), (64, 4096, None), (64, 256, 128)]
+#: (page, chunk, sliding window, max_prefill_tokens): each is one encoding per combo, so few
+#: and varied
+CONFIGS = [(16, 256, None, None), (64, 4096, None, 512), (64, 256, 128, None)]
 COMBOS = [
     str(c)
     for c in PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False)).all_combos(
@@ -32,7 +34,7 @@ COMBOS = [
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> dict:
-    page, chunk, window = draw(st.sampled_from(CONFIGS))
+    page, chunk, window, max_prefill = draw(st.sampled_from(CONFIGS))
     n = draw(st.integers(1, MAX_REQUESTS))
     pool = {
         "free_tokens": draw(st.integers(1, 60)) * page,
@@ -59,6 +61,7 @@ def scenarios(draw: st.DrawFn) -> dict:
     return {
         "page_size": page,
         "chunked_prefill_size": chunk,
+        "max_prefill_tokens": max_prefill,
         "pool": pool,
         "kv_release_rounds": draw(st.none() | st.integers(0, 2)),
         "requests": requests,
@@ -165,8 +168,23 @@ IDLE_NOT_NOW = {
 }
 
 
+#: the input budget spent by A's 640-token chunk: B waits for the next round (Budget.OTHER)
+INPUT_BUDGET = {
+    "page_size": 64,
+    "chunked_prefill_size": 4096,
+    "max_prefill_tokens": 512,
+    "pool": {"free_tokens": 4096, "evictable_tokens": 0},
+    "kv_release_rounds": None,
+    "requests": [
+        {"id": "A", "prompt_tokens": 600, "arrival_round": 1},
+        {"id": "B", "prompt_tokens": 64, "arrival_round": 1},
+    ],
+}
+
+
 @pytest.mark.parametrize("combo_text", COMBOS)
 @example(scenario=SEED_ABC)
+@example(scenario=INPUT_BUDGET)
 @example(scenario=IDLE_NOT_NOW)
 @example(scenario=Z3_SEED_000)
 @example(scenario=NEVER_FITS)
@@ -186,6 +204,14 @@ def test_encoding_matches_the_scheduler(registry, combo_text: str, scenario: dic
             assert not marks, f"the model places {rows} after the run went idle"
 
 
+def test_a_spent_input_budget_stops_the_queue_in_the_model_too(registry) -> None:
+    combo = registry.resolve("admission=reserve-tail,chunking=sglang,alignment=page")
+    concrete, _ = concrete_rounds(INPUT_BUDGET, combo, 2)
+    assert [row[0] for row in concrete[0][0]] == ["A"]  # B is not looked at in round 1
+    assert [row[0] for row in concrete[1][0]] == ["B"]
+    assert concrete == model_rounds(INPUT_BUDGET, combo, 2)[0]
+
+
 def test_never_fits_measures_the_idle_node_not_the_pool_or_what_is_free_now(registry) -> None:
     combo = registry.resolve("admission=reserve-tail,chunking=defer,alignment=page")
     concrete, _ = concrete_rounds(IDLE_NOT_NOW, combo, 2)
@@ -193,3 +219,49 @@ def test_never_fits_measures_the_idle_node_not_the_pool_or_what_is_free_now(regi
     assert rows["B"] == "rejected NEVER"
     assert rows.get("C") != "rejected NEVER"
     assert concrete == model_rounds(IDLE_NOT_NOW, combo, 2)[0]
+
+
+#: the queue policies other than the default, on a few combos: SGLang's own ``fcfs`` (its head
+#: blocks the queue) on the scenarios above, and ``lpm``, whose order numbers the model's
+#: requests by priority, on scenarios listed in that order
+FCFS_COMBOS = ["sglang/sglang/none/default/fcfs", "reserve-tail/sglang/page/default/fcfs"]
+LPM_COMBOS = ["sglang/sglang/page/default/lpm", "reserve-tail/defer/checkpoint:256/default/lpm"]
+
+
+def _loadable(host: int, page: int) -> int:
+    """``HostTier.loadable``: whole pages, none under the load-back threshold."""
+    paged = host // page * page
+    return paged if paged >= LOAD_BACK_THRESHOLD else 0
+
+
+@st.composite
+def in_lpm_order(draw: st.DrawFn) -> dict:
+    """A scenario whose requests are listed in ``lpm``'s order (longest cached prefix first,
+    then arrival), arrivals in any order."""
+    scenario = draw(scenarios())
+    page = scenario["page_size"]
+    requests = scenario["requests"]
+    for r in requests:
+        r["arrival_round"] = draw(st.integers(1, ROUNDS))
+    requests.sort(
+        key=lambda r: (
+            -(r.get("device_prefix_tokens", 0) + _loadable(r.get("host_prefix_tokens", 0), page)),
+            r["arrival_round"],
+        )
+    )
+    for r, name in zip(requests, "ABC", strict=False):
+        r["id"] = name
+    return scenario
+
+
+@pytest.mark.parametrize("combo_text", FCFS_COMBOS)
+@example(scenario=NEVER_FITS)
+@given(scenario=scenarios())
+def test_fcfs_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
+    test_encoding_matches_the_scheduler.hypothesis.inner_test(registry, combo_text, scenario)
+
+
+@pytest.mark.parametrize("combo_text", LPM_COMBOS)
+@given(scenario=in_lpm_order())
+def test_lpm_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
+    test_encoding_matches_the_scheduler.hypothesis.inner_test(registry, combo_text, scenario)

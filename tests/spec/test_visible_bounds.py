@@ -79,7 +79,12 @@ def test_a_bounded_proof_names_its_pool_cap(registry) -> None:
     v = _no_oom(registry, 1 << 18)
     assert (v.verdict, v.bound) == ("proved", "K=1,N=2")
     assert v.bounds == {"rounds": 1, "requests": 2, "pool_cap_tokens": 1 << 18, "granule": 64}
-    assert v.config == {"page_size": 64, "chunked_prefill_size": 4096, "swa_window": None}
+    assert v.config == {
+        "page_size": 64,
+        "chunked_prefill_size": 4096,
+        "swa_window": None,
+        "max_prefill_tokens": None,
+    }
     data = v.to_dict()
     assert data["bounds"]["pool_cap_tokens"] == 1 << 18 and data["config"] == v.config
 

@@ -1,0 +1,65 @@
+"""Built-in waiting-queue policies: the order requests are looked at, and head-of-line rules.
+
+SGLang 0.5.23's scheduler (``Scheduler._get_new_batch_prefill_raw``) walks its waiting queue
+in the order its ``SchedulePolicy`` sorted it and stops at the first request ``PrefillAdder``
+refuses: a request at the head that can never fit blocks every request behind it, in every
+round (the class of SGLang issue #31205; vLLM #39734 is the same class). ``fcfs`` and ``lpm``
+reproduce that; ``fcfs-skip`` is policykit's extension that rejects such a request for good.
+"""
+
+from __future__ import annotations
+
+from policykit import hookimpl
+from policykit.policy import QueuePolicy, QueueView
+
+
+class FcfsQueue(QueuePolicy):
+    """Arrival order; a refused request stops the queue (SGLang 0.5.23's ``fcfs``).
+
+    Upstream's behaviour: a request that can never fit stays at the head and every request
+    behind it waits forever (``policykit check`` reports it under ``no-starvation``).
+    """
+
+    name = "fcfs"
+    arrival_order = True
+
+    def priority(self, v: QueueView) -> int:
+        return 0
+
+
+class FcfsSkipQueue(QueuePolicy):
+    """Arrival order; a request that can never fit is rejected for good (policykit's extension).
+
+    A refused request that an idle node would still refuse (``Planner.never_fits``) is
+    rejected with ``NEVER`` and the planner looks at the next one; any other refusal stops
+    the queue as upstream's does. Not upstream behaviour: the default of policykit's combos.
+    """
+
+    name = "fcfs-skip"
+    skips_never_fitting = True
+    arrival_order = True
+
+    def priority(self, v: QueueView) -> int:
+        return 0
+
+
+class LongestPrefixQueue(QueuePolicy):
+    """Longest cached prefix first; a refused request stops the queue (SGLang 0.5.23's ``lpm``).
+
+    Upstream sorts by ``-num_matched_prefix_tokens`` (the device match plus the host hit)
+    with a stable sort, so equal matches keep arrival order. Not reproduced: upstream's switch
+    to ``fcfs`` above 128 waiting requests, and its in-batch prefix caching, which moves
+    waiting requests that share a short prefix with each other to the back.
+    """
+
+    name = "lpm"
+
+    def priority(self, v: QueueView) -> int:
+        return -(v.prefix_tokens + v.host_prefix_tokens)
+
+
+@hookimpl
+def policykit_register_policies(register):
+    register(FcfsQueue)
+    register(FcfsSkipQueue)
+    register(LongestPrefixQueue)
