@@ -14,16 +14,24 @@ from policykit.policy import AdmissionPolicy, AdmitView, TailView
 class SGLangAdmission(AdmissionPolicy):
     """SGLang 0.5.23: the tail of a truncated request is not recorded in the ledger.
 
-    Reproduces ``PrefillBudget.check_prefill``/``reserve``, checked against SGLang's real
-    ``PrefillAdder`` by ``policykit conformance sglang``. Safe only while truncation also
-    exhausts the compute budget, so that nothing else can enter the round. Checkpoint or
-    truncation alignment breaks that (seed 000).
+    Reproduces ``check_prefill``/``reserve`` of ``PrefillBudget`` (plain KV pool) and of
+    ``SWAPrefillBudget`` (hybrid SWA), checked against SGLang 0.5.23's real ``PrefillAdder``
+    by ``policykit conformance sglang``. Under hybrid SWA a request also needs its
+    window-capped sliding-window estimate (``swa_need``) to fit ``rem_swa_tokens``; on a
+    shortage it waits, unless it could never fit the sliding-window pool, in which case it
+    enters with a capped chunk (``chunking=sglang``). Safe only while truncation also exhausts
+    the compute budget, so that nothing else can enter the round. Checkpoint or truncation
+    alignment breaks that (seed 000).
     """
 
     name = "sglang"
 
     def admit(self, v: AdmitView) -> bool:
-        return v.remaining_tokens + v.first_tokens + v.page_size < v.rem_total_tokens
+        if v.remaining_tokens + v.first_tokens + v.page_size >= v.rem_total_tokens:
+            return False
+        if not v.hybrid_swa or v.swa_need < v.rem_swa_tokens:
+            return True
+        return v.swa_need >= v.swa_pool_tokens and v.swa_chunk_cap > 0
 
     def tail_reserve(self, v: TailView) -> int:
         return 0

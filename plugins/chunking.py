@@ -7,7 +7,7 @@ be dropped (it holds KV already), so the choice is between forcing a chunk anywa
 from __future__ import annotations
 
 from policykit.hookspecs import hookimpl
-from policykit.policy import ChunkingPolicy, ChunkView
+from policykit.policy import ChunkingPolicy, ChunkView, EngineConfig
 
 
 def _truncate_to_pages(v: ChunkView) -> int:
@@ -18,19 +18,75 @@ def _truncate_to_pages(v: ChunkView) -> int:
     return v.rem_chunk_tokens // v.page_size * v.page_size
 
 
+def _swa_limit(v: ChunkView) -> int | None:
+    """The compute limit SGLang 0.5.23's ``SWAPrefillBudget`` puts on a new request's chunk:
+    unchanged when the rest fits the sliding-window budget now, capped at ``swa_chunk_cap``
+    when it can never fit the pool whole, ``None`` (wait) on a shortage that will pass."""
+    if not v.hybrid_swa or v.swa_need < v.rem_swa_tokens:
+        return v.rem_chunk_tokens
+    if v.swa_need < v.swa_pool_tokens or v.swa_chunk_cap <= 0:
+        return None
+    return min(v.rem_chunk_tokens, v.swa_chunk_cap)
+
+
 class SGLangChunking(ChunkingPolicy):
-    """SGLang 0.5.23 on a plain KV pool: resume with ``min(rem_chunk, rem_total)``, forced.
+    """SGLang 0.5.23: resume with ``min(rem_chunk, rem_total)``, forced on a plain pool.
 
-    Reproduces ``add_chunked_req`` with ``PrefillBudget``: if ``min(rem_chunk, rem_total)`` is
-    ``<= 0``, force ``rem_chunk_tokens`` so the half-computed request is not leaked. With
-    hybrid SWA it models the code before ``SWAPrefillBudget`` (seed 001's pre-fix fallback,
-    capped at ``rem_swa_tokens``), which 0.5.23 no longer runs.
-
-    The forced chunk bypasses the memory budget: it is where seed 000's OOM finally happens, and
-    (capped at ``rem_swa_tokens`` with no page reserved) where seed 001's does.
+    Reproduces ``add_chunked_req`` and the truncation of ``_select_prefill_admission``, with
+    ``PrefillBudget`` on a plain KV pool and ``SWAPrefillBudget`` under hybrid SWA, checked
+    against SGLang 0.5.23's real ``PrefillAdder`` by ``policykit conformance sglang``. On a
+    plain pool, if ``min(rem_chunk, rem_total)`` is ``<= 0`` the resume is forced to
+    ``rem_chunk_tokens`` so the half-computed request is not leaked: the forced chunk bypasses
+    the memory budget, and that is where seed 000's OOM finally happens. Under hybrid SWA the
+    resume is capped at ``rem_swa_tokens - page_size`` and deferred when that is ``<= 0`` (the
+    fix seed 001 describes), and a new request's chunk is capped at ``swa_chunk_cap`` only when
+    it can never fit the sliding-window pool whole. ``sglang-pre-swa-fix`` keeps the code
+    before seed 001's fix.
     """
 
     name = "sglang"
+
+    def new_chunk(self, v: ChunkView) -> int:
+        limit = _swa_limit(v)
+        if limit is None:
+            return 0
+        if -(-v.remaining_tokens // v.page_size) * v.page_size <= limit:
+            return v.remaining_tokens
+        return limit // v.page_size * v.page_size
+
+    def resume_chunk(self, v: ChunkView) -> int:
+        budget = min(v.rem_chunk_tokens, v.rem_total_tokens)
+        if v.hybrid_swa:
+            budget = min(budget, v.rem_swa_tokens - v.page_size)
+            if budget <= 0:
+                return 0
+        if budget <= 0:
+            budget = v.rem_chunk_tokens
+        return min(v.remaining_tokens, budget)
+
+
+class SGLangPreSWAFixChunking(ChunkingPolicy):
+    """SGLang before seed 001's fix: an SWA resume takes all of ``rem_swa_tokens``, or falls
+    back to ``rem_chunk_tokens``.
+
+    Reproduces ``add_chunked_req`` as seed 001 quotes it before the fix (the code before
+    ``SWAPrefillBudget``, which SGLang 0.5.23 no longer runs): resume with
+    ``min(rem_chunk, rem_total, rem_swa)``, and when that is ``<= 0`` force ``rem_chunk_tokens``.
+    No page is left for ``alloc_extend`` and the fallback ignores the sliding-window budget:
+    seed 001's OOM. A new request's chunk ignores the sliding-window budget too. Kept so that
+    seed 001 replays, and only under hybrid SWA (on a plain KV pool it would be ``sglang``).
+    The ledger it runs on is 0.5.23's (the window-capped sliding-window charge), which seed 001
+    does not describe.
+    """
+
+    name = "sglang-pre-swa-fix"
+
+    def validate(self, config: EngineConfig) -> None:
+        if not config.hybrid_swa:
+            raise ValueError(
+                "sglang-pre-swa-fix differs from chunking=sglang only with hybrid SWA (a "
+                "sliding window); without one, use chunking=sglang"
+            )
 
     def new_chunk(self, v: ChunkView) -> int:
         return _truncate_to_pages(v)
@@ -100,5 +156,6 @@ class SWAReserveChunking(ChunkingPolicy):
 @hookimpl
 def policykit_register_policies(register):
     register(SGLangChunking)
+    register(SGLangPreSWAFixChunking)
     register(DeferChunking)
     register(SWAReserveChunking)

@@ -14,13 +14,16 @@ the tail of every truncated request). Every ``cur_*`` term is also a ``rem_total
 ``cur_rem_tokens >= rem_total_tokens`` always.
 
 The arithmetic follows SGLang's ``PrefillAdder`` as described in seed 000 (PD prefill node,
-``max_new_tokens`` clipped to the single first token).
+``max_new_tokens`` clipped to the single first token). With hybrid SWA a third budget,
+``rem_swa_tokens``, follows SGLang 0.5.23's ``SWAPrefillBudget``: each chunk is charged the
+window-capped estimate of :func:`swa_estimate`, not its raw length.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 
 class Budget(enum.Enum):
@@ -36,6 +39,30 @@ def ceil_paged(tokens: int, page_size: int) -> int:
     return -(-tokens // page_size) * page_size
 
 
+def _min(a: Any, b: Any) -> Any:
+    """``min`` without a branch: the checker runs this ledger on symbolic integers outside any
+    policy evaluation, where a comparison cannot be branched on (``|a - b|`` is exact)."""
+    return (a + b - abs(a - b)) // 2
+
+
+def _max(a: Any, b: Any) -> Any:
+    """``max`` without a branch (see :func:`_min`)."""
+    return (a + b + abs(a - b)) // 2
+
+
+def swa_estimate(
+    extend: Any, first_tokens: int, window: int | None, page_size: int, chunk_limit: Any
+) -> Any:
+    """Sliding-window slots SGLang 0.5.23 reserves for a chunk of ``extend`` tokens
+    (``estimate_swa_kv_tokens`` without a host hit): what the chunk allocates beyond one window
+    (at most ``chunk_limit``), plus the window part, capped at the window, plus a page. Only the
+    window stays locked between chunks, so a long prompt is not charged its whole length."""
+    if window is None:
+        return extend + first_tokens + page_size
+    beyond = _max(_min(extend, chunk_limit) - window, 0)
+    return beyond + _min(extend + first_tokens, window) + page_size
+
+
 @dataclass
 class Ledger:
     """Budgets and offsets of one planning round."""
@@ -45,6 +72,8 @@ class Ledger:
     rem_chunk_tokens: int
     rem_input_tokens: int | None = None
     swa_baseline: int | None = None
+    #: hybrid SWA: tokens of the sliding window (``None``: charge chunks as if unwindowed)
+    sliding_window: int | None = None
     rem_total_token_offset: int = 0
     cur_rem_token_offset: int = 0
     rem_swa_token_offset: int = 0
@@ -73,16 +102,34 @@ class Ledger:
 
         A chunk costs its paged length plus one page of headroom in both memory offsets (the
         page is what ``alloc_extend`` may need beyond the paged length), and its paged length
-        in the compute budgets.
+        in the compute budgets. With hybrid SWA it also costs :meth:`swa_need` sliding-window
+        slots, against the compute budget as it was before this chunk (SGLang 0.5.23's
+        ``SWAPrefillBudget.reserve``).
         """
         paged = ceil_paged(chunk, self.page_size)
+        if self.swa_baseline is not None:
+            self.rem_swa_token_offset += self.swa_need(chunk, first_tokens)
         self.rem_total_token_offset += paged + first_tokens + self.page_size
         self.cur_rem_token_offset += paged + self.page_size
         self.rem_chunk_tokens -= paged
         if self.rem_input_tokens is not None:
             self.rem_input_tokens -= paged
-        if self.swa_baseline is not None:
-            self.rem_swa_token_offset += chunk + self.page_size
+
+    def swa_need(self, tokens: Any, first_tokens: int) -> Any:
+        """Sliding-window slots a chunk of ``tokens`` would be charged now (hybrid SWA)."""
+        paged = ceil_paged(tokens, self.page_size)
+        return swa_estimate(
+            paged, first_tokens, self.sliding_window, self.page_size, self.rem_chunk_tokens
+        )
+
+    def swa_chunk_cap(self, first_tokens: int) -> Any:
+        """The longest chunk, in whole pages, that the sliding-window budget leaves for a
+        request that can never fit the pool whole (SGLang 0.5.23's ``_chunk_cap``): what is
+        left after the headroom of an empty chunk, and 0 when nothing is."""
+        headroom = swa_estimate(
+            0, first_tokens, self.sliding_window, self.page_size, self.rem_chunk_tokens
+        )
+        return _max((self.rem_swa_tokens - headroom) // self.page_size * self.page_size, 0)
 
     def reserve(self, tokens: int) -> None:
         """Promise ``tokens`` to a later round (a truncated request's tail)."""

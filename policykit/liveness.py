@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from policykit.ledger import Ledger
 from policykit.policy import AdmitView, ChunkView
 from policykit.pool import extend_pages, pages_for
 
@@ -28,10 +29,42 @@ def idle_capacity(pool_total: Any, pinned: Any) -> Any:
     return pool_total - pinned
 
 
+def swa_facts(ledger: Ledger, compute: Any, first_tokens: int, pool_tokens: Any) -> dict:
+    """The sliding-window fields of a view (hybrid SWA) for a request with ``compute`` tokens
+    to go, as ``ledger`` stands and with a sliding-window pool of ``pool_tokens`` in all."""
+    return {
+        "swa_need": ledger.swa_need(compute, first_tokens),
+        "swa_pool_tokens": pool_tokens,
+        "swa_chunk_cap": ledger.swa_chunk_cap(first_tokens),
+    }
+
+
+def idle_swa_facts(
+    compute: Any, first_tokens: int, page: int, chunk_size: int, swa_total: Any, window: int
+) -> dict:
+    """:func:`swa_facts` on an idle node: the whole sliding-window pool and compute budget."""
+    ledger = Ledger(
+        page_size=page,
+        baseline=swa_total,
+        rem_chunk_tokens=chunk_size,
+        swa_baseline=swa_total,
+        sliding_window=window,
+    )
+    return swa_facts(ledger, compute, first_tokens, swa_total)
+
+
 def idle_admit_view(
-    prompt: Any, remaining: Any, host: Any, first_tokens: int, page: int, capacity: Any
+    prompt: Any,
+    remaining: Any,
+    host: Any,
+    first_tokens: int,
+    page: int,
+    capacity: Any,
+    swa: dict | None = None,
 ) -> AdmitView:
-    """The admission question on an idle node of ``capacity`` tokens."""
+    """The admission question on an idle node of ``capacity`` tokens (``swa``: its
+    :func:`idle_swa_facts` with hybrid SWA)."""
+    hybrid = {} if swa is None else {"hybrid_swa": True, "rem_swa_tokens": swa["swa_pool_tokens"]}
     return AdmitView(
         prompt_tokens=prompt,
         remaining_tokens=remaining,
@@ -40,14 +73,23 @@ def idle_admit_view(
         page_size=page,
         rem_total_tokens=capacity,
         cur_rem_tokens=capacity,
+        **hybrid,
+        **(swa or {}),
     )
 
 
 def idle_chunk_view(
-    compute: Any, host: Any, page: int, chunk_size: int, capacity: Any, swa_total: Any | None
+    compute: Any,
+    host: Any,
+    page: int,
+    chunk_size: int,
+    capacity: Any,
+    swa_total: Any | None,
+    swa: dict | None = None,
 ) -> ChunkView:
     """The first-chunk question on an idle node: the whole compute budget, the pool after the
-    host load-back, the whole sliding-window pool (hybrid SWA, where ``swa_total`` is given)."""
+    host load-back, the whole sliding-window pool (hybrid SWA, where ``swa_total`` and its
+    :func:`idle_swa_facts` are given)."""
     after_load = capacity - pages_for(host, page) * page
     return ChunkView(
         remaining_tokens=compute,
@@ -56,6 +98,7 @@ def idle_chunk_view(
         rem_swa_tokens=after_load if swa_total is None else swa_total,
         page_size=page,
         hybrid_swa=swa_total is not None,
+        **(swa or {}),
     )
 
 

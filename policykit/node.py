@@ -151,13 +151,14 @@ class PrefillNode:
     def commit(self, plan: Plan) -> None:
         """Allocate what ``plan`` decided, in the engine's order, all or nothing.
 
-        Locks first (so a load-back's eviction cannot take a prefix the plan counted on), then
-        host load-backs, then one ``alloc_extend`` over the whole batch. Every step that can
-        fail only touches the cache and the pools, and logs its inverse; the requests are
-        updated once nothing can fail any more. So when anything raises part-way
-        (:class:`PrefillOutOfMemory`, a :class:`~policykit.errors.LoadBackError`, a fault in
-        the allocator) the pools, the cache and the requests are left exactly as before the
-        round and the error propagates.
+        New requests in plan order, each as SGLang admits it: lock its cached prefix, then
+        load back its host prefix (which may evict cached prefixes no request of the round
+        has locked yet, as the planner foresaw); then one ``alloc_extend`` over the batch.
+        Every step that can fail only touches the cache and the pools, and logs its inverse;
+        the requests are updated once nothing can fail any more. So when anything raises
+        part-way (:class:`PrefillOutOfMemory`, a :class:`~policykit.errors.LoadBackError`, a
+        fault in the allocator) the pools, the cache and the requests are left exactly as
+        before the round and the error propagates.
         """
         self.check_plan(plan)
         undo: list[Callable[[], None]] = []
@@ -222,7 +223,6 @@ class PrefillNode:
         new = [s for s in staged if s.entry.kind.is_new]
         for s in new:
             self._lock_prefix(s, undo)
-        for s in new:
             if s.entry.load_back:
                 self._load_back(s, undo)
         self._alloc_extend(staged, undo)

@@ -5,8 +5,10 @@ The order is the engine's (SGLang ``_get_new_batch_prefill_raw``):
 1. open a fresh ledger from ``free + evictable``;
 2. resume the in-progress chunked request first (chunking policy, then alignment);
 3. admit waiting requests in order while the budget says ``CONTINUE``: admission check, lock
-   of the device prefix (and the check again), host load-back (lowers the baseline at once),
-   chunk length, alignment, charges, tail reservation;
+   of the device prefix (and the check again), host load-back (lowers the baseline at once,
+   and evicts unlocked cached prefixes at once if the free pool is short, so a later request
+   no longer hits them: :class:`LoadBacks`), chunk length, alignment, charges, tail
+   reservation;
    The queue policy orders the waiting requests; it also says whether a request that can
    never fit is rejected for good (the planner goes on) or, as upstream, stops the queue;
 4. stop at the first request that is refused: nothing behind it is looked at.
@@ -18,11 +20,18 @@ engine's real ones would lower its baseline; :meth:`PrefillNode.commit` performs
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from policykit.errors import PolicyError
 from policykit.ledger import Budget, Ledger
-from policykit.liveness import idle_admit_view, idle_capacity, idle_chunk_view
+from policykit.liveness import (
+    idle_admit_view,
+    idle_capacity,
+    idle_chunk_view,
+    idle_swa_facts,
+    swa_facts,
+)
 from policykit.node import FIRST_TOKENS, PrefillNode
 from policykit.plan import NEVER, Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.policy import AdmitView, AlignView, ChunkView, Policy, QueueView, TailView
@@ -32,6 +41,22 @@ from policykit.request import Request
 
 #: ``_admit_with``'s verdict when the request fitted until its cached prefix was locked
 _LOCK_REFUSED = object()
+
+
+@dataclass
+class LoadBacks:
+    """What the round's host load-backs have taken so far.
+
+    SGLang loads a host prefix back while it admits the request, evicting cached prefixes
+    that nothing has locked yet when the free pool is short, before it even matches the next
+    request; so a later request of the round can lose the prefix it would have hit (and the
+    node's commit does the same, request by request).
+    """
+
+    #: ids of the cached nodes those evictions take
+    gone: set[int] = field(default_factory=set)
+    loaded: int = 0  #: slots the load-backs take from the free pool
+    freed: int = 0  #: slots their evictions give back to it
 
 
 class Observer:
@@ -105,6 +130,7 @@ class Planner:
             rem_chunk_tokens=cfg.chunked_prefill_size,
             rem_input_tokens=cfg.max_prefill_tokens,
             swa_baseline=None if node.swa_pool is None else node.swa_pool.free_tokens,
+            sliding_window=cfg.sliding_window,
         )
 
     def plan(self, round_no: int, ledger: Ledger | None = None) -> Plan:
@@ -123,13 +149,14 @@ class Planner:
                 self.observer.admit(entry.request_id, entry, ledger)
 
         locked: set[int] = set()
+        loads = LoadBacks()
         skips = self.combo.queue.skips_never_fitting
         for req in self.queue():
             state = ledger.budget_state()
             if state is not Budget.CONTINUE:
                 stop = state.value
                 break
-            verdict = self._admit(req, ledger, locked, entries)
+            verdict = self._admit(req, ledger, locked, entries, loads)
             if isinstance(verdict, Budget) and skips and (reason := self.never_fits(req)):
                 # Refused for good: skip it rather than block the queue behind it forever.
                 rejected.append(Rejection(req.id, NEVER, reason))
@@ -191,6 +218,7 @@ class Planner:
             rem_swa_tokens=ledger.rem_swa_tokens,
             page_size=page,
             hybrid_swa=ledger.hybrid_swa,
+            **self._swa_facts(req.remaining, ledger),
         )
         chunking = combo.chunking
         chunk = _check_chunk(
@@ -209,22 +237,47 @@ class Planner:
 
     # -- a waiting request -----------------------------------------------------------------
     def _admit(
-        self, req: Request, ledger: Ledger, locked: set[int], entries: list[Entry]
+        self,
+        req: Request,
+        ledger: Ledger,
+        locked: set[int],
+        entries: list[Entry],
+        loads: LoadBacks,
     ) -> Entry | Budget:
-        verdict = self._admit_with(req, ledger, locked, entries, reuse=True)
+        verdict = self._admit_with(req, ledger, locked, entries, loads, reuse=True)
         if verdict is _LOCK_REFUSED:
             # Locking its own cached prefix made it not fit (a policy that gives no credit for
             # the prefix pays for it twice). Computing the prompt afresh may fit; otherwise
             # the request would wait forever, since an idle node never evicts that prefix.
-            verdict = self._admit_with(req, ledger, locked, entries, reuse=False)
+            verdict = self._admit_with(req, ledger, locked, entries, loads, reuse=False)
+        if isinstance(verdict, Entry) and verdict.load_back:
+            self._load_back(verdict.load_back, locked, loads)
         return Budget.NO_TOKEN if verdict is _LOCK_REFUSED else verdict
 
+    def _load_back(self, tokens: int, locked: set[int], loads: LoadBacks) -> None:
+        """Foresee what a load-back of ``tokens`` evicts at admission (``LoadBacks``)."""
+        node, page = self.node, self.node.config.page_size
+        slots = pages_for(tokens, page) * page
+        short = slots - (node.pool.free_tokens + loads.freed - loads.loaded)
+        if short > 0:
+            taken = node.cache.victims(short, keep=locked, gone=loads.gone)
+            loads.gone.update(n.id for n in taken)
+            loads.freed += sum(len(n) for n in taken)
+        loads.loaded += slots
+
     def _admit_with(
-        self, req: Request, ledger: Ledger, locked: set[int], entries: list[Entry], *, reuse: bool
+        self,
+        req: Request,
+        ledger: Ledger,
+        locked: set[int],
+        entries: list[Entry],
+        loads: LoadBacks,
+        *,
+        reuse: bool,
     ) -> Entry | Budget | object:
         node, combo, page = self.node, self.combo, ledger.page_size
         if reuse:
-            cached, last, _ = node.cache.match(req.tokens)
+            cached, last, _ = node.cache.match(req.tokens, loads.gone)
         else:
             cached, last = 0, node.cache.root
         host_len = node.host.loadable(req.tokens, cached, page)
@@ -239,6 +292,9 @@ class Planner:
                 page_size=page,
                 rem_total_tokens=ledger.rem_total_tokens,
                 cur_rem_tokens=ledger.cur_rem_tokens,
+                hybrid_swa=ledger.hybrid_swa,
+                rem_swa_tokens=ledger.rem_swa_tokens,
+                **self._swa_facts(remaining - host_len, ledger),
             )
 
         adm = combo.admission
@@ -264,6 +320,7 @@ class Planner:
             rem_swa_tokens=ledger.rem_swa_tokens,
             page_size=page,
             hybrid_swa=ledger.hybrid_swa,
+            **self._swa_facts(compute, ledger),
         )
         chunking = combo.chunking
         chunk = _check_chunk(
@@ -298,15 +355,27 @@ class Planner:
         pinned = node.cache.pinned_prefix(req.tokens)
         host_len = node.host.loadable(req.tokens, pinned, page)
         remaining = req.prompt_tokens - pinned
-        idle = idle_admit_view(req.prompt_tokens, remaining, host_len, FIRST_TOKENS, page, capacity)
+        swa_total = None if node.swa_pool is None else node.swa_pool.total_tokens
+        swa = None
+        if swa_total is not None and cfg.sliding_window is not None:
+            swa = idle_swa_facts(
+                remaining - host_len,
+                FIRST_TOKENS,
+                page,
+                cfg.chunked_prefill_size,
+                swa_total,
+                cfg.sliding_window,
+            )
+        idle = idle_admit_view(
+            req.prompt_tokens, remaining, host_len, FIRST_TOKENS, page, capacity, swa
+        )
         where = f"even on an idle node ({capacity} tokens could ever be free"
         where += f", {pinned} of its prompt cached and pinned)" if pinned else ")"
         adm = self.combo.admission
         if not _admits(adm, idle, req.id):
             return f"{describe(adm)} refuses its {req.prompt_tokens}-token prompt {where}."
-        swa_total = None if node.swa_pool is None else node.swa_pool.total_tokens
         view = idle_chunk_view(
-            remaining - host_len, host_len, page, cfg.chunked_prefill_size, capacity, swa_total
+            remaining - host_len, host_len, page, cfg.chunked_prefill_size, capacity, swa_total, swa
         )
         chunking = self.combo.chunking
         chunk = ask(chunking, chunking.new_chunk, view, req.id)
@@ -339,6 +408,14 @@ class Planner:
                 request_id=request_id,
             )
         ledger.reserve(reserve)
+
+    def _swa_facts(self, compute: int, ledger: Ledger) -> dict[str, int]:
+        """The sliding-window fields of a view for a request with ``compute`` tokens to go
+        (zeros without hybrid SWA)."""
+        swa = self.node.swa_pool
+        if swa is None:
+            return {}
+        return swa_facts(ledger, compute, FIRST_TOKENS, swa.total_tokens)
 
     @staticmethod
     def _has_chunked(entries: list[Entry]) -> bool:

@@ -91,6 +91,11 @@ class AdmitView:
     page_size: int  #: tokens per KV page (concrete: the engine's configuration)
     rem_total_tokens: int  #: pool the ledger may still promise (this batch and earlier tails)
     cur_rem_tokens: int  #: pool this round's batch leaves (``>= rem_total_tokens``)
+    hybrid_swa: bool = False  #: the model has sliding-window layers (the fields below need it)
+    rem_swa_tokens: int = 0  #: sliding-window pool the ledger may still promise
+    swa_need: int = 0  #: sliding-window charge of computing the rest whole now (0.5.23's estimate)
+    swa_pool_tokens: int = 0  #: the whole sliding-window pool (``swa_need`` this big never fits)
+    swa_chunk_cap: int = 0  #: longest first chunk the window budget gives a never-fitting request
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,9 @@ class ChunkView:
     rem_swa_tokens: int  #: sliding-window pool left (``rem_total_tokens`` without hybrid SWA)
     page_size: int  #: tokens per KV page (concrete: the engine's configuration)
     hybrid_swa: bool  #: the model has sliding-window layers (concrete per configuration)
+    swa_need: int = 0  #: hybrid SWA: as in AdmitView, for what is left to compute
+    swa_pool_tokens: int = 0  #: hybrid SWA: the whole sliding-window pool
+    swa_chunk_cap: int = 0  #: hybrid SWA: longest first chunk for a request that never fits
 
 
 class ChunkingPolicy(Policy):

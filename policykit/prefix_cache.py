@@ -12,7 +12,7 @@ Keys are matched a whole page at a time, as in the engines: a partly filled page
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import torch
 
@@ -64,11 +64,12 @@ class PrefixCache:
         self._clock = itertools.count(1)
 
     # -- lookup ----------------------------------------------------------------------------
-    def match(self, tokens: Tokens) -> tuple[int, Node, torch.Tensor]:
+    def match(self, tokens: Tokens, gone: Collection[int] = ()) -> tuple[int, Node, torch.Tensor]:
         """Longest cached page-aligned prefix of ``tokens``: (length, last node, its pages).
 
         A match ending inside a node splits it, so that the returned node covers the match
-        exactly and can be locked on its own.
+        exactly and can be locked on its own. Nodes whose ids are in ``gone`` count as evicted
+        already (a planned eviction the engine performs before this request is matched).
         """
         page = self.page_size
         limit = len(tokens) // page * page
@@ -76,7 +77,7 @@ class PrefixCache:
         now = next(self._clock)
         while matched < limit:
             child = node.children.get(tuple(tokens[matched : matched + page]))
-            if child is None:
+            if child is None or child.id in gone:
                 break
             common = self._common_pages(child.key, tokens, matched, limit)
             if common < len(child):
@@ -186,11 +187,8 @@ class PrefixCache:
         Each evicted leaf is appended to ``journal`` (if given) so that a failed commit can put
         it back with :meth:`unevict`.
         """
-        leaves = [n for n in self._nodes() if not n.children and n.lock_ref == 0]
         freed = 0
-        while freed < tokens and leaves:
-            leaves.sort(key=lambda n: n.last_access)
-            leaf = leaves.pop(0)
+        for leaf in self.victims(tokens):
             parent = leaf.parent
             assert parent is not None
             del parent.children[leaf.key[: self.page_size]]
@@ -199,9 +197,40 @@ class PrefixCache:
             freed += len(leaf)
             if journal is not None:
                 journal.append(leaf)
-            if parent is not self.root and not parent.children and parent.lock_ref == 0:
-                leaves.append(parent)
         return freed
+
+    def victims(
+        self, tokens: int, keep: Collection[int] = (), gone: Collection[int] = ()
+    ) -> list[Node]:
+        """The nodes :meth:`evict` would take for ``tokens`` slots, in its order, changing
+        nothing: least recently used unlocked leaves first, a parent once its children are
+        gone. Nodes whose ids are in ``keep`` count as locked, those in ``gone`` as evicted
+        already, so a planner can foresee an eviction the engine performs part-way through a
+        round."""
+        taken: set[int] = set(gone)
+
+        def free_leaf(n: Node) -> bool:
+            return (
+                n.lock_ref == 0
+                and n.id not in keep
+                and n.id not in taken
+                and all(c.id in taken for c in n.children.values())
+            )
+
+        leaves = [n for n in self._nodes() if free_leaf(n)]
+        out: list[Node] = []
+        freed = 0
+        while freed < tokens and leaves:
+            leaves.sort(key=lambda n: n.last_access)
+            leaf = leaves.pop(0)
+            taken.add(leaf.id)
+            out.append(leaf)
+            freed += len(leaf)
+            parent = leaf.parent
+            assert parent is not None
+            if parent is not self.root and free_leaf(parent):
+                leaves.append(parent)
+        return out
 
     def unevict(self, leaf: Node) -> None:
         """Undo the eviction of ``leaf`` (the most recent one not yet undone)."""

@@ -25,7 +25,13 @@ import z3
 
 from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.ledger import Budget, Ledger
-from policykit.liveness import idle_admit_view, idle_chunk_view, owed_tokens
+from policykit.liveness import (
+    idle_admit_view,
+    idle_chunk_view,
+    idle_swa_facts,
+    owed_tokens,
+    swa_facts,
+)
 from policykit.node import FIRST_TOKENS
 from policykit.plan import NEVER
 from policykit.policy import AdmitView, AlignView, ChunkView, QueueView, TailView
@@ -239,6 +245,7 @@ class RoundModel:
             if cfg.max_prefill_tokens is None
             else Sym(num(cfg.max_prefill_tokens)),
             swa_baseline=swa_free if cfg.hybrid else None,
+            sliding_window=cfg.swa_window,
             rem_total_token_offset=Sym(num(0)),
             cur_rem_token_offset=Sym(num(0)),
             rem_swa_token_offset=Sym(num(0)),
@@ -260,7 +267,13 @@ class RoundModel:
         policy = getattr(self.combo, kind)
         return evaluate(policy, method, view, source=self.sources.get(kind, "built-in"))
 
-    def _chunk_view(self, remaining: Sym, ledger: Ledger) -> ChunkView:
+    def _swa_facts(self, compute: Sym, ledger: Ledger, swa_pool: Sym | None) -> dict:
+        """A view's sliding-window fields (``Planner._swa_facts``), given the pool's size."""
+        if swa_pool is None:
+            return {}
+        return swa_facts(ledger, compute, FIRST_TOKENS, swa_pool)
+
+    def _chunk_view(self, remaining: Sym, ledger: Ledger, swa_pool: Sym | None = None) -> ChunkView:
         return ChunkView(
             remaining_tokens=remaining,  # type: ignore[arg-type]
             rem_chunk_tokens=ledger.rem_chunk_tokens,
@@ -268,6 +281,7 @@ class RoundModel:
             rem_swa_tokens=ledger.rem_swa_tokens,
             page_size=self.config.page_size,
             hybrid_swa=self.config.hybrid,
+            **self._swa_facts(remaining, ledger, swa_pool),
         )
 
     def _align(self, start: Sym, end: Sym) -> tuple[Sym, z3.BoolRef]:
@@ -354,6 +368,10 @@ class RoundModel:
         stop_budget = z3.And(consider, state.active, z3.Not(budget.is_(Budget.CONTINUE)))
         remaining = req.prompt - req.device
         host = req.loadable
+        # the sliding-window pool's size: the idle node's, or (induction step) any size
+        swa_pool = None
+        if self.config.hybrid:
+            swa_pool = idle.swa_total if idle is not None else self.enc.var("swa_pool")
         view = AdmitView(
             prompt_tokens=req.prompt,  # type: ignore[arg-type]
             remaining_tokens=remaining,  # type: ignore[arg-type]
@@ -362,6 +380,9 @@ class RoundModel:
             page_size=page,
             rem_total_tokens=led.rem_total_tokens,
             cur_rem_tokens=led.cur_rem_tokens,
+            hybrid_swa=self.config.hybrid,
+            rem_swa_tokens=led.rem_swa_tokens,
+            **self._swa_facts(remaining - host, led, swa_pool),
         )
         ok = self.enc.bind_bool("admit", self._ask("admission", "admit", view))
         loaded = dataclasses.replace(led)
@@ -369,7 +390,8 @@ class RoundModel:
         loaded.lower_baseline(load_back)
         compute = remaining - host
         chunk = self.enc.bind(
-            "new_chunk", self._ask("chunking", "new_chunk", self._chunk_view(compute, loaded))
+            "new_chunk",
+            self._ask("chunking", "new_chunk", self._chunk_view(compute, loaded, swa_pool)),
         )
         bad_range = z3.Or(chunk.t < 0, chunk.t > compute.t)
         other = z3.Or(chunk.t == 0, z3.And(chunk.t < compute.t, state.has_chunked))
@@ -438,8 +460,18 @@ class RoundModel:
         if req.name not in self._idle:
             page, cfg = self.config.page_size, self.config
             remaining = req.prompt - req.device
+            swa = None
+            if cfg.swa_window is not None:
+                swa = idle_swa_facts(
+                    remaining - req.loadable,
+                    FIRST_TOKENS,
+                    page,
+                    cfg.chunked_prefill_size,
+                    idle.swa_total,
+                    cfg.swa_window,
+                )
             view = idle_admit_view(
-                req.prompt, remaining, req.loadable, FIRST_TOKENS, page, idle.capacity
+                req.prompt, remaining, req.loadable, FIRST_TOKENS, page, idle.capacity, swa
             )
             chunk_view = idle_chunk_view(
                 remaining - req.loadable,
@@ -448,6 +480,7 @@ class RoundModel:
                 cfg.chunked_prefill_size,
                 idle.capacity,
                 idle.swa_total if cfg.hybrid else None,
+                swa,
             )
             self._idle[req.name] = (
                 self.enc.bind_bool("idle_admit", self._ask("admission", "admit", view)),

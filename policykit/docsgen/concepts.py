@@ -51,8 +51,9 @@ CONCEPT_RUNS: tuple[ConceptRun, ...] = (
         "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256",
         show_cli=True,
     ),
-    ConceptRun("swa-sglang", str(HYBRID_SWA), "chunking=sglang"),
+    ConceptRun("swa-pre-fix", str(HYBRID_SWA), "chunking=sglang-pre-swa-fix"),
     ConceptRun("swa-swa-reserve", str(HYBRID_SWA), "chunking=swa-reserve"),
+    ConceptRun("swa-sglang", str(HYBRID_SWA), "chunking=sglang"),
 )
 
 

@@ -7,13 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policykit.plugin_manager import make_plugin_manager
+from policykit.policy import EngineConfig
 from policykit.registry import PolicyRegistry
 from policykit.request import State
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
 
 REGISTRY = PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))
-COMBOS = [str(c) for c in REGISTRY.all_combos()]
+#: every combo that runs on the plain KV pools drawn below (no sliding window)
+COMBOS = [str(c) for c in REGISTRY.all_combos(EngineConfig(page_size=16, chunked_prefill_size=256))]
 
 
 @st.composite

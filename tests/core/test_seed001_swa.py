@@ -81,7 +81,7 @@ def test_swa_reserve_without_hybrid_swa_runs_the_whole_rest(registry):
     assert entry.tokens == 200 and entry.kind is EntryKind.FINAL
 
 
-def test_upstream_chunking_hands_out_the_whole_swa_budget(registry):
+def test_pre_fix_chunking_hands_out_the_whole_swa_budget(registry):
     entry, _ = resume(
         registry,
         page=64,
@@ -89,7 +89,7 @@ def test_upstream_chunking_hands_out_the_whole_swa_budget(registry):
         left=500,
         rem_total=1 << 20,
         rem_swa=100,
-        chunking="sglang",
+        chunking="sglang-pre-swa-fix",
     )
     assert entry.tokens == 100  # alloc_extend then needs 100 + 64 > 100: the seed's OOM
     paged, _ = resume(
@@ -99,13 +99,13 @@ def test_upstream_chunking_hands_out_the_whole_swa_budget(registry):
         left=500,
         rem_total=1 << 20,
         rem_swa=100,
-        chunking="sglang",
+        chunking="sglang-pre-swa-fix",
         align="page",
     )
     assert paged.tokens == 64  # page alignment alone does not leave the page alloc_extend needs
 
 
-def test_upstream_chunking_falls_back_to_the_chunk_budget(registry):
+def test_pre_fix_chunking_falls_back_to_the_chunk_budget(registry):
     entry, _ = resume(
         registry,
         page=64,
@@ -113,7 +113,7 @@ def test_upstream_chunking_falls_back_to_the_chunk_budget(registry):
         left=500,
         rem_total=1 << 20,
         rem_swa=0,
-        chunking="sglang",
+        chunking="sglang-pre-swa-fix",
     )
     assert entry.tokens == 500  # bypasses the exhausted SWA budget
 
@@ -136,7 +136,18 @@ def test_swa_oom_is_reported_against_the_swa_pool(registry):
     )
     from policykit.scheduler import Scheduler
 
-    result = Scheduler(build_node(sc), registry.resolve("chunking=sglang")).run()
+    result = Scheduler(build_node(sc), registry.resolve("chunking=sglang-pre-swa-fix")).run()
     assert result.oom is not None and result.oom.pool == "swa" and result.oom.round == 1
-    fixed = Scheduler(build_node(sc), registry.resolve("chunking=swa-reserve")).run()
-    assert fixed.oom is None
+    for fixed in ("swa-reserve", "sglang"):  # seed 001's fix, and SGLang 0.5.23 which has it
+        run = Scheduler(build_node(sc), registry.resolve(f"chunking={fixed}")).run()
+        assert run.oom is None, fixed
+
+
+def test_sglang_0_5_23_resume_leaves_a_page_and_defers(registry):
+    """SGLang 0.5.23's resume under hybrid SWA is seed 001's fix: capped at
+    ``rem_swa_tokens - page_size`` and deferred when that is not positive."""
+    common = {"page": 64, "chunk_budget": 2048, "left": 500, "rem_total": 1 << 20}
+    capped, _ = resume(registry, rem_swa=100, chunking="sglang", **common)
+    assert capped.tokens == 36 and capped.kind is EntryKind.RESUMED
+    deferred, _ = resume(registry, rem_swa=64, chunking="sglang", **common)
+    assert deferred.kind is EntryKind.DEFERRED

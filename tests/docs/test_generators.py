@@ -91,8 +91,9 @@ def test_concept_tables_tell_abc_and_swa(concept_tables):
     assert "|  | B | [0, 3008) | 3008 | truncated |" in concept_tables["abc-sglang-page"]
     assert "OOM in round 4 while placing B" in concept_tables["abc-sglang-checkpoint"]
     assert "rejected NO_TOKEN" in concept_tables["abc-reserve-tail-checkpoint"]
-    assert "Available swa tokens" in concept_tables["swa-sglang"]
+    assert "Available swa tokens" in concept_tables["swa-pre-fix"]
     assert "No OOM" in concept_tables["swa-swa-reserve"]
+    assert "No OOM" in concept_tables["swa-sglang"]
 
 
 def test_every_concept_table_is_included_by_a_page(concept_tables):

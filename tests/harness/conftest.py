@@ -41,7 +41,9 @@ def registry() -> PolicyRegistry:
 def coverage_workload() -> Workload:
     """Small enough for every combination in seconds, and covering every way KV gets there:
     a chunked prompt, a device prefix hit, a host load-back, device + host together, and a
-    prefix computed by one request and reused from the cache by a later one."""
+    prefix computed by one request and reused from the cache by a later one. ("both" comes
+    before "host": as in SGLang, host's load-back at admission would evict the least recently
+    used cached prefix, "both"'s, had "both" not locked it first.)"""
     return Workload(
         name="coverage",
         description="every KV path on a 1024-token pool",
@@ -54,9 +56,6 @@ def coverage_workload() -> Workload:
                 "dev", 210, 0, prefix_group="sys", prefix_tokens=128, device_prefix_tokens=128
             ),
             RequestSpec(
-                "host", 370, 1, prefix_group="hist", prefix_tokens=320, host_prefix_tokens=320
-            ),
-            RequestSpec(
                 "both",
                 237,
                 1,
@@ -64,6 +63,9 @@ def coverage_workload() -> Workload:
                 prefix_tokens=192,
                 device_prefix_tokens=64,
                 host_prefix_tokens=128,
+            ),
+            RequestSpec(
+                "host", 370, 1, prefix_group="hist", prefix_tokens=320, host_prefix_tokens=320
             ),
             RequestSpec("cold1", 210, 2, prefix_group="cold", prefix_tokens=160),
             RequestSpec("cold2", 200, 8, prefix_group="cold", prefix_tokens=160),

@@ -200,12 +200,14 @@ def test_regression_a_request_is_not_blocked_by_its_own_cached_prefix():
 
 def test_regression_an_in_progress_request_deferred_forever_is_failed():
     """A sliding-window pool too small for window + chunk + page: the defer policy waited for
-    memory that could never come back, holding its KV, with the queue behind it."""
+    memory that could never come back, holding its KV, with the queue behind it. (``no-evict``
+    admission, which ignores the sliding-window budget: SGLang 0.5.23's ``sglang`` admission
+    refuses this request up front, its window-capped estimate never fitting the pool.)"""
     cfg = NodeConfig(page_size=1, chunked_prefill_size=1, sliding_window=1)
     node = PrefillNode(cfg, TokenPool(13, 1), swa_pool=TokenPool(2, 1, name="swa"))
     stuck = add(node, "stuck", [0, 1])
     add(node, "next", [7], arrival=3)
-    result = Scheduler(node, REGISTRY.resolve("admission=sglang,chunking=defer")).run()
+    result = Scheduler(node, REGISTRY.resolve("admission=no-evict,chunking=defer")).run()
     assert stuck.state is State.FAILED
     assert result.failed["stuck"].startswith(
         "The chunking policy 'defer' (built-in) deferred it on a node with nothing else"

@@ -96,7 +96,7 @@ def test_swa_capped_truncation_loses_the_implicit_protection(registry) -> None:
 
 
 def test_seed_001_pre_fix_swa_chunking_is_violated(registry) -> None:
-    combo = "admission=reserve-tail,chunking=sglang,alignment=page"
+    combo = "admission=reserve-tail,chunking=sglang-pre-swa-fix,alignment=page"
     v = _verdicts(registry, combo, SWA, properties=("swa-no-oom",))
     assert v["swa-no-oom"].verdict == "violated"
     scenario = v["swa-no-oom"].counterexample.scenario
@@ -110,8 +110,13 @@ def test_seed_001_fix_is_proved_safe_from_oom_but_can_strand_a_request(registry)
     ``swa-reserve`` starts a request the sliding-window pool can never finish, and the
     scheduler fails it as stuck after admission, which violates admitted => completes."""
     v = _verdicts(registry, "admission=reserve-tail,chunking=swa-reserve,alignment=page", SWA)
-    for prop in ("swa-no-oom", "no-oom"):
-        assert (v[prop].verdict, v[prop].bound) == ("proved", "unbounded"), prop
+    assert (v["no-oom"].verdict, v["no-oom"].bound) == ("proved", "unbounded")
+    # Proved, but only within the bounds since the ledger charges SGLang 0.5.23's window-capped
+    # sliding-window estimate: that over-charges the real ``extend + page`` by up to a page and
+    # the first token, so the induction's sliding-window invariant (``rem_swa_tokens >= 0``, a
+    # ledger fact) no longer follows from the real need (for the lead: J_swa in
+    # spec/induction.py would have to track the real sliding-window allocations).
+    assert v["swa-no-oom"].verdict == "proved"
     assert v["admitted-completes"].verdict == "violated"
     failure = v["admitted-completes"].counterexample.failure
     assert failure is not None and (failure.kind, failure.detail) == ("never-completes", "stuck")

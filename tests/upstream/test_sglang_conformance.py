@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((ROOT / "policykit" / "scenarios").glob("*.json"))
 #: random scenarios required identical (plain KV pool, host and device prefixes, releases)
 RANDOM_COUNT = 300
+#: random hybrid-SWA scenarios required identical (SWAPrefillBudget: no host prefixes)
+RANDOM_SWA_COUNT = 100
 RANDOM_SEED = 20261130
 
 
@@ -95,21 +97,24 @@ def test_edge_cases(name):
     assert_identical(EDGES[name])
 
 
-def test_random_scenarios():
+@pytest.mark.parametrize(
+    ("hybrid_swa", "count"), [(False, RANDOM_COUNT), (True, RANDOM_SWA_COUNT)], ids=["plain", "swa"]
+)
+def test_random_scenarios(hybrid_swa, count):
     rng = random.Random(RANDOM_SEED)
     failures = []
-    for i in range(RANDOM_COUNT):
-        sc = random_scenario(rng, i, hybrid_swa=False)
+    for i in range(count):
+        sc = random_scenario(rng, i, hybrid_swa=hybrid_swa)
         verdict = conform(sc)
         assert verdict.not_expressible is None, verdict.not_expressible
         if verdict.differences:
             failures.append(json.dumps(sc.to_dict()) + "\n  " + "\n  ".join(verdict.differences))
-    assert not failures, f"{len(failures)}/{RANDOM_COUNT} differ:\n" + "\n".join(failures[:5])
+    assert not failures, f"{len(failures)}/{count} differ:\n" + "\n".join(failures[:5])
 
 
 # Eviction at admission: r0's host load-back takes its slots at admission, evicting r1's cached
 # prefix (the least recently used) before r1 is matched, so upstream computes r1's 600 tokens;
-# policykit locks every planned prefix before any load-back evicts, and r1 keeps its 512.
+# the planner foresees that eviction (planner.LoadBacks) and the node commits it in that order.
 LOAD_BACK_EVICTS = scenario(
     16,
     4096,
@@ -122,9 +127,6 @@ LOAD_BACK_EVICTS = scenario(
 )
 
 
-@pytest.mark.xfail(
-    reason="issue 13 item 8: eviction at admission is not reproduced yet", strict=True
-)
 def test_load_back_evicts_a_later_requests_prefix():
     assert_identical(LOAD_BACK_EVICTS)
 
@@ -139,19 +141,51 @@ def test_driver_shows_the_eviction():
     ]
 
 
-# Hybrid SWA: SGLang 0.5.23's SWAPrefillBudget (window-capped estimate, NO_TOKEN on a transient
-# shortage, resume capped at remaining_swa - page) is not reproduced by policykit's built-ins yet
-# (issue 13, item 5); these document the known difference and turn green when it is.
+# Hybrid SWA: SGLang 0.5.23's SWAPrefillBudget. The issue's example: r0 can never fit the
+# 608-slot sliding-window pool whole (window-capped estimate 1569), so its first chunk is capped
+# at 608 - (1 + 16) floored to pages = 576; the resume then takes remaining_swa - page = 16,
+# and is deferred once that is 0.
 SWA_SHORTAGE = scenario(
     16, 789, 9008, [(1539,)], evictable=1344, swa_free_tokens=608, sliding_window=4096
 )
 
 
-@pytest.mark.xfail(
-    reason="issue 13 item 5: 0.5.23's SWAPrefillBudget is not reproduced yet", strict=True
-)
-def test_swa_shortage():
-    assert_identical(SWA_SHORTAGE)
+def swa(page, chunk, free, requests, swa_free, window, **kw) -> Scenario:
+    return scenario(
+        page, chunk, free, requests, swa_free_tokens=swa_free, sliding_window=window, **kw
+    )
+
+
+SWA_EDGES = {
+    "never-fits-capped": SWA_SHORTAGE,
+    # r1's estimate (ceil 704 - window 512 + window 512 + page 16 = 720) does not fit the 683
+    # r0 left, though it fits an empty pool: a transient shortage, so it waits with NO_TOKEN
+    # until r0's release frees its window
+    "transient-shortage-waits": swa(
+        16, 4096, 16 * 1000, [(400,), (700,)], 1100, 512, kv_release_rounds=1
+    ),
+    # r1's estimate (896 + first token + page) equals what r0 left (1000 - 102): it must be
+    # strictly less, so r1 waits; one token shorter, it enters
+    "estimate-equals-remaining": swa(1, 4096, 5000, [(100,), (896,)], 1000, 4096),
+    "estimate-one-below": swa(1, 4096, 5000, [(100,), (895,)], 1000, 4096),
+    # a long prompt over a short window: only the window part is capped, the rest is charged
+    "long-prompt-short-window": swa(64, 2048, 64 * 400, [(6000,), (300,)], 4096, 128),
+    # the resume is capped at remaining_swa - page, then deferred at <= 0
+    "resume-capped": swa(
+        64, 2048, 64 * 400, [RequestSpec("r0", 5000, computed_tokens=1000, chunked=True)], 200, 512
+    ),
+    "resume-deferred": swa(
+        64, 2048, 64 * 400, [RequestSpec("r0", 5000, computed_tokens=1000, chunked=True)], 64, 512
+    ),
+    # the ledger charges chunk + first token + page (302, 202), not chunk + page (301, 201):
+    # r2's estimate 102 then equals what is left, and it waits
+    "ledger-charge": swa(1, 1000, 5000, [(300,), (200,), (100,)], 606, 512),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SWA_EDGES))
+def test_swa_edge_cases(name):
+    assert_identical(SWA_EDGES[name])
 
 
 def test_swa_driver_reports_upstreams_chunk():
