@@ -31,6 +31,11 @@ def admit_view(
     page_size: int,
     rem_total_tokens: int,
     cur_rem_tokens: int,
+    hybrid_swa: bool = False,
+    rem_swa_tokens: int = 0,
+    swa_need: int = 0,
+    swa_pool_tokens: int = 0,
+    swa_chunk_cap: int = 0,
 ) -> AdmitView:
     view = _new(AdmitView)
     _install(
@@ -44,6 +49,11 @@ def admit_view(
             "page_size": page_size,
             "rem_total_tokens": rem_total_tokens,
             "cur_rem_tokens": cur_rem_tokens,
+            "hybrid_swa": hybrid_swa,
+            "rem_swa_tokens": rem_swa_tokens,
+            "swa_need": swa_need,
+            "swa_pool_tokens": swa_pool_tokens,
+            "swa_chunk_cap": swa_chunk_cap,
         },
     )
     return view
@@ -56,6 +66,9 @@ def chunk_view(
     rem_swa_tokens: int,
     page_size: int,
     hybrid_swa: bool,
+    swa_need: int = 0,
+    swa_pool_tokens: int = 0,
+    swa_chunk_cap: int = 0,
 ) -> ChunkView:
     view = _new(ChunkView)
     _install(
@@ -68,6 +81,9 @@ def chunk_view(
             "rem_swa_tokens": rem_swa_tokens,
             "page_size": page_size,
             "hybrid_swa": hybrid_swa,
+            "swa_need": swa_need,
+            "swa_pool_tokens": swa_pool_tokens,
+            "swa_chunk_cap": swa_chunk_cap,
         },
     )
     return view
