@@ -151,8 +151,14 @@ class Encoder:
 
     def fork(self) -> Encoder:
         """A copy of the facts made so far, to ask one more question about them; names stay
-        unique across copies (one counter), so a copy can go on making terms."""
-        return Encoder(facts=list(self.facts), counter=self.counter)
+        unique across copies (one counter), so a copy can go on making terms. The copy reuses
+        the quotients already made: a second quotient of the same term is a fact z3 must
+        rediscover (measured: the induction of every built-in combo took 20-25 s instead of
+        15 s that way)."""
+        fork = Encoder(facts=list(self.facts), counter=self.counter)
+        fork.divisions.cache = dict(self.divisions.cache)
+        fork.divisions.quotients = list(self.divisions.quotients)
+        return fork
 
     def var(self, name: str) -> Sym:
         """A free symbolic integer, kept within the no-wrap-around range."""
