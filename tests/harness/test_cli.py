@@ -17,7 +17,8 @@ TWO = "admission=sglang,alignment=checkpoint:256;admission=reserve-tail,alignmen
 
 
 def bench(*args: str):
-    return CliRunner().invoke(main, ["bench", *args])
+    # a wide console, whatever the runner's (under pytest-xdist the table would wrap its cells)
+    return CliRunner(env={"COLUMNS": "200"}).invoke(main, ["bench", *args])
 
 
 def test_json_results_follow_the_schema(tmp_path: Path) -> None:

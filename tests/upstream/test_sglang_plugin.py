@@ -149,10 +149,10 @@ def test_real_adder_under_the_plugin_decides_as_policykit_simulate(registry, com
 NO_EVICT = "admission=no-evict,chunking=sglang,alignment=page" + FCFS
 
 
-def _admit_without_retry(self, req, ledger, locked, entries):
+def _admit_without_retry(self, req, ledger, locked, entries, loads):
     """``Planner._admit`` without its second try: a request that fitted until its cached
     prefix was locked is refused, as SGLang's adder refuses it."""
-    verdict = self._admit_with(req, ledger, locked, entries, reuse=True)
+    verdict = self._admit_with(req, ledger, locked, entries, loads, reuse=True)
     return planner.Budget.NO_TOKEN if verdict is planner._LOCK_REFUSED else verdict
 
 
