@@ -18,6 +18,20 @@ def _truncate_to_pages(v: ChunkView) -> int:
     return v.rem_chunk_tokens // v.page_size * v.page_size
 
 
+def _resume_within_budgets(v: ChunkView) -> int:
+    """SGLang 0.5.23's resume (``add_chunked_req``): the compute and pool budgets, under hybrid
+    SWA also the window room less a page, deferred when that is gone; on a plain pool a spent
+    budget falls back to the compute budget (the pool check comes later, at allocation)."""
+    budget = min(v.rem_chunk_tokens, v.rem_total_tokens)
+    if v.hybrid_swa:
+        budget = min(budget, v.rem_swa_tokens - v.page_size)
+        if budget <= 0:
+            return 0
+    if budget <= 0:
+        budget = v.rem_chunk_tokens
+    return min(v.remaining_tokens, budget)
+
+
 def _swa_limit(v: ChunkView) -> int | None:
     """The compute limit SGLang 0.5.23's ``SWAPrefillBudget`` puts on a new request's chunk:
     unchanged when the rest fits the sliding-window budget now, capped at ``swa_chunk_cap``
@@ -55,14 +69,7 @@ class SGLangChunking(ChunkingPolicy):
         return limit // v.page_size * v.page_size
 
     def resume_chunk(self, v: ChunkView) -> int:
-        budget = min(v.rem_chunk_tokens, v.rem_total_tokens)
-        if v.hybrid_swa:
-            budget = min(budget, v.rem_swa_tokens - v.page_size)
-            if budget <= 0:
-                return 0
-        if budget <= 0:
-            budget = v.rem_chunk_tokens
-        return min(v.remaining_tokens, budget)
+        return _resume_within_budgets(v)
 
 
 class SGLangPreSWAFixChunking(ChunkingPolicy):
@@ -143,14 +150,7 @@ class SWAReserveChunking(ChunkingPolicy):
         return chunk
 
     def resume_chunk(self, v: ChunkView) -> int:
-        budget = min(v.rem_chunk_tokens, v.rem_total_tokens)
-        if v.hybrid_swa:
-            budget = min(budget, v.rem_swa_tokens - v.page_size)
-            if budget <= 0:
-                return 0
-        if budget <= 0:
-            budget = v.rem_chunk_tokens
-        return min(v.remaining_tokens, budget)
+        return _resume_within_budgets(v)
 
 
 @hookimpl

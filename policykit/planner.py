@@ -211,15 +211,7 @@ class Planner:
     # -- the in-progress request -----------------------------------------------------------
     def _resume(self, req: Request, ledger: Ledger) -> Entry:
         combo, page = self.combo, ledger.page_size
-        view = ChunkView(
-            remaining_tokens=req.remaining,
-            rem_chunk_tokens=ledger.rem_chunk_tokens,
-            rem_total_tokens=ledger.rem_total_tokens,
-            rem_swa_tokens=ledger.rem_swa_tokens,
-            page_size=page,
-            hybrid_swa=ledger.hybrid_swa,
-            **self._swa_facts(req.remaining, ledger),
-        )
+        view = self._chunk_view(req.remaining, ledger)
         chunking = combo.chunking
         chunk = _check_chunk(
             chunking, ask(chunking, chunking.resume_chunk, view, req.id), req.remaining, req.id
@@ -313,15 +305,7 @@ class Planner:
         # reaches ``rem_input_tokens`` only with chunked prefill disabled, and a policykit node
         # always chunks; the budget still ends admission once spent (``Budget.OTHER``).
         compute = remaining - host_len
-        view = ChunkView(
-            remaining_tokens=compute,
-            rem_chunk_tokens=ledger.rem_chunk_tokens,
-            rem_total_tokens=ledger.rem_total_tokens,
-            rem_swa_tokens=ledger.rem_swa_tokens,
-            page_size=page,
-            hybrid_swa=ledger.hybrid_swa,
-            **self._swa_facts(compute, ledger),
-        )
+        view = self._chunk_view(compute, ledger)
         chunking = combo.chunking
         chunk = _check_chunk(
             chunking, ask(chunking, chunking.new_chunk, view, req.id), compute, req.id
@@ -408,6 +392,19 @@ class Planner:
                 request_id=request_id,
             )
         ledger.reserve(reserve)
+
+    def _chunk_view(self, remaining: int, ledger: Ledger) -> ChunkView:
+        """The chunking question for a request with ``remaining`` tokens to compute, on the
+        ledger as it stands."""
+        return ChunkView(
+            remaining_tokens=remaining,
+            rem_chunk_tokens=ledger.rem_chunk_tokens,
+            rem_total_tokens=ledger.rem_total_tokens,
+            rem_swa_tokens=ledger.rem_swa_tokens,
+            page_size=ledger.page_size,
+            hybrid_swa=ledger.hybrid_swa,
+            **self._swa_facts(remaining, ledger),
+        )
 
     def _swa_facts(self, compute: int, ledger: Ledger) -> dict[str, int]:
         """The sliding-window fields of a view for a request with ``compute`` tokens to go

@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 import click
 
 from policykit.cli.common import echo_json, json_option
-from policykit.cli.simulate import resolve_scenario_path
-from policykit.scenario import load_scenario
+from policykit.scenario import load_scenario, resolve_scenario_path
 
 EXIT_DIFFERENT = 1
 

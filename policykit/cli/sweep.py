@@ -19,7 +19,6 @@ from policykit.cli.common import (
     ray_address_option,
     write_json,
 )
-from policykit.cli.simulate import resolve_scenario_path
 from policykit.errors import ComboError, ScenarioError
 from policykit.executor import (
     EXECUTORS,
@@ -33,7 +32,7 @@ from policykit.executor import (
 )
 from policykit.registry import PolicyRegistry
 from policykit.render import default_console, fold
-from policykit.scenario import Scenario, load_scenario
+from policykit.scenario import Scenario, load_scenario, resolve_scenario_path
 
 SIMULATE_TARGET = "policykit.executor.units:simulate_unit"
 EXIT_FAILED = 1
