@@ -30,6 +30,7 @@ its effect would not show in a few hundred calls.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -164,11 +165,29 @@ def check_policies(
 ) -> None:
     """Cross-validate every decision of ``combo``'s policies; raise :class:`PolicyRefused`."""
     sources = sources or {}
+    _check_declarations(combo.queue, sources.get("queue", combo.queue.source))
     for m in METHODS:
         policy = getattr(combo, m.kind)
         source = sources.get(m.kind, policy.source)
         view = m.template(engine)
         validate(policy, m, lift(policy, m.name, view, source=source), view, engine, source)
+
+
+#: what a queue policy declares rather than decides: read as data by the planner and the model
+QUEUE_DECLARATIONS = ("skips_never_fitting", "arrival_order")
+
+
+def _check_declarations(policy: Policy, source: str) -> None:
+    """A queue policy's declarations must be plain booleans: a property or anything computed
+    could answer the planner differently from the model, and the checker runs no guard on it."""
+    for name in QUEUE_DECLARATIONS:
+        value = inspect.getattr_static(policy, name)
+        if type(value) is not bool:
+            raise PolicyRefused(
+                f"The queue policy {policy.spec!r} ({source}) cannot be checked: its "
+                f"{name} is {type(value).__name__}, not a plain True or False class attribute, "
+                "so the planner and the checker could read it differently."
+            )
 
 
 def check_lifted(combo: Combo, engine: EngineConfig, sources: dict[str, str] | None = None) -> None:

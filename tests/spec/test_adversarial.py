@@ -7,11 +7,17 @@ conservative ones use the same constructs correctly and must still be proved.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
 import pytest
 
 from policykit.plugin_manager import PluginSource, make_plugin_manager
+from policykit.plugins.queue import FcfsQueue
+from policykit.policy import EngineConfig
 from policykit.registry import PolicyRegistry
 from policykit.spec.checker import CheckOptions, check_combo
+from policykit.spec.crossval import PolicyRefused, check_policies
 from policykit.spec.model import ModelConfig
 from policykit.spec.symbolic import SymbolicEvaluationError
 from tests.spec import adversarial_policies as adv
@@ -87,3 +93,20 @@ def test_an_identity_test_python_answers_differently_is_refused_with_the_view(ad
     assert verdict.startswith("refused"), verdict
     assert "returns True in Python but False under the checker" in verdict
     assert "AdmitView(" in verdict and "rem_total_tokens=" in verdict
+
+
+def test_a_queue_declaration_computed_per_call_is_refused(registry) -> None:
+    """``skips_never_fitting`` as a property could tell the planner one thing and the model
+    another (here: skip only on every other read); the checker refuses to read it."""
+    reads = itertools.count()
+
+    class Flipping(FcfsQueue):
+        name = "flipping"
+
+        @property
+        def skips_never_fitting(self) -> bool:  # type: ignore[override]
+            return next(reads) % 2 == 0
+
+    combo = dataclasses.replace(registry.resolve("admission=sglang"), queue=Flipping())
+    with pytest.raises(PolicyRefused, match="skips_never_fitting"):
+        check_policies(combo, EngineConfig(64, 4096))
