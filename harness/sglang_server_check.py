@@ -27,11 +27,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from policykit.integrations.sglang import hooks
+from policykit.integrations.sglang import plugin
 
 #: log lines the plugin must leave in a server that runs it
 EVIDENCE = (
-    *(f"Applied 1 hook(s) to {target}" for target in hooks.DECISION_TARGETS),
+    *(f"Applied 1 hook(s) to {target}" for target in plugin.DECISION_TARGETS),
     "policykit SGLang plugin active",
     "policykit check:",
 )

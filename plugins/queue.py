@@ -47,9 +47,12 @@ class LongestPrefixQueue(QueuePolicy):
     """Longest cached prefix first; a refused request stops the queue (SGLang 0.5.23's ``lpm``).
 
     Upstream sorts by ``-num_matched_prefix_tokens`` (the device match plus the host hit)
-    with a stable sort, so equal matches keep arrival order. Not reproduced: upstream's switch
-    to ``fcfs`` above 128 waiting requests, and its in-batch prefix caching, which moves
-    waiting requests that share a short prefix with each other to the back.
+    with a stable sort. Not reproduced: upstream's switch to ``fcfs`` above 128 waiting
+    requests; its in-batch prefix caching, which moves waiting requests that share a short
+    prefix with each other to the back; its sort of the previous round's order (here equal
+    matches keep arrival order); and its count of a host hit too short to load back (under 10
+    tokens), or of a match capped one token short of the prompt. In SGLang under the policykit
+    plugin, ``lpm`` orders as described here.
     """
 
     name = "lpm"

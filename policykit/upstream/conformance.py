@@ -155,7 +155,9 @@ def random_scenario(
             arrival = rng.randint(1, 4)
         if device and not pinned:
             evictable_prefix += device
-        requests.append(RequestSpec(f"r{i}", prompt, device, pinned, 0, arrival, computed, chunked))
+        requests.append(
+            RequestSpec(f"r{i}", prompt, device, pinned, host, arrival, computed, chunked)
+        )
     scale = rng.choice((0.2, 0.5, 1.0, 2.0))
     free = max(page, int(sum(prompts) * scale * rng.random()) // page * page)
     evictable = evictable_prefix + rng.randint(0, 3) * page * rng.randint(0, 32)

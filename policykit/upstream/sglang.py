@@ -3,8 +3,9 @@
 The decisions are upstream's own code: ``Req``, ``PrefillAdder`` (``add_chunked_req``,
 ``add_one_req``, ``budget_state``) and the prefill budgets (``PrefillBudget``,
 ``SWAPrefillBudget``), called round by round in the order of
-``Scheduler._get_new_batch_prefill_raw``: the in-progress chunked request first, then the
-waiting queue in arrival order (the ``fcfs`` policy) until the adder says stop.
+``Scheduler._get_new_batch_prefill_raw``: the waiting queue sorted by upstream's
+``SchedulePolicy.calc_priority`` (``fcfs`` unless told otherwise), the in-progress chunked
+request, then the waiting queue in that order until the adder says stop.
 
 Only storage is ours. :class:`CountingAllocator` and :class:`CountingPrefixCache` are thin
 subclasses of upstream's allocator and prefix-cache base classes whose counts are read from a
@@ -187,11 +188,16 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
     class CountingPrefixCache(bpc.BasePrefixCache):
         """The policykit node's prefix cache behind upstream's prefix-cache interface."""
 
+        #: prefix caching is on (upstream's schedule policies turn cache-aware orders off
+        #: for a cache without this)
+        disable = False
+
         def __init__(self, node: PrefillNode, allocator: Any, window: int | None) -> None:
             self.node = node
             self.token_to_kv_pool_allocator = allocator
             self.root_node = node.cache.root
             self.sliding_window_size = window
+            self.page_size = node.config.page_size
 
         def supports_mamba(self) -> bool:
             return False
@@ -268,9 +274,13 @@ def not_expressible(scenario: Scenario) -> NotExpressible | None:
 
 # --- driving ---------------------------------------------------------------------------------
 class UpstreamDriver:
-    """Runs one scenario through upstream's scheduler, round by round."""
+    """Runs one scenario through upstream's scheduler, round by round.
 
-    def __init__(self, scenario: Scenario) -> None:
+    ``schedule_policy`` is SGLang's ``--schedule-policy`` (``fcfs``, ``lpm``, ...): upstream's
+    ``SchedulePolicy`` sorts the waiting queue with it every round, as the scheduler does.
+    """
+
+    def __init__(self, scenario: Scenario, schedule_policy: str = "fcfs") -> None:
         self.up = load()
         self.scenario = scenario
         self.node = build_node(scenario)
@@ -281,6 +291,11 @@ class UpstreamDriver:
             self.allocator = self.up["CountingSWAAllocator"](node)
         self.cache = self.up["CountingPrefixCache"](node, self.allocator, scenario.sliding_window)
         self.reqs: dict[str, Any] = {rid: self._req(q) for rid, q in node.requests.items()}
+        self.schedule = self.up["schedule_policy"].SchedulePolicy(
+            schedule_policy, self.cache, False, False, False
+        )
+        #: upstream's waiting queue: arrived requests, appended as they arrive, sorted in place
+        self.waiting: list[Any] = []
         self.chunked: Any = None
         if node.chunked is not None:
             # In progress since before round 1: its computed tokens are its prefix now.
@@ -321,9 +336,10 @@ class UpstreamDriver:
         return run
 
     def round(self, round_no: int) -> UpstreamRound:
-        """Upstream's ``_get_new_batch_prefill_raw`` for one round (fcfs, nothing running)."""
-        sp, node, cfg = self.up["schedule_policy"], self.node, self.node.config
+        """Upstream's ``_get_new_batch_prefill_raw`` for one round (nothing running)."""
+        sp, cfg = self.up["schedule_policy"], self.node.config
         AddReqResult = sp.AddReqResult
+        queue = self._sorted_queue()  # upstream sorts before it builds the round's adder
         adder = sp.PrefillAdder(
             cfg.page_size,
             self.cache,
@@ -363,28 +379,26 @@ class UpstreamDriver:
             else:
                 entries.append(Entry(req.rid, start, start, EntryKind.DEFERRED))
 
-        queue = list(node.waiting)
-        for at, q in enumerate(queue):
+        for at, req in enumerate(queue):
             if adder.budget_state() == AddReqResult.OTHER:
                 stop = "OTHER"
                 break
             state_before = adder.budget_state()
-            req = self.reqs[q.id]
             req.init_next_round_input(self.cache)
             res = adder.add_one_req(
                 req, has_chunked_req=self.chunked is not None, truncation_align_size=None
             )
-            verdicts.append((q.id, res.name))
+            verdicts.append((req.rid, res.name))
             admitted = bool(adder.can_run_list) and adder.can_run_list[-1] is req
             if admitted:
                 kind = EntryKind.TRUNCATED if adder.new_chunked_req is req else EntryKind.WHOLE
                 loaded = req.host_loaded_length
                 cached = req.prefix_len - loaded
-                entries.append(Entry(q.id, req.prefix_len, req.extend_end, kind, cached, loaded))
-                mark(q.id)
+                entries.append(Entry(req.rid, req.prefix_len, req.extend_end, kind, cached, loaded))
+                mark(req.rid)
             elif state_before == AddReqResult.CONTINUE:
                 # Refused on its own merits (not because the budget was already spent).
-                rejected.append(Rejection(q.id, res.name))
+                rejected.append(Rejection(req.rid, res.name))
             if res != AddReqResult.CONTINUE:
                 # An admitted request's verdict only stops someone if someone is left.
                 if not admitted or at + 1 < len(queue):
@@ -406,6 +420,17 @@ class UpstreamDriver:
             baseline=baseline,
         )
         return UpstreamRound(plan, verdicts)
+
+    def _sorted_queue(self) -> list[Any]:
+        """Upstream's waiting queue this round: what has left it dropped, new arrivals appended
+        in arrival order, then sorted by upstream's ``calc_priority`` (hooks included)."""
+        waiting = [q.id for q in self.node.waiting]
+        present = set(waiting)
+        self.waiting = [req for req in self.waiting if req.rid in present]
+        queued = {req.rid for req in self.waiting}
+        self.waiting += [self.reqs[rid] for rid in waiting if rid not in queued]
+        self.schedule.calc_priority(self.waiting)
+        return list(self.waiting)
 
     def _advance(self, plan: Plan) -> None:
         """After a committed round: the computed tokens become the requests' prefixes (what
@@ -429,9 +454,11 @@ class UpstreamDriver:
             self.chunked.last_node = self.node.requests[self.chunked.rid].prefix_node
 
 
-def drive(scenario: Scenario, max_rounds: int = 10_000) -> UpstreamRun | NotExpressible:
+def drive(
+    scenario: Scenario, max_rounds: int = 10_000, schedule_policy: str = "fcfs"
+) -> UpstreamRun | NotExpressible:
     """Run ``scenario`` through SGLang 0.5.23's scheduler, or say why it cannot be."""
     why = not_expressible(scenario)
     if why is not None:
         return why
-    return UpstreamDriver(scenario).run(max_rounds)
+    return UpstreamDriver(scenario, schedule_policy).run(max_rounds)

@@ -21,16 +21,19 @@ if importlib.util.find_spec("sglang") is None:
 from policykit import planner
 from policykit.integrations.sglang import hooks
 from policykit.integrations.sglang.plugin import applied
+from policykit.plugins.queue import FcfsQueue
 from policykit.policy import (
     AdmissionPolicy,
     AdmitView,
     AlignView,
     ChunkingPolicy,
     ChunkView,
+    QueuePolicy,
     TailView,
 )
 from policykit.registry import PolicyRegistry, registry_from
-from policykit.scenario import load_scenario
+from policykit.scenario import build_node, load_scenario
+from policykit.scheduler import Scheduler
 from policykit.upstream.conformance import (
     UPSTREAM_COMBO,
     _round_view,
@@ -47,8 +50,8 @@ RESERVE_TAIL = "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256"
 #: random scenarios for the identity test and per combo for the simulate comparison (the
 #: acceptance asks for at least 200 each)
 COUNT = 200
-#: SGLang's waiting queue as the driver runs it (fcfs, the head blocks): the queue kind is not
-#: hooked, so a combo compared with ``policykit simulate`` names it
+#: SGLang's waiting queue as the driver runs it (fcfs, the head blocks): the engine never skips
+#: a refused request, so a combo compared with ``policykit simulate`` names a queue that does not
 FCFS = ",queue=fcfs"
 
 
@@ -114,16 +117,19 @@ def test_seed_incident_fork_runs_out_of_memory_reserve_tail_does_not(registry):
     assert "1keim" in fixed.completed
 
 
-def _compare_with_simulate(chosen, combo: str, seed: object, count: int) -> list:
+def _compare_with_simulate(
+    chosen, combo: str, seed: object, count: int, schedule_policy: str = "fcfs"
+) -> list:
     """The differences between the real adder under the plugin and ``policykit simulate``,
-    one ``(scenario, first differing line)`` per differing scenario."""
+    one ``(scenario, first differing line)`` per differing scenario. ``schedule_policy`` is
+    SGLang's own ``--schedule-policy``, which sorts the queue before the plugin does."""
     rng, compared, differing = random.Random(seed), 0, []
     with applied(chosen):
         while compared < count:
             scenario = random_scenario(rng, compared, hybrid_swa=False)
             if chosen.alignment.name == "checkpoint" and 256 % scenario.page_size:
                 continue
-            theirs = drive(scenario, max_rounds=400)
+            theirs = drive(scenario, max_rounds=400, schedule_policy=schedule_policy)
             if not hasattr(theirs, "rounds"):
                 continue
             compared += 1
@@ -144,6 +150,80 @@ def _compare_with_simulate(chosen, combo: str, seed: object, count: int) -> list
 def test_real_adder_under_the_plugin_decides_as_policykit_simulate(registry, combo):
     differing = _compare_with_simulate(registry.resolve(combo), combo, combo, COUNT)
     assert not differing, differing[:5]
+
+
+LPM = "admission=reserve-tail,chunking=sglang,alignment=none,queue=lpm"
+
+
+@pytest.mark.parametrize(
+    "combo, engine, count",
+    [
+        (LPM, "fcfs", COUNT),  # SGLang keeps arrival order; the plugin sorts longest prefix first
+        (LPM, "lpm", 60),  # SGLang's own lpm replaced by the plugin's
+        (RESERVE_TAIL.replace("checkpoint:256", "none") + FCFS, "lpm", 60),  # arrival order
+    ],
+)
+def test_the_queue_policy_orders_sglangs_waiting_queue(registry, combo, engine, count):
+    """``SchedulePolicy.calc_priority`` under the plugin leaves the queue in the order
+    ``policykit simulate`` looks at it, whatever SGLang's ``--schedule-policy`` sorted first."""
+    differing = _compare_with_simulate(registry.resolve(combo), combo, combo, count, engine)
+    assert not differing, differing[:5]
+
+
+def test_the_queue_hook_changes_the_order():
+    """The test above is not vacuous: on the same scenarios, longest-prefix-first decides
+    differently from arrival order in some of them."""
+    rng = random.Random(LPM)
+    scenarios = [(random_scenario(rng, i, hybrid_swa=False), None) for i in range(60)]
+    lpm = registry_from().resolve(LPM)
+    by_prefix = _hooked_runs(scenarios, lpm)
+    by_arrival = _hooked_runs(scenarios, dataclasses.replace(lpm, queue=FcfsQueue()))
+    changed = sum(_outcome(a) != _outcome(b) for a, b in zip(by_prefix, by_arrival, strict=True))
+    assert changed >= 3, changed
+
+
+class ShortestFirst(QueuePolicy):
+    """Fewest tokens to compute first (a third-party order the built-ins do not have)."""
+
+    name = "shortest-first"
+    source = "plugin test-dist 0.1"
+
+    def priority(self, v):
+        return v.prompt_tokens - v.prefix_tokens - v.host_prefix_tokens
+
+
+def test_a_third_party_order_decides_in_the_engine_as_in_simulate(registry):
+    combo = dataclasses.replace(registry.resolve(LPM), queue=ShortestFirst())
+    rng, compared, differing = random.Random("shortest"), 0, []
+    with applied(combo):
+        while compared < 100:
+            scenario = random_scenario(rng, compared, hybrid_swa=False)
+            theirs = drive(scenario, max_rounds=400)
+            if not hasattr(theirs, "rounds"):
+                continue
+            compared += 1
+            ours = Scheduler(build_node(scenario), combo, fail_stuck=False).run(400)
+            if lines := diff(ours, theirs):
+                differing.append((scenario.name, lines[0]))
+    assert not differing, differing[:5]
+
+
+class RaisingQueue(QueuePolicy):
+    name = "raising-queue"
+    source = "plugin test-dist 0.1"
+
+    def priority(self, v):
+        raise ValueError("no order today")
+
+
+def test_a_raising_priority_keeps_upstreams_order_and_the_rounds_run(registry, caplog):
+    combo = dataclasses.replace(registry.resolve(UPSTREAM_COMBO), queue=RaisingQueue())
+    scenario = load_scenario(ROOT / "policykit" / "scenarios" / "seed-incident-1keim.json")
+    with caplog.at_level(logging.ERROR, logger="policykit.sglang"):
+        run = _upstream(scenario, combo)
+    assert _outcome(run) == _outcome(_upstream(scenario))
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines and all("'raising-queue'" in m and "priority()" in m for m in lines)
 
 
 NO_EVICT = "admission=no-evict,chunking=sglang,alignment=page" + FCFS

@@ -25,7 +25,7 @@ import pytest
 if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
-from policykit.integrations.sglang.plugin import DECISION_METHODS, applied
+from policykit.integrations.sglang.plugin import applied, decision_methods, restore
 from policykit.registry import registry_from
 from policykit.scenario import parse_scenario
 from policykit.upstream.sglang import UpstreamDriver, UpstreamUnavailable, load
@@ -71,15 +71,12 @@ def test_plan_one_round(benchmark, waiting, side):
 @contextmanager
 def _switch(combo) -> Iterator[Callable[[bool], None]]:
     """A function that puts the plugin's hooks in (True) or upstream's methods back (False)."""
-    from sglang.srt.managers.schedule_policy import PrefillAdder
-
-    plain = {name: PrefillAdder.__dict__[name] for name in DECISION_METHODS}
+    plain = decision_methods()
     with applied(combo):
-        hooked = {name: PrefillAdder.__dict__[name] for name in DECISION_METHODS}
+        hooked = decision_methods()
 
         def use(plugin: bool) -> None:
-            for name, method in (hooked if plugin else plain).items():
-                setattr(PrefillAdder, name, method)
+            restore(hooked if plugin else plain)
 
         try:
             yield use

@@ -33,15 +33,13 @@ def sglang_plugins(monkeypatch):
     except UpstreamUnavailable as exc:
         pytest.skip(str(exc))
     import sglang.srt.plugins as plugins
-    from sglang.srt.managers.schedule_policy import PrefillAdder
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    saved = {name: PrefillAdder.__dict__[name] for name in plugin.DECISION_METHODS}
+    saved = plugin.decision_methods()
     monkeypatch.setattr(plugins, "_plugins_loaded", False)
     HookRegistry.reset()
-    yield plugins, PrefillAdder, saved
-    for name, method in saved.items():
-        setattr(PrefillAdder, name, method)
+    yield plugins, saved
+    plugin.restore(saved)
     scheduler = sys.modules.get("sglang.srt.managers.scheduler")
     init = getattr(getattr(scheduler, "Scheduler", None), "__init__", None)
     if hasattr(init, "__wrapped__"):
@@ -52,13 +50,14 @@ def sglang_plugins(monkeypatch):
 
 @needs_sglang
 def test_load_plugins_finds_the_entry_point_and_hooks_land(sglang_plugins, monkeypatch):
-    plugins, adder, saved = sglang_plugins
+    plugins, saved = sglang_plugins
     monkeypatch.setenv("SGLANG_PLUGINS", "policykit")
     monkeypatch.setenv("POLICYKIT_COMBO", "admission=reserve-tail,chunking=defer")
     plugins.load_plugins()
-    for name, original in saved.items():
-        assert adder.__dict__[name] is not original
-        assert adder.__dict__[name].__wrapped__ is original
+    assert len(saved) == 4
+    for (cls, name), original in saved.items():
+        assert cls.__dict__[name] is not original
+        assert cls.__dict__[name].__wrapped__ is original
     assert str(hooks.active()).startswith("reserve-tail/defer")
 
 
@@ -72,7 +71,7 @@ def test_a_third_party_policy_found_by_its_entry_point_decides_in_the_engine(
     from policykit.upstream.sglang import drive
     from tests.spec import custom_policies
 
-    plugins, _, _ = sglang_plugins
+    plugins, _ = sglang_plugins
     installed = importlib.metadata.entry_points
     acme = importlib.metadata.EntryPoint("acme-policies", custom_policies.__name__, "policykit")
 
@@ -101,12 +100,12 @@ def test_a_third_party_policy_found_by_its_entry_point_decides_in_the_engine(
 def test_without_policykit_in_sglang_plugins_nothing_is_hooked(
     sglang_plugins, monkeypatch, allow_list
 ):
-    plugins, adder, saved = sglang_plugins
+    plugins, saved = sglang_plugins
     monkeypatch.setenv("SGLANG_PLUGINS", allow_list)
     monkeypatch.setenv("POLICYKIT_COMBO", "admission=reserve-tail")
     plugins.load_plugins()
-    for name, original in saved.items():
-        assert adder.__dict__[name] is original
+    for (cls, name), original in saved.items():
+        assert cls.__dict__[name] is original
     assert hooks.active() is None
 
 
@@ -149,10 +148,12 @@ def test_scheduler_start_logs_one_check_line_per_property(monkeypatch, caplog):
     assert len(lines) >= 4 and len(set(props)) == len(props)
 
 
-@pytest.mark.parametrize("queue, level", [("fcfs-skip", "WARNING"), ("fcfs", "INFO")])
-def test_scheduler_start_says_the_queue_policy_is_not_applied(monkeypatch, caplog, queue, level):
-    """The queue kind is not hooked: a combo whose queue SGLang's default fcfs does not
-    reproduce is warned about at start-up."""
+@pytest.mark.parametrize(
+    "queue, level", [("fcfs-skip", "WARNING"), ("fcfs", "INFO"), ("lpm", "INFO")]
+)
+def test_scheduler_start_says_what_the_queue_policy_does(monkeypatch, caplog, queue, level):
+    """The queue policy orders SGLang's queue; a skipping one is warned about at start-up,
+    since a refused request still ends SGLang's round."""
     monkeypatch.setenv("POLICYKIT_COMBO", f"admission=reserve-tail,queue={queue}")
     monkeypatch.setenv("POLICYKIT_STARTUP_CHECK", "0")
     scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=4096)
@@ -161,8 +162,9 @@ def test_scheduler_start_says_the_queue_policy_is_not_applied(monkeypatch, caplo
             startup.on_scheduler_ready(None, scheduler)
     finally:
         hooks.activate(None)
-    [record] = [r for r in caplog.records if "is not applied" in r.getMessage()]
+    [record] = [r for r in caplog.records if "orders the waiting queue" in r.getMessage()]
     assert record.levelname == level and repr(queue) in record.getMessage()
+    assert ("does not skip" in record.getMessage()) == (queue == "fcfs-skip")
 
 
 def test_combo_from_a_config_file(tmp_path):
@@ -179,7 +181,7 @@ def test_target_check_finds_every_target():
     if not HAS_SGLANG:
         pytest.skip("the policykit[sglang] extra is absent")
     found = check.target_findings()
-    assert len(found) == 4 and all(f.ok for f in found), found
+    assert len(found) == 5 and all(f.ok for f in found), found
 
 
 def _cli(*args: str, env: dict | None = None):
@@ -194,7 +196,7 @@ def test_cli_check_json():
     assert data["schema"] == "policykit.sglang-plugin-check/1" and data["created"]
     assert data["ready"] and data["combo"]["admission"] == "reserve-tail"
     [queue] = [f for f in data["findings"] if f["name"] == "queue"]
-    assert "'fcfs-skip' is not applied" in queue["detail"]
+    assert "'fcfs-skip' orders the waiting queue, but does not skip" in queue["detail"]
 
 
 def test_cli_bad_combo_is_one_paragraph_and_exit_2():

@@ -77,7 +77,7 @@ def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef | None:
 
 def target_findings() -> list[Finding]:
     """One finding per hook target: the method exists where the hook will look for it."""
-    targets = (*hooks.DECISION_TARGETS, plugin.SCHEDULER_INIT)
+    targets = (*plugin.DECISION_TARGETS, plugin.SCHEDULER_INIT)
     trees: dict[str, ast.Module | None] = {}
     out = []
     for target in targets:

@@ -2,10 +2,11 @@
 
 In the simulator a policy that raises fails its request (:class:`~policykit.errors.PolicyError`).
 Inside SGLang there is no such exit: an exception escaping ``PrefillAdder`` ends the scheduler
-loop and with it every request being served. So each question goes through :func:`ask_verdict`
-or :func:`ask_count`, which check the answer's type and range; on an exception or a nonsense
-answer they log one line naming the policy, its distribution and the request, and return
-:data:`FALLBACK`. The caller then lets upstream's own rule make that decision (see ``hooks``).
+loop and with it every request being served. So each question goes through :func:`ask_verdict`,
+:func:`ask_count` or :func:`ask_rank`, which check the answer's type and range; on an exception
+or a nonsense answer they log one line naming the policy, its distribution and the request, and
+return :data:`FALLBACK`. The caller then lets upstream's own rule make that decision (see
+``hooks``).
 
 They run on every decision of every planning round, so the check is inline, and the request's
 id and the ``expected`` wording are only worked out when a line is logged.
@@ -54,6 +55,17 @@ def ask_count(
         return answer
     expected = f"an int >= {lo}" if hi is None else f"an int in [{lo}, {hi}]"
     return _refused(policy, question, request, answer, expected)
+
+
+def ask_rank(policy: Policy, view: Any, request: Any) -> Any:
+    """``policy.priority(view)`` if it returns an int (any value), else :data:`FALLBACK`."""
+    try:
+        answer = policy.priority(view)
+    except Exception as exc:  # any policy failure falls back, by design
+        return _raised(policy, "priority", request, exc)
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        return answer
+    return _refused(policy, "priority", request, answer, "an int")
 
 
 def request_id(request: Any) -> str:

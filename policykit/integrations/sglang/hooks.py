@@ -1,8 +1,9 @@
 """The decision hooks on SGLang 0.5.23's ``PrefillAdder``, and the targets they patch.
 
 Three methods of ``sglang.srt.managers.schedule_policy.PrefillAdder`` carry every prefill
-decision policykit models; the plugin wraps exactly those (``AROUND`` / ``AFTER`` hooks through
-SGLang's ``HookRegistry``) and leaves the rest of the scheduler alone:
+decision policykit models but the queue's order (:mod:`.order` hooks that); the plugin wraps
+exactly those (``AROUND`` / ``AFTER`` hooks through SGLang's ``HookRegistry``) and leaves the
+rest of the scheduler alone:
 
 ``_select_prefill_admission`` (AROUND)
     A waiting request's shape: the admission check (:meth:`AdmissionPolicy.admit`), its chunk
@@ -42,7 +43,7 @@ ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
 SELECT = f"{ADDER}._select_prefill_admission"
 COMMIT = f"{ADDER}._commit_prefill_admission"
 RESUME = f"{ADDER}.add_chunked_req"
-#: every decision target, in the order the scheduler meets them in a round
+#: ``PrefillAdder``'s targets, in the order the scheduler meets them in a round
 DECISION_TARGETS = (RESUME, SELECT, COMMIT)
 
 #: set on an adder whose in-progress request stays in progress this round (parked or truncated)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from policykit.errors import PolicykitError
-from policykit.integrations.sglang import hooks, settings, startup
+from policykit.integrations.sglang import hooks, order, settings, startup
 from policykit.registry import Combo
 
 logger = logging.getLogger("policykit.sglang")
@@ -56,15 +57,37 @@ def register() -> None:
 
 
 def register_decision_hooks() -> None:
-    """The three ``PrefillAdder`` hooks alone (what a driver without a ``Scheduler`` needs)."""
+    """The decision hooks alone, the queue order and ``PrefillAdder``'s three (what a driver
+    without a ``Scheduler`` needs)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    HookRegistry.register(order.ORDER, order.order_queue, HookType.AROUND)
     HookRegistry.register(hooks.RESUME, hooks.resume_chunked, HookType.AROUND)
     HookRegistry.register(hooks.SELECT, hooks.select_admission, HookType.AROUND)
     HookRegistry.register(hooks.COMMIT, hooks.commit_admission, HookType.AFTER)
 
 
-DECISION_METHODS = ("_select_prefill_admission", "_commit_prefill_admission", "add_chunked_req")
+#: every decision target, in the order the scheduler meets them in a round
+DECISION_TARGETS = (order.ORDER, *hooks.DECISION_TARGETS)
+
+
+def decision_methods() -> dict[tuple[type, str], Any]:
+    """Each hooked method as its class holds it now, keyed by (class, name): what to put back
+    with :func:`restore`."""
+    from sglang.srt.managers import schedule_policy
+
+    found = {}
+    for target in DECISION_TARGETS:
+        cls_name, name = target.rsplit(".", 2)[1:]
+        cls = getattr(schedule_policy, cls_name)
+        found[cls, name] = cls.__dict__[name]
+    return found
+
+
+def restore(methods: dict[tuple[type, str], Any]) -> None:
+    """Put ``methods`` (from :func:`decision_methods`) back on their classes."""
+    for (cls, name), method in methods.items():
+        setattr(cls, name, method)
 
 
 @contextmanager
@@ -75,10 +98,9 @@ def applied(combo: Combo) -> Iterator[None]:
     For drivers that run ``PrefillAdder`` without a ``Scheduler`` (the conformance driver, the
     tests, the benchmark); an engine gets the same hooks from :func:`load`.
     """
-    from sglang.srt.managers.schedule_policy import PrefillAdder
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    saved = {name: PrefillAdder.__dict__[name] for name in DECISION_METHODS}
+    saved = decision_methods()
     HookRegistry.reset()
     register_decision_hooks()
     HookRegistry.apply_hooks()
@@ -86,7 +108,6 @@ def applied(combo: Combo) -> Iterator[None]:
     try:
         yield
     finally:
-        for name, method in saved.items():
-            setattr(PrefillAdder, name, method)
+        restore(saved)
         HookRegistry.reset()
         hooks.activate(None)

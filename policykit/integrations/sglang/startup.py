@@ -71,11 +71,14 @@ def check_lines(combo: Combo, registry: PolicyRegistry, config: EngineConfig) ->
 
 
 def queue_line(combo: Combo) -> str:
-    """The waiting-queue kind is not hooked: say so, with the order SGLang keeps instead."""
+    """What the combo's queue policy does in the engine: its order, but never a skip."""
+    queue = combo.queue
+    line = f"policykit SGLang plugin: the queue policy {queue.spec!r} orders the waiting queue"
+    if not queue.skips_never_fitting:
+        return line
     return (
-        f"policykit SGLang plugin: the queue policy {combo.queue.spec!r} is not applied; "
-        "SGLang's --schedule-policy orders the waiting queue and a refused request stops it "
-        "(policykit's fcfs or lpm, not fcfs-skip)"
+        f"{line}, but does not skip a request that can never fit: in SGLang a refused request "
+        "stops the round, so such a request at the head blocks the queue (as fcfs does)"
     )
 
 
@@ -89,8 +92,9 @@ def on_scheduler_ready(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -
     combo, registry = resolve(text, config)
     hooks.activate(combo)
     logger.info("policykit SGLang plugin active with %s (%s)", combo, config)
-    # SGLang's default schedule policy is fcfs: only another queue policy is a mismatch
-    logger.log(logging.INFO if combo.queue.name == "fcfs" else logging.WARNING, queue_line(combo))
+    # the head-of-line skip is the one queue decision the engine cannot take
+    level = logging.WARNING if combo.queue.skips_never_fitting else logging.INFO
+    logger.log(level, queue_line(combo))
     if settings.startup_check_enabled():
         for line in check_lines(combo, registry, config):
             logger.info(line)

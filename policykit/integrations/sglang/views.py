@@ -2,7 +2,8 @@
 
 A policy inside SGLang must receive exactly what it receives in ``policykit simulate``: an
 instance of :class:`~policykit.policy.AdmitView`, :class:`~policykit.policy.ChunkView`,
-:class:`~policykit.policy.AlignView` or :class:`~policykit.policy.TailView`. Those are frozen
+:class:`~policykit.policy.AlignView`, :class:`~policykit.policy.TailView` or
+:class:`~policykit.policy.QueueView`. Those are frozen
 dataclasses, and a frozen dataclass's generated ``__init__`` stores every field through
 ``object.__setattr__``, one call per field. Per decision that was the largest cost the plugin
 added to SGLang's planning round (about 4 µs for a 7-field ``AdmitView`` on the 2-core CI
@@ -17,7 +18,7 @@ field added to a view fails there rather than inside an engine.
 
 from __future__ import annotations
 
-from policykit.policy import AdmitView, AlignView, ChunkView, TailView
+from policykit.policy import AdmitView, AlignView, ChunkView, QueueView, TailView
 
 _new = object.__new__
 _install = object.__setattr__
@@ -105,10 +106,28 @@ def tail_view(tail_tokens: int, first_tokens: int, page_size: int) -> TailView:
     return view
 
 
+def queue_view(
+    prompt_tokens: int, prefix_tokens: int, host_prefix_tokens: int, page_size: int
+) -> QueueView:
+    view = _new(QueueView)
+    _install(
+        view,
+        "__dict__",
+        {
+            "prompt_tokens": prompt_tokens,
+            "prefix_tokens": prefix_tokens,
+            "host_prefix_tokens": host_prefix_tokens,
+            "page_size": page_size,
+        },
+    )
+    return view
+
+
 #: each builder and the view class it builds (for the tests that hold them to the fields)
 BUILDERS = (
     (admit_view, AdmitView),
     (chunk_view, ChunkView),
     (align_view, AlignView),
     (tail_view, TailView),
+    (queue_view, QueueView),
 )
