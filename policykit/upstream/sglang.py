@@ -316,6 +316,7 @@ class UpstreamDriver:
             round_no += 1
             node.release_due(round_no)
             node.arrive(round_no)
+            self.enqueue()
             record = self.round(round_no)
             run.rounds.append(record)
             try:
@@ -339,7 +340,9 @@ class UpstreamDriver:
         """Upstream's ``_get_new_batch_prefill_raw`` for one round (nothing running)."""
         sp, cfg = self.up["schedule_policy"], self.node.config
         AddReqResult = sp.AddReqResult
-        queue = self._sorted_queue()  # upstream sorts before it builds the round's adder
+        # upstream sorts (hooks included) before it builds the round's adder
+        self.schedule.calc_priority(self.waiting)
+        queue = self.waiting
         adder = sp.PrefillAdder(
             cfg.page_size,
             self.cache,
@@ -421,16 +424,15 @@ class UpstreamDriver:
         )
         return UpstreamRound(plan, verdicts)
 
-    def _sorted_queue(self) -> list[Any]:
-        """Upstream's waiting queue this round: what has left it dropped, new arrivals appended
-        in arrival order, then sorted by upstream's ``calc_priority`` (hooks included)."""
+    def enqueue(self) -> None:
+        """Bring upstream's waiting queue up to date with the node's: what has left it (admitted,
+        rejected, failed) dropped, new arrivals appended in arrival order, as the scheduler's
+        queue is. Called before each round, after the round's arrivals."""
         waiting = [q.id for q in self.node.waiting]
         present = set(waiting)
         self.waiting = [req for req in self.waiting if req.rid in present]
         queued = {req.rid for req in self.waiting}
         self.waiting += [self.reqs[rid] for rid in waiting if rid not in queued]
-        self.schedule.calc_priority(self.waiting)
-        return list(self.waiting)
 
     def _advance(self, plan: Plan) -> None:
         """After a committed round: the computed tokens become the requests' prefixes (what

@@ -50,5 +50,6 @@ def test_plan_round_policykit(benchmark, registry, waiting):
 def test_plan_round_upstream(benchmark, waiting):
     driver = UpstreamDriver(waiting_scenario(waiting))
     driver.node.arrive(1)
+    driver.enqueue()
     record = benchmark(driver.round, 1)
     assert record.plan.batch

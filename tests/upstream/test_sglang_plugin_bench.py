@@ -54,6 +54,7 @@ def _driver(waiting: int) -> UpstreamDriver:
     )
     driver = UpstreamDriver(scenario)
     driver.node.arrive(0)
+    driver.enqueue()
     return driver
 
 
