@@ -67,8 +67,9 @@ def sglang_plugin(
         for f in findings:
             mark = "[green]ok[/]" if f.ok else "[red]FAIL[/]"
             out.print(f"{mark}  {f.name}: {f.detail}", highlight=False)
+        note = f" {startup.AS_SGLANG_RUNS}" if chosen.queue.skips_never_fitting else ""
         for v in proofs:
-            out.print(f"      policykit check: {v.property} {v.label}", highlight=False)
+            out.print(f"      policykit check: {v.property} {v.label}{note}", highlight=False)
         out.print("ready" if ready else "[red]not ready[/]")
     if not ready:
         sys.exit(EXIT_NOT_READY)

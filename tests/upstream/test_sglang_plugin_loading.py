@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from policykit.cli import main
 from policykit.integrations.sglang import check, hooks, plugin, settings, startup
+from policykit.registry import registry_from
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 needs_sglang = pytest.mark.skipif(not HAS_SGLANG, reason="the policykit[sglang] extra is absent")
@@ -215,3 +216,27 @@ def test_cli_unsupported_version_is_not_ready(monkeypatch):
     assert result.exit_code == 1
     finding = json.loads(result.output)["findings"][0]
     assert not finding["ok"] and "0.5.22" in finding["detail"]
+
+
+def test_start_up_verdicts_are_about_the_queue_sglang_runs(monkeypatch, caplog):
+    """``fcfs-skip`` is proved free of starvation in ``policykit simulate``, but SGLang stops
+    its round at a refused request: the verdict logged in the engine is the blocking queue's,
+    and says so."""
+    monkeypatch.setenv("POLICYKIT_COMBO", "admission=sglang,chunking=sglang,alignment=none")
+    scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=4096)
+    try:
+        with caplog.at_level("INFO", logger="policykit.sglang"):
+            startup.on_scheduler_ready(None, scheduler)
+    finally:
+        hooks.activate(None)
+    [line] = [r.getMessage() for r in caplog.records if "no-starvation" in r.getMessage()]
+    assert "no-starvation violated" in line and startup.AS_SGLANG_RUNS in line
+
+
+def test_as_sglang_runs_keeps_the_order_and_drops_only_the_skip():
+    combo = registry_from().resolve("admission=reserve-tail,queue=fcfs-skip")
+    engine = startup.as_sglang_runs(combo)
+    assert combo.queue.skips_never_fitting and not engine.queue.skips_never_fitting
+    assert isinstance(engine.queue, type(combo.queue)) and engine.queue.name == "fcfs-skip"
+    assert engine.admission is combo.admission
+    assert startup.as_sglang_runs(registry_from().resolve("queue=lpm")).queue.name == "lpm"

@@ -9,6 +9,8 @@ SGLang's scheduler process reports and which makes the engine exit.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 from typing import Any
 
@@ -51,21 +53,49 @@ def checkable(config: EngineConfig) -> bool:
     return not config.hybrid_swa and config.chunked_prefill_size > 0
 
 
+def as_sglang_runs(combo: Combo) -> Combo:
+    """``combo`` as SGLang runs it: a queue policy that skips a request that can never fit is
+    checked without the skip, since SGLang's scheduler loop stops at any refused request.
+
+    The same policy object, its class swapped for a subclass that declares
+    ``skips_never_fitting = False``: same order, same arguments, so a verdict logged in the
+    engine is about what the engine does (``fcfs-skip`` is checked as ``fcfs``)."""
+    queue = combo.queue
+    if not queue.skips_never_fitting:
+        return combo
+    cls = type(queue)
+    blocking = type(
+        cls.__name__,
+        (cls,),
+        {"skips_never_fitting": False, "__module__": cls.__module__, "__doc__": cls.__doc__},
+    )
+    engine_queue = copy.copy(queue)
+    engine_queue.__class__ = blocking
+    return dataclasses.replace(combo, queue=engine_queue)
+
+
+#: appended to a start-up verdict that was checked with the skip taken out
+AS_SGLANG_RUNS = "(checked as SGLang runs the queue, where a refused request stops the round)"
+
+
 def verdicts(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> list[Any]:
-    """``policykit check``'s verdicts for ``combo`` on ``config`` (default bounds and timeout)."""
+    """``policykit check``'s verdicts for ``combo`` as SGLang runs it (:func:`as_sglang_runs`)
+    on ``config`` (default bounds and timeout)."""
     from policykit.spec.checker import CheckOptions, check_combo
     from policykit.spec.model import ModelConfig
 
     model = ModelConfig(config.page_size, config.chunked_prefill_size)
-    return check_combo(combo, model, CheckOptions(), registry.sources(combo))
+    engine = as_sglang_runs(combo)
+    return check_combo(engine, model, CheckOptions(), registry.sources(engine))
 
 
 def check_lines(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> list[str]:
     """The start-up log: one line per property."""
     if not checkable(config):
         return [f"policykit check: {combo}: not checked (hybrid SWA or chunked prefill off)"]
+    note = f" {AS_SGLANG_RUNS}" if combo.queue.skips_never_fitting else ""
     return [
-        f"policykit check: {v.combo}: {v.property} {v.label}"
+        f"policykit check: {combo}: {v.property} {v.label}{note}"
         for v in verdicts(combo, registry, config)
     ]
 
