@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from policykit.cli.common import echo_json, json_option
 from policykit.scenario import load_scenario, resolve_scenario_path
@@ -34,8 +38,18 @@ def conformance() -> None:
     help="Also compare this many random scenarios.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --random.")
+@click.option(
+    "--schedule-policy",
+    type=click.Choice(["fcfs", "lpm"]),
+    default="fcfs",
+    show_default=True,
+    help="SGLang's --schedule-policy, compared with policykit's queue policy of that name "
+    "(lpm: see its documented differences in `policykit policies`).",
+)
 @json_option
-def sglang(scenarios: tuple[str, ...], random_count: int, seed: int, as_json: bool) -> None:
+def sglang(
+    scenarios: tuple[str, ...], random_count: int, seed: int, schedule_policy: str, as_json: bool
+) -> None:
     """Diff SCENARIO... (files or bundled names) against SGLang 0.5.23's PrefillAdder."""
     from policykit.upstream.conformance import UPSTREAM_COMBO, conform, random_scenario
     from policykit.upstream.sglang import SUPPORTED_VERSION, load
@@ -46,7 +60,12 @@ def sglang(scenarios: tuple[str, ...], random_count: int, seed: int, as_json: bo
     load()  # fail early, with the install hint, when SGLang is missing
     rng = random.Random(seed)
     loaded += [random_scenario(rng, i) for i in range(random_count)]
-    verdicts = [conform(sc) for sc in loaded]
+    combo = UPSTREAM_COMBO.replace("queue=fcfs", f"queue={schedule_policy}")
+    with _progress(len(loaded)) as advance:
+        verdicts = []
+        for sc in loaded:
+            verdicts.append(conform(sc, combo, schedule_policy=schedule_policy))
+            advance()
     different = [v for v in verdicts if v.differences]
     if as_json:
         echo_json(
@@ -54,7 +73,8 @@ def sglang(scenarios: tuple[str, ...], random_count: int, seed: int, as_json: bo
                 "schema": "policykit.conformance/1",
                 "created": datetime.now(UTC).isoformat(timespec="seconds"),
                 "engine": f"sglang=={SUPPORTED_VERSION}",
-                "combo": UPSTREAM_COMBO,
+                "combo": combo,
+                "schedule_policy": schedule_policy,
                 "seed": seed if random_count else None,
                 "scenarios": [v.to_dict() for v in verdicts],
                 "identical": sum(v.identical for v in verdicts),
@@ -72,10 +92,25 @@ def sglang(scenarios: tuple[str, ...], random_count: int, seed: int, as_json: bo
                     click.echo(f"  {line}")
             else:
                 click.echo(f"{v.scenario}: identical ({v.rounds} rounds)")
+        identical = sum(v.identical for v in verdicts)
         click.echo(
-            f"{len(verdicts)} scenario(s) against sglang=={SUPPORTED_VERSION} with "
-            f"{UPSTREAM_COMBO}: {sum(v.identical for v in verdicts)} identical, "
+            f"{len(verdicts)} scenario(s) against sglang=={SUPPORTED_VERSION} "
+            f"(--schedule-policy {schedule_policy}) with {combo}: {identical} identical, "
             f"{len(different)} different"
         )
     if different:
         sys.exit(EXIT_DIFFERENT)
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Callable[[], None]]:
+    """A bar on stderr (gone when done; nothing when stderr is not a terminal), advanced once
+    per scenario compared."""
+    console = Console(stderr=True)
+    if total < 2 or not console.is_terminal:
+        yield lambda: None
+        return
+    columns = (TextColumn("conformance"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("scenarios", total=total)
+        yield lambda: progress.advance(task)

@@ -112,10 +112,14 @@ def diff(ours: RunResult, theirs: UpstreamRun) -> list[str]:
 
 
 def conform(
-    scenario: Scenario, combo: str = UPSTREAM_COMBO, max_rounds: int = MAX_ROUNDS
+    scenario: Scenario,
+    combo: str = UPSTREAM_COMBO,
+    max_rounds: int = MAX_ROUNDS,
+    schedule_policy: str = "fcfs",
 ) -> Verdict:
-    """Run ``scenario`` on both sides (at most ``max_rounds`` rounds each) and compare."""
-    theirs = drive(scenario, max_rounds)
+    """Run ``scenario`` on both sides (at most ``max_rounds`` rounds each) and compare;
+    upstream sorts its queue with ``schedule_policy`` (its ``--schedule-policy``)."""
+    theirs = drive(scenario, max_rounds, schedule_policy)
     if isinstance(theirs, NotExpressible):
         return Verdict(scenario.name, not_expressible=theirs.reason)
     ours = run_policykit(scenario, combo, max_rounds)
