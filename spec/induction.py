@@ -141,6 +141,7 @@ class Obligations:
             # no input budget: a spent one only stops the queue, which keeps every invariant
             rem_input_tokens=None,
             swa_baseline=enc.var("L_swa_baseline") if cfg.hybrid else None,
+            sliding_window=cfg.swa_window,
             rem_total_token_offset=enc.var("L_total_offset"),
             cur_rem_token_offset=enc.var("L_cur_offset"),
             rem_swa_token_offset=enc.var("L_swa_offset"),
