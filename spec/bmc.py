@@ -56,6 +56,8 @@ PROPERTIES = (
     "ledger",
     "contract",
 )
+#: the key of admitted-completes' stuck half in a round's violations (not a property of its own)
+STUCK_ONLY = "admitted-completes:stuck"
 PROPERTY_DOCS = {
     "no-oom": "the full KV pool can pay for every planned batch (load-backs + alloc_extend)",
     "swa-no-oom": "the sliding-window pool can pay extend + page_size per chunk (hybrid SWA)",
@@ -419,6 +421,10 @@ def unroll_round(
         "ledger": z3.And(alive, state.bad_ledger),
         "contract": z3.And(alive, state.bad_contract),
     }
+    # admitted-completes' stuck half alone, asked where the induction has proved its memory half
+    violations[STUCK_ONLY] = z3.And(
+        alive, z3.Not(state.bad_contract), z3.Not(oom), z3.Or(*stuck_now)
+    )
     if not cfg.hybrid:
         violations["swa-no-oom"] = z3.BoolVal(False)
     u.rounds.append(

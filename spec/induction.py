@@ -311,6 +311,14 @@ class Obligations:
             claim = z3.And(j(nxt), post(nxt))
         return self._valid(enc, claim)
 
+    @property
+    def owed_always_fits(self) -> bool:
+        """The memory half of admitted-completes is proved unbounded: after every round, what
+        the in-progress request owes fits in free + evictable (``Inv``, :meth:`prove` of
+        ``no-oom`` or ``admitted-completes`` has run). A bounded search then only needs to
+        look for its other half, a request failed as stuck."""
+        return self._full == "valid"
+
     def prove(self, prop: str) -> str:
         """'proved', 'not-inductive' or 'unknown' for one property."""
         cfg = self.config
