@@ -83,6 +83,11 @@ class Bounds:
     #: prompt and host-prefix lengths are multiples of this (None: the page size). Token
     #: granularity (1) is searched too, but z3 needs far longer to rule out page-remainder cases
     granule: int | None = None
+    #: hybrid SWA: the smallest sliding-window pool searched (None: a page). SGLang 0.5.23
+    #: refuses to start with a pool of at most ``window + page_size`` tokens
+    #: (``validate_swa_pool_size``); give ``window + page_size + 1`` to search only the pools
+    #: it runs with
+    min_swa_pool_tokens: int | None = None
 
     def granule_for(self, config: ModelConfig) -> int:
         return config.page_size if self.granule is None else self.granule
@@ -186,7 +191,8 @@ def make_inputs(enc: Encoder, model: RoundModel, n: int, rounds: int, bounds: Bo
         delay.t <= bounds.release_cap(rounds),
     ]
     if config.hybrid:
-        f += [swa_free.t >= page, swa_free.t <= bounds.max_pool_tokens]
+        floor = max(page, bounds.min_swa_pool_tokens or 0)
+        f += [swa_free.t >= floor, swa_free.t <= bounds.max_pool_tokens]
     else:
         f += [swa_free.t == 0]
     for r in reqs:

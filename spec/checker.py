@@ -106,7 +106,15 @@ def bounds_dict(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
         "requests": options.requests,
         "pool_cap_tokens": options.bounds.max_pool_tokens,
         "granule": options.bounds.granule_for(config),
-    }
+    } | swa_bounds(config, options)
+
+
+def swa_bounds(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
+    """Hybrid SWA only: the smallest sliding-window pool the bounded search covered."""
+    if not config.hybrid:
+        return {}
+    floor = options.bounds.min_swa_pool_tokens
+    return {"min_swa_pool_tokens": max(config.page_size, floor or 0)}
 
 
 def scope_text(config: ModelConfig, options: CheckOptions) -> str:
