@@ -252,15 +252,18 @@ class _Deepening:
         from round ``k`` on: a much smaller formula (at window 512 the round-3 counterexample
         of sglang/sglang/none takes z3 0.3-1.1 s with one request, 6 s to over 15 s with three).
         A violation found so replays like any other; finding none proves nothing, and the
-        verdict stays ``unknown`` at round ``k``."""
+        verdict stays ``unknown`` at round ``k``. The rounds share one query's ``--timeout``,
+        so a property that stays unknown costs at most that much more."""
         if self.u.requests == 1:
             return False
         t0 = time.perf_counter()
+        deadline = t0 + self.options.timeout_s
         for r in range(k, self.options.rounds + 1):
             u, violation = self._lone_round(r, prop)
-            result, found, _ = solve(
-                [*u.enc.facts, violation], int(self.options.timeout_s * 1000), unrolled(0)
-            )
+            left_ms = int((deadline - time.perf_counter()) * 1000)
+            if left_ms <= 0:
+                break
+            result, found, _ = solve([*u.enc.facts, violation], left_ms, unrolled(0))
             if result == z3.sat:
                 note = (
                     f"found with a single request: the search with {self.u.requests} gave up "
