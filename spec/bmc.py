@@ -56,6 +56,8 @@ PROPERTIES = (
     "ledger",
     "contract",
 )
+#: the key of admitted-completes' stuck half in a round's violations (not a property of its own)
+STUCK_ONLY = "admitted-completes:stuck"
 PROPERTY_DOCS = {
     "no-oom": "the full KV pool can pay for every planned batch (load-backs + alloc_extend)",
     "swa-no-oom": "the sliding-window pool can pay extend + page_size per chunk (hybrid SWA)",
@@ -81,6 +83,11 @@ class Bounds:
     #: prompt and host-prefix lengths are multiples of this (None: the page size). Token
     #: granularity (1) is searched too, but z3 needs far longer to rule out page-remainder cases
     granule: int | None = None
+    #: hybrid SWA: the smallest sliding-window pool searched (None: a page). SGLang 0.5.23
+    #: refuses to start with a pool of at most ``window + page_size`` tokens
+    #: (``validate_swa_pool_size``); give ``window + page_size + 1`` to search only the pools
+    #: it runs with
+    min_swa_pool_tokens: int | None = None
 
     def granule_for(self, config: ModelConfig) -> int:
         return config.page_size if self.granule is None else self.granule
@@ -184,7 +191,8 @@ def make_inputs(enc: Encoder, model: RoundModel, n: int, rounds: int, bounds: Bo
         delay.t <= bounds.release_cap(rounds),
     ]
     if config.hybrid:
-        f += [swa_free.t >= page, swa_free.t <= bounds.max_pool_tokens]
+        floor = max(page, bounds.min_swa_pool_tokens or 0)
+        f += [swa_free.t >= floor, swa_free.t <= bounds.max_pool_tokens]
     else:
         f += [swa_free.t == 0]
     for r in reqs:
@@ -419,6 +427,10 @@ def unroll_round(
         "ledger": z3.And(alive, state.bad_ledger),
         "contract": z3.And(alive, state.bad_contract),
     }
+    # admitted-completes' stuck half alone, asked where the induction has proved its memory half
+    violations[STUCK_ONLY] = z3.And(
+        alive, z3.Not(state.bad_contract), z3.Not(oom), z3.Or(*stuck_now)
+    )
     if not cfg.hybrid:
         violations["swa-no-oom"] = z3.BoolVal(False)
     u.rounds.append(

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import z3
 
@@ -66,6 +66,7 @@ from policykit.spec.model import (
     ite,
     make_request,
     owed,
+    swa_need,
 )
 from policykit.spec.solver import solve
 from policykit.spec.symbolic import Sym, num
@@ -78,6 +79,9 @@ class Mid:
     state: RoundState
     extend: Sym
     owed: Sym
+    #: hybrid SWA: the sliding-window slots the commit will require for what is planned so far
+    #: (``extend + page_size`` per chunk, as ``alloc_extend`` does), not the ledger's estimate
+    swa: Sym = field(default_factory=lambda: Sym(num(0)))
 
 
 class Obligations:
@@ -128,6 +132,7 @@ class Obligations:
             state,
             enc.bind("A", full_need(e, self.config.page_size)),
             enc.bind("owed", ite(keeps, owed(p, end, self.config.page_size), 0)),
+            enc.bind("S", swa_need(e, self.config.page_size)),
         )
         info = {"B": b, "swa": swa, "has": has, "p": p, "seq": seq, "entry": e}
         return mid, info
@@ -141,6 +146,7 @@ class Obligations:
             # no input budget: a spent one only stops the queue, which keeps every invariant
             rem_input_tokens=None,
             swa_baseline=enc.var("L_swa_baseline") if cfg.hybrid else None,
+            sliding_window=cfg.swa_window,
             rem_total_token_offset=enc.var("L_total_offset"),
             cur_rem_token_offset=enc.var("L_cur_offset"),
             rem_swa_token_offset=enc.var("L_swa_offset"),
@@ -149,7 +155,7 @@ class Obligations:
         state = RoundState(
             led, has, deferred, z3.BoolVal(True), z3.BoolVal(False), z3.BoolVal(False)
         )
-        mid = Mid(state, enc.var("A"), enc.var("owed"))
+        mid = Mid(state, enc.var("A"), enc.var("owed"), enc.var("S"))
         enc.facts += [
             led.baseline.t % cfg.page_size == 0,
             led.rem_chunk_tokens.t <= cfg.chunked_prefill_size,
@@ -158,6 +164,7 @@ class Obligations:
             led.rem_swa_token_offset.t >= 0,
             mid.extend.t >= 0,
             mid.owed.t >= 0,
+            mid.swa.t >= 0,
             z3.Implies(deferred, has),
         ]
         if cfg.hybrid:
@@ -184,7 +191,8 @@ class Obligations:
         extend = mid.extend + full_need(e, page) - e.load_back_slots
         truncated = z3.And(placed, e.kind.t == TRUNCATED)
         new_owed = mid.owed + ite(truncated, owed(q.prompt, e.end, self.config.page_size), 0)
-        return Mid(mid.state, enc.bind("A", extend), enc.bind("owed", new_owed)), e
+        swa = enc.bind("S", mid.swa + swa_need(e, page))
+        return Mid(mid.state, enc.bind("A", extend), enc.bind("owed", new_owed), swa), e
 
     # -- invariants ------------------------------------------------------------------------
     def _j_full(self, m: Mid) -> z3.BoolRef:
@@ -222,7 +230,21 @@ class Obligations:
         return self._j_full(Mid(m.state, m.extend, Sym(num(0))))
 
     def _j_swa(self, m: Mid) -> z3.BoolRef:
-        return m.state.ledger.rem_swa_tokens.t >= 0
+        """What the commit will require of the sliding-window pool for the chunks planned so
+        far fits it, and the ledger has charged at least that much. The ledger's charge (SGLang
+        0.5.23's window-capped estimate) may exceed the real need, so its headroom may go below
+        zero where the pool does not run out (a resume capped at ``rem_swa_tokens - page_size``
+        of a chunk charged its first token too); the budget then stops the round, and the
+        second half carries the real need over to what is placed before that."""
+        led = m.state.ledger
+        return z3.And(
+            m.swa.t <= led.swa_baseline.t,  # type: ignore[union-attr]
+            m.swa.t <= led.rem_swa_token_offset.t,
+        )
+
+    def _swa_fits(self, m: Mid) -> z3.BoolRef:
+        """No sliding-window OOM at commit: what the batch requires fits the pool."""
+        return m.swa.t <= m.state.ledger.swa_baseline.t  # type: ignore[union-attr]
 
     def _j_ledger(self, m: Mid) -> z3.BoolRef:
         led = m.state.ledger
@@ -267,7 +289,7 @@ class Obligations:
             with Encoder() as enc:
                 model = RoundModel(self.combo, self.config, enc, self.sources)
                 mid = self._arbitrary_mid(enc, model)
-                before = Mid(dataclasses.replace(mid.state), mid.extend, mid.owed)
+                before = dataclasses.replace(mid, state=dataclasses.replace(mid.state))
                 nxt, e = self._admit_step(enc, model, mid)
             self._step_from = (enc, before, nxt, e, self._last_request)
         enc, before, nxt, e, req = self._step_from
@@ -288,6 +310,14 @@ class Obligations:
             enc.facts.append(z3.Not(nxt.state.bad_contract))
             claim = z3.And(j(nxt), post(nxt))
         return self._valid(enc, claim)
+
+    @property
+    def owed_always_fits(self) -> bool:
+        """The memory half of admitted-completes is proved unbounded: after every round, what
+        the in-progress request owes fits in free + evictable (``Inv``, :meth:`prove` of
+        ``no-oom`` or ``admitted-completes`` has run). A bounded search then only needs to
+        look for its other half, a request failed as stuck."""
+        return self._full == "valid"
 
     def prove(self, prop: str) -> str:
         """'proved', 'not-inductive' or 'unknown' for one property."""
@@ -320,7 +350,7 @@ class Obligations:
         elif prop == "swa-no-oom":
             if not cfg.hybrid:
                 return "proved"
-            out = self._two_level(self._j_swa, lambda i: z3.BoolVal(True), self._j_swa)
+            out = self._two_level(self._j_swa, lambda i: z3.BoolVal(True), self._swa_fits)
         elif prop == "ledger":
             out = self._two_level(
                 self._j_ledger, lambda i: z3.BoolVal(True), lambda m: z3.Not(m.state.bad_ledger)

@@ -37,6 +37,7 @@ from typing import Any
 import z3
 
 from policykit.errors import PolicykitError
+from policykit.spec.exact_division import exact_quotient
 from policykit.spec.guard import Breach, Guard, trusted
 
 #: paths one evaluation may take before it is refused (a policy that loops on a symbol)
@@ -173,6 +174,9 @@ def quotient(x: z3.ArithRef, d: int) -> z3.ArithRef:
         return num(x.as_long() // d)
     if d == 1:
         return x
+    exact = exact_quotient(x, d)
+    if exact is not None:
+        return exact
     sink = _DIVISIONS.get()
     return x / d if sink is None else sink.quotient(x, d)
 

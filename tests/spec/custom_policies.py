@@ -57,9 +57,24 @@ class HalfBudget(SGLangChunking):
         return v.rem_chunk_tokens // (2 * v.page_size) * v.page_size
 
 
+class PastComputeBudget(SGLangChunking):
+    """SGLang 0.5.23's chunking, except that a new request whose sliding-window estimate fits
+    is placed whole, even past the compute budget. The estimate counts at most
+    ``rem_chunk_tokens`` beyond the window, so the ledger is charged less than the chunk will
+    take from the sliding-window pool."""
+
+    name = "past-compute-budget"
+
+    def new_chunk(self, v: ChunkView) -> int:
+        if v.hybrid_swa and v.swa_need < v.rem_swa_tokens:
+            return v.remaining_tokens
+        return super().new_chunk(v)
+
+
 @hookimpl
 def policykit_register_policies(register):
     register(ComputeOnly)
     register(HalfBudget)
     register(PagedReserve)
     register(FloatRatio)
+    register(PastComputeBudget)

@@ -4,11 +4,20 @@
 The counterexample the checker exports is driven through upstream's real ``PrefillAdder``
 (``policykit.upstream``): upstream never schedules the request policykit says starves, and the
 two sides agree round by round.
+
+With hybrid SWA, ``admitted-completes`` is violated on a sliding-window pool smaller than the
+window: upstream admits a request that pool can never finish, computes two chunks of it and then
+defers it for good. SGLang 0.5.23 refuses to start with such a pool (``validate_swa_pool_size``).
+On the pools it starts with, one request alone cannot get stuck so, and the request stuck behind
+a finished one's window waits only for KV that is never released.
 """
 
 from __future__ import annotations
 
+import pytest
+
 from policykit.scenario import parse_scenario
+from policykit.spec.bmc import Bounds
 from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.model import ModelConfig
 from policykit.upstream.conformance import UPSTREAM_COMBO, conform
@@ -27,3 +36,98 @@ def test_the_starvation_counterexample_starves_upstream_too(upstream, registry):
     scheduled = {e.request_id for r in theirs.rounds for e in r.plan.entries}
     assert starving not in scheduled and starving in theirs.pending
     assert conform(scenario).identical
+
+
+def test_a_request_the_sliding_window_pool_can_never_finish_is_admitted_upstream_too(
+    upstream, registry
+):
+    """Window 512, page 64: ``check`` finds (with one request, in round 3) a request that
+    SGLang 0.5.23's never-fits escape hatch (``swa_chunk_cap``) admits into a sliding-window pool
+    smaller than its window; two chunks later the pool cannot hold its window plus a page, and
+    the resume is deferred with nothing left that could free memory. Upstream, driven on the
+    exported scenario, does the same: the request computed a part, never completes, and the run
+    stops idle with it pending, a state no later round changes."""
+    combo = registry.resolve(UPSTREAM_COMBO)
+    options = CheckOptions(requests=1, properties=("admitted-completes",))
+    (verdict,) = check_combo(combo, ModelConfig(64, 4096, 512), options)
+    assert (verdict.verdict, verdict.bound) == ("violated", "round 3")
+    cx = verdict.counterexample
+    assert cx.failure.detail == "stuck"
+    stuck = cx.failure.request
+    scenario = parse_scenario(cx.scenario, source="the counterexample")
+    assert scenario.swa_free_tokens < scenario.sliding_window
+    theirs = drive(scenario, max_rounds=50)
+    computed = [
+        e
+        for r in theirs.rounds
+        for e in r.plan.entries
+        if e.request_id == stuck and e.end > e.start
+    ]
+    assert len(computed) == 2 and theirs.stopped_by == "idle"
+    assert stuck in theirs.pending and stuck not in theirs.completed
+    assert conform(scenario).identical
+
+
+@pytest.mark.parametrize(("swa_tokens", "starts"), [(576, False), (577, True)])
+def test_sglang_refuses_to_start_with_a_pool_at_or_under_window_plus_page(
+    upstream, swa_tokens, starts
+):
+    """Why the finding above is not an upstream bug: 0.5.23 validates the pool at startup."""
+    from sglang.srt.model_executor.pool_configurator import MemoryPoolConfigurator
+
+    if starts:
+        MemoryPoolConfigurator.validate_swa_pool_size(swa_tokens, 512, 64)
+    else:
+        with pytest.raises(ValueError, match="cannot hold even one request"):
+            MemoryPoolConfigurator.validate_swa_pool_size(swa_tokens, 512, 64)
+
+
+def test_on_a_pool_sglang_starts_with_one_request_alone_is_never_stuck(registry):
+    """The same search on sliding-window pools above ``window + page``: nothing in 3 rounds."""
+    combo = registry.resolve(UPSTREAM_COMBO)
+    options = CheckOptions(
+        rounds=3,
+        requests=1,
+        properties=("admitted-completes",),
+        bounds=Bounds(min_swa_pool_tokens=512 + 64 + 1),
+    )
+    (verdict,) = check_combo(combo, ModelConfig(64, 4096, 512), options)
+    assert (verdict.verdict, verdict.bound) == ("proved", "K=3,N=1")
+    assert verdict.bounds["min_swa_pool_tokens"] == 577
+
+
+def _held_window(release: int | None):
+    """A 1088-token sliding-window pool (window 512): A (512 tokens) finishes in round 1 and
+    holds its window until its KV is released; B (2048, round 2) enters by the never-fits
+    escape hatch with 448 tokens, takes 64 more, and then needs A's window back."""
+    return parse_scenario(
+        {
+            "name": "swa-held-window",
+            "page_size": 64,
+            "chunked_prefill_size": 4096,
+            "pool": {
+                "free_tokens": 8192,
+                "evictable_tokens": 0,
+                "swa_free_tokens": 1088,
+                "sliding_window": 512,
+            },
+            "kv_release_rounds": release,
+            "requests": [
+                {"id": "A", "prompt_tokens": 512},
+                {"id": "B", "prompt_tokens": 2048, "arrival_round": 2},
+            ],
+        },
+        source="test",
+    )
+
+
+@pytest.mark.parametrize("release", [None, 2])
+def test_behind_a_held_window_upstream_waits_for_its_release(upstream, release):
+    theirs = drive(_held_window(release), max_rounds=50)
+    b = [(e.start, e.end) for r in theirs.rounds for e in r.plan.entries if e.request_id == "B"]
+    if release is None:  # A's KV never comes back: B computed 512 tokens and waits for good
+        assert [x for x in b if x[1] > x[0]] == [(0, 448), (448, 512)]
+        assert "B" in theirs.pending and theirs.stopped_by == "idle"
+    else:
+        assert sorted(theirs.completed) == ["A", "B"]
+    assert conform(_held_window(release)).identical
