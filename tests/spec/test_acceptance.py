@@ -10,7 +10,6 @@ from click.testing import CliRunner
 from policykit.cli import main
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
-from policykit.spec.bmc import Bounds
 from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.model import ModelConfig
 
@@ -69,30 +68,6 @@ def test_upstream_implicit_protection_is_proved_unbounded(registry, alignment) -
 
 
 SWA = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="since the host tier follows SGLang 0.5.23 (whole-page hits, none under 10 tokens: "
-    "HostTier.loadable, spec.model.loadable_host) this is proved at 2 rounds, granule 1; the "
-    "earlier counterexample likely used a host hit 0.5.23 does not load back (for the lead)",
-)
-def test_swa_capped_truncation_loses_the_implicit_protection(registry) -> None:
-    """A finding: with hybrid SWA, ``swa-reserve`` caps the truncation at the window room, the
-    compute budget is not spent, and a later request of the round takes the tail."""
-    combo = "admission=sglang,chunking=swa-reserve,alignment=page"
-    v = _verdicts(
-        registry,
-        combo,
-        SWA,
-        rounds=2,
-        properties=("admitted-completes",),
-        bounds=Bounds(granule=1),
-    )
-    cx = v["admitted-completes"].counterexample
-    assert v["admitted-completes"].verdict == "violated"
-    kinds = [row.kind for row in cx.rounds[0].rows]
-    assert "truncated" in kinds and kinds.index("truncated") < len(kinds) - 1
 
 
 def test_seed_001_pre_fix_swa_chunking_is_violated(registry) -> None:
