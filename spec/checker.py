@@ -123,10 +123,13 @@ def scope_text(config: ModelConfig, options: CheckOptions) -> str:
     if config.max_prefill_tokens is not None:
         swa += f", max_prefill_tokens {config.max_prefill_tokens}"
     b = bounds_dict(config, options)
+    floor = options.bounds.min_swa_pool_tokens
+    swa_pool = "" if floor is None else f", a sliding-window pool of at least {floor} tokens"
     return (
         f"for page size {config.page_size}, chunk size {config.chunked_prefill_size}, {swa}; "
         f"bounded verdicts: up to {b['rounds']} rounds, {b['requests']} requests, a pool of "
-        f"at most {b['pool_cap_tokens']} tokens, lengths in multiples of {b['granule']}"
+        f"at most {b['pool_cap_tokens']} tokens{swa_pool}, lengths in multiples of "
+        f"{b['granule']}"
     )
 
 

@@ -109,6 +109,14 @@ def _slug(text: str) -> str:
     "or the --config scenario's pool). Unbounded proofs do not depend on it.",
 )
 @click.option(
+    "--min-swa-pool",
+    type=click.IntRange(1, 1 << 26),
+    default=None,
+    help="Bounded checking with --swa-window: the smallest sliding-window pool searched, in "
+    "tokens (default: one page). SGLang 0.5.23 refuses to start with a pool of at most "
+    "window + page; give window + page + 1 to search only pools it runs with.",
+)
+@click.option(
     "--config",
     "config_scenario",
     default=None,
@@ -166,6 +174,7 @@ def check(
     max_prefill_tokens: int | None,
     granule: int | None,
     pool_cap: int | None,
+    min_swa_pool: int | None,
     config_scenario: str | None,
     timeout: float,
     export_dir: Path | None,
@@ -202,14 +211,18 @@ def check(
         raise ComboError(f"--pool-cap {pool_cap} is smaller than one {page_size}-token page.")
     if swa_window is not None and swa_window < page_size:
         raise ComboError(f"--swa-window {swa_window} is smaller than one {page_size}-token page.")
+    if min_swa_pool is not None and swa_window is None:
+        raise ComboError(
+            "--min-swa-pool bounds the sliding-window pool, which only a hybrid-SWA check has: "
+            "give --swa-window too (or a --config scenario with a sliding window)."
+        )
     check_out_path(out)
     _, registry = load_registry()
     engine = EngineConfig(page_size, chunk_size, hybrid_swa=swa_window is not None)
     chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
     config = ModelConfig(page_size, chunk_size, swa_window, max_prefill_tokens)
-    options = CheckOptions(
-        rounds, requests, timeout, Bounds(max_pool_tokens=pool_cap, granule=granule)
-    )
+    bounds = Bounds(max_pool_tokens=pool_cap, granule=granule, min_swa_pool_tokens=min_swa_pool)
+    options = CheckOptions(rounds, requests, timeout, bounds)
     jobs = min(jobs or os.cpu_count() or 1, len(chosen))
     if executor != "pool":
         unit_args = {
@@ -222,6 +235,7 @@ def check(
             "timeout": timeout,
             "granule": granule,
             "pool_cap": pool_cap,
+            "min_swa_pool": min_swa_pool,
         }
         verdicts, ran_on = _check_units(chosen, unit_args, executor, jobs, ray_address)
     else:
@@ -243,6 +257,7 @@ def check(
                 "requests": requests,
                 "granule": granule or page_size,
                 "pool_cap_tokens": pool_cap,
+                "min_swa_pool_tokens": min_swa_pool,
                 "scope": scope_text(config, options),
             },
             "summary": summary_counts(rows),

@@ -110,9 +110,9 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
 
     ``args``: ``combo`` (a combo string), ``page_size``, ``chunk_size``, and optionally
     ``swa_window``, ``max_prefill_tokens``, ``rounds``, ``requests``, ``timeout`` (seconds per
-    solver query) and ``granule``, with ``policykit check``'s defaults. A violated property is
-    a result, not a failure, and so is a refusal (``refused`` verdicts with the reason): the
-    unit raises only when the check itself cannot run.
+    solver query), ``granule`` and ``min_swa_pool``, with ``policykit check``'s defaults. A
+    violated property is a result, not a failure, and so is a refusal (``refused`` verdicts
+    with the reason): the unit raises only when the check itself cannot run.
     """
     from policykit.policy import EngineConfig
     from policykit.spec import check_or_refuse
@@ -132,6 +132,7 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
         Bounds(
             max_pool_tokens=int(args.get("pool_cap") or Bounds.max_pool_tokens),
             granule=args.get("granule"),
+            min_swa_pool_tokens=args.get("min_swa_pool"),
         ),
     )
     sources = registry.sources(combo)

@@ -45,6 +45,7 @@ ERRORS = {
     "usage error": ["check", "--rounds", "99"],
     "unknown option": ["sweep", "--scenarios", "seed-abc", "--no-such-option"],
     "both --all and --combo": ["bench", "--workload", "seed-abc", "--all", "--combo", "x/y/z"],
+    "--min-swa-pool without SWA": ["check", "--combo", "sglang/sglang/none", "--min-swa-pool", "9"],
 }
 
 
@@ -56,6 +57,19 @@ def test_errors_under_json_are_json_on_stderr_with_exit_2(cli, case):
     err = json.loads(res.stderr)
     assert err["schema"] == "policykit.error/1" and err["exit_code"] == 2
     assert err["error"] and "\n" not in err["error"] and "Traceback" not in err["error"]
+
+
+def test_min_swa_pool_bounds_the_search_and_is_reported(cli):
+    """On a sliding-window pool SGLang 0.5.23 starts with (more than window + page), one request
+    is never stranded in 3 rounds; the document and the scope line say which pools were searched."""
+    args = ["check", "--combo", "sglang/sglang/none", "--swa-window", "512", "--json"]
+    res = cli(*args, "--min-swa-pool", "577", "--requests", "1", "--rounds", "3", "--timeout", "60")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["config"]["min_swa_pool_tokens"] == 577
+    assert "a sliding-window pool of at least 577 tokens" in doc["config"]["scope"]
+    verdict = {v["property"]: v for v in doc["verdicts"]}["admitted-completes"]
+    assert verdict["verdict"] == "proved"
 
 
 def test_errors_without_json_stay_one_paragraph(cli):
