@@ -11,6 +11,7 @@ Verdicts are honest about their reach:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,8 @@ class Verdict:
     #: the bounds of the search behind a bounded proof, a violation or an unknown
     #: (:func:`bounds_dict`); None for an unbounded proof
     bounds: dict[str, Any] | None = None
+    #: the rounds a bounded proof reached, where fewer than asked (``_Deepening._unknown``)
+    reached: int | None = None
 
     @property
     def label(self) -> str:
@@ -181,6 +184,8 @@ def check_combo(
     for v in verdicts.values():
         v.config = scope
         v.bounds = None if v.verdict == PROVED and v.bound == "unbounded" else bounds
+        if v.reached is not None:
+            v.bounds = {**bounds, "rounds": v.reached}
     return [verdicts[p] for p in props]
 
 
@@ -242,11 +247,22 @@ class _Deepening:
         self._close(Verdict(self.name, prop, VIOLATED, f"round {k}", self.seconds[prop], cx, note))
 
     def _unknown(self, prop: str, k: int, reason: str) -> None:
-        self._close(
-            Verdict(
-                self.name, prop, UNKNOWN, f"round {k}", self.seconds[prop], note=f"solver: {reason}"
+        if self.u.inputs.unpinned and k > 1:
+            # the search with unpinned prefixes proved the rounds before: that is what it
+            # proves (the search without them reached every round)
+            n, k_max = self.u.requests, self.options.rounds
+            note = (
+                "bounded only: the unbounded induction does not go through for this combo; "
+                f"to K={k - 1} with unpinned device prefixes (round {k}: solver {reason}), "
+                f"to K={k_max} with every device prefix pinned"
             )
-        )
+            verdict = Verdict(self.name, prop, PROVED, f"K={k - 1},N={n}", self.seconds[prop])
+            self._close(dataclasses.replace(verdict, note=note, reached=k - 1))
+            return
+        note = f"solver: {reason}"
+        if self.u.inputs.unpinned:
+            note += f" with unpinned device prefixes (to K={self.options.rounds} without them)"
+        self._close(Verdict(self.name, prop, UNKNOWN, f"round {k}", self.seconds[prop], note=note))
 
     def _close(self, verdict: Verdict) -> None:
         self.verdicts[verdict.property] = verdict
