@@ -12,6 +12,7 @@ example is *evaluated* on it
 from __future__ import annotations
 
 import pytest
+import z3
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -19,7 +20,9 @@ from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.plugin_manager import make_plugin_manager
 from policykit.policy import EngineConfig
 from policykit.registry import PolicyRegistry
-from tests.spec.replay import MAX_REQUESTS, concrete_rounds, model_rounds
+from policykit.spec.counterexample import scenario_of
+from policykit.spec.model import ModelConfig
+from tests.spec.replay import MAX_REQUESTS, concrete_rounds, model_rounds, unrolling
 
 ROUNDS = 4
 #: (page, chunk, sliding window, max_prefill_tokens): each is one encoding per combo, so few
@@ -360,3 +363,37 @@ def test_fcfs_matches_the_scheduler(registry, combo_text: str, scenario: dict) -
 @given(scenario=in_lpm_order())
 def test_lpm_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
     test_encoding_matches_the_scheduler.hypothesis.inner_test(registry, combo_text, scenario)
+
+
+def test_a_counterexample_exports_unpinned_prefixes_as_evictable(registry) -> None:
+    """``scenario_of`` writes an unpinned prefix without ``device_prefix_pinned``, inside the
+    evictable tokens, and the scenario replays to the same rounds as the model's."""
+    combo = registry.resolve("sglang/sglang/none")
+    config = ModelConfig(64, 4096)
+    u = unrolling(combo, config, ROUNDS).u
+    inp = u.inputs
+    given = {**EVICTED_WHILE_WAITING, "requests": [*EVICTED_WHILE_WAITING["requests"]]}
+    given["requests"].append({"id": "C", "prompt_tokens": 1, "arrival_round": ROUNDS + 1})
+    values = {inp.free.t.get_id(): 512, inp.evictable.t.get_id(): 256}
+    values[inp.release_rounds.t.get_id()] = 0
+    for q, r in zip(inp.requests, given["requests"], strict=True):
+        values |= {
+            q.prompt.t.get_id(): r["prompt_tokens"],
+            q.device.t.get_id(): 0,
+            q.unpinned.t.get_id(): r.get("device_prefix_tokens", 0),
+            q.host.t.get_id(): r.get("host_prefix_tokens", 0),
+            q.arrival.t.get_id(): r.get("arrival_round", 1),
+        }
+
+    def read(x):
+        term = x if isinstance(x, z3.ExprRef) else x.t
+        return False if term.eq(inp.release_never) else values[term.get_id()]
+
+    exported = scenario_of(u, read, "no-oom", 1, combo)
+    b = exported["requests"][1]
+    assert (b["device_prefix_tokens"], b.get("device_prefix_pinned")) == (128, None)
+    assert exported["pool"]["evictable_tokens"] == 256
+    exported["requests"] = exported["requests"][:2]
+    assert concrete_rounds(exported, combo, ROUNDS) == concrete_rounds(
+        EVICTED_WHILE_WAITING, combo, ROUNDS
+    )
