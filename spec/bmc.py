@@ -214,7 +214,7 @@ def make_inputs(
             r.device.t >= 0,
             (r.device % page).t == 0,
             r.host.t >= 0,
-            r.device.t + r.unpinned.t + r.host.t < r.prompt.t,
+            (r.device + r.unpinned + r.host if unpinned else r.device + r.host).t < r.prompt.t,
             # arrive() refuses what can never fit the pool; such requests are not interesting
             ceil_paged(r.prompt, page).t <= total.t,  # type: ignore[union-attr]
             r.arrival.t >= 1,

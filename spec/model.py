@@ -516,7 +516,8 @@ class RoundModel:
         lock and the load-back out of the baseline, ask for the first chunk, align it and
         reserve its tail, on a copy of the round's ledger."""
         loaded = dataclasses.replace(state.ledger)
-        loaded.lower_baseline(hit.lock)
+        if not _is_zero(hit.lock):
+            loaded.lower_baseline(hit.lock)
         load_back = hit.slots
         loaded.lower_baseline(load_back)
         compute = req.prompt - hit.cached - hit.host
