@@ -1,10 +1,10 @@
 """Bounded model checking: K rounds of a prefill node with N symbolic requests.
 
-The unrolling starts from a fresh node (free + evictable pool, pinned device prefixes, host-tier
-prefixes, no in-progress request) and runs the scheduler's round K times: release the KV of
-requests whose transfer completed, let arrived requests in, plan (``model.RoundModel``),
-commit. Every input is symbolic within declared bounds (:class:`Bounds`); the configuration
-(page size, chunk size, sliding window) is concrete.
+The unrolling starts from a fresh node (free + evictable pool, pinned and unpinned device
+prefixes, host-tier prefixes, no in-progress request) and runs the scheduler's round K times:
+release the KV of requests whose transfer completed, let arrived requests in, plan
+(``model.RoundModel``), commit. Every input is symbolic within declared bounds
+(:class:`Bounds`); the configuration (page size, chunk size, sliding window) is concrete.
 
 Deepening goes a round at a time: round k's constraints extend the formula and each open
 property is asked about round k, so the first counterexample found is a shortest one and its
@@ -15,6 +15,7 @@ keeps the unrolled formula tractable.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ import z3
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
 from policykit.registry import Combo
+from policykit.spec.cache import Unit, evict, initial_units, release_tick, touch_tick
 from policykit.spec.model import (
     DEFERRED,
     FINAL,
@@ -31,6 +33,7 @@ from policykit.spec.model import (
     WHOLE,
     Encoder,
     Entry,
+    Hit,
     IdleNode,
     ModelConfig,
     Req,
@@ -111,6 +114,11 @@ class Inputs:
     pinned: Sym
     #: what the declared bounds require of the inputs (a shrunk counterexample must keep them)
     facts: list[z3.BoolRef]
+    #: the evictable tokens that are no request's unpinned prefix (the scenario's filler)
+    filler: Sym
+    #: requests may have unpinned device prefixes: the evictable cache is then modelled
+    #: (:mod:`policykit.spec.cache`); without, every device prefix is pinned
+    unpinned: bool
 
     def shrinkable(self, config: ModelConfig, granule: int) -> list[tuple[Sym, int, int]]:
         """The integer inputs as ``(input, step, floor)``, in the order a counterexample is
@@ -118,6 +126,8 @@ class Inputs:
         page, reqs = config.page_size, self.requests
         pool = [(self.free, page, 0), (self.evictable, page, 0)]
         pool += [(r.device, page, 0) for r in reqs]
+        if self.unpinned:
+            pool += [(r.unpinned, page, 0) for r in reqs]
         if config.hybrid:
             pool.append((self.swa_free, page, page))
         prompts = [(x, granule, 0) for r in reqs for x in (r.prompt, r.host)]
@@ -158,8 +168,12 @@ class Unrolling:
     violations: list[dict[str, z3.BoolRef]] = field(default_factory=list)
 
 
-def make_inputs(enc: Encoder, model: RoundModel, n: int, rounds: int, bounds: Bounds) -> Inputs:
-    """The symbolic scenario, its requests numbered in the order the queue looks at them."""
+def make_inputs(
+    enc: Encoder, model: RoundModel, n: int, rounds: int, bounds: Bounds, unpinned: bool = True
+) -> Inputs:
+    """The symbolic scenario, its requests numbered in the order the queue looks at them;
+    ``unpinned``: device prefixes may be unpinned (never under a sorting queue)."""
+    unpinned = unpinned and model.combo.queue.arrival_order
     config = model.config
     page = config.page_size
     first_fact = len(enc.facts)
@@ -174,10 +188,15 @@ def make_inputs(enc: Encoder, model: RoundModel, n: int, rounds: int, bounds: Bo
             tuple(enc.var(f"{what}{i}") for what in ("prompt", "device", "host", "arrival")),
             page,
             host_paged=g % page == 0,
+            unpinned=enc.var(f"unpinned{i}") if unpinned else None,
         )
         for i in range(n)
     ]
     f = enc.facts
+    filler = evictable
+    if unpinned:
+        filler = enc.bind("filler", evictable - sum((r.unpinned for r in reqs), Sym(num(0))))
+        f.append(filler.t >= 0)  # unpinned prefixes are part of the evictable total
     pinned = sum((r.device for r in reqs), Sym(num(0)))
     total = free + evictable + pinned
     f += [
@@ -203,15 +222,29 @@ def make_inputs(enc: Encoder, model: RoundModel, n: int, rounds: int, bounds: Bo
             r.device.t >= 0,
             (r.device % page).t == 0,
             r.host.t >= 0,
-            r.device.t + r.host.t < r.prompt.t,
+            (r.device + r.unpinned + r.host if unpinned else r.device + r.host).t < r.prompt.t,
             # arrive() refuses what can never fit the pool; such requests are not interesting
             ceil_paged(r.prompt, page).t <= total.t,  # type: ignore[union-attr]
             r.arrival.t >= 1,
             r.arrival.t <= rounds,
         ]
+    if unpinned:
+        f += [
+            fact
+            for r in reqs
+            for fact in (
+                r.unpinned.t >= 0,
+                (r.unpinned % page).t == 0,
+                z3.Or(r.device.t == 0, r.unpinned.t == 0),  # one device prefix, pinned or not
+            )
+        ]
+    # (a sorting queue, ``lpm``, ranks a request by its cached prefix, which eviction shrinks:
+    # the order would change between rounds, which ``queue_order`` cannot say)
     f += queue_order(model, reqs)
     facts = enc.facts[first_fact:]
-    return Inputs(free, evictable, swa_free, never, delay, reqs, total, pinned, facts)
+    return Inputs(
+        free, evictable, swa_free, never, delay, reqs, total, pinned, facts, filler, unpinned
+    )
 
 
 def queue_order(model: RoundModel, reqs: list[Req]) -> list[z3.BoolRef]:
@@ -247,6 +280,12 @@ class NodeState:
     swa_hold: list[Sym]
     rejected: list[z3.BoolRef]  #: refused for good (``NEVER``): left the queue, holds nothing
     alive: z3.BoolRef  #: no OOM and no policy error so far
+    free: Sym  #: the free list (the baseline less the evictable cache)
+    #: per request, then the filler: the evictable cache (:mod:`policykit.spec.cache`)
+    units: list[Unit]
+    cached: list[Sym]  #: device tokens the request was admitted with (before: its device prefix)
+    #: its place in the plan of the round it finished in (releases run in that order)
+    finish_pos: list[Sym]
 
 
 def initial_state(inp: Inputs, in_arrival_order: bool) -> NodeState:
@@ -264,6 +303,10 @@ def initial_state(inp: Inputs, in_arrival_order: bool) -> NodeState:
         swa_hold=[zero] * n,
         rejected=[z3.BoolVal(False)] * n,
         alive=z3.BoolVal(True),
+        free=inp.free,
+        units=initial_units([r.unpinned for r in inp.requests], inp.filler),
+        cached=[r.device for r in inp.requests],
+        finish_pos=[zero] * n,
     )
 
 
@@ -285,13 +328,32 @@ def unroll_round(
         )
         for i in range(n)
     ]
-    baseline, swa_free = s.baseline, s.swa_free
+    baseline, swa_free, free = s.baseline, s.swa_free, s.free
+    units = list(s.units)
+    cache = inp.unpinned  # the evictable cache is modelled
     for i, q in enumerate(reqs):
-        own = owed(q.prompt, q.device, page)  # a finished request's own pages
-        baseline = baseline + ite(released_now[i], own, 0)
-        swa_free = swa_free + ite(released_now[i], s.swa_hold[i], 0)
+        rel, unit = released_now[i], units[i]
+        swa_free = swa_free + ite(rel, s.swa_hold[i], 0)
+        if not cache:
+            baseline = baseline + ite(rel, owed(q.prompt, q.device, page), 0)
+            continue
+        own = own_pages(q.prompt, s.cached[i], page)  # a finished request's own pages
+        baseline = baseline + ite(rel, own + unit.lock, 0)  # and its lock is dropped
+        # its whole pages are cached (a leaf over its prefix node, if that is still cached);
+        # the partly filled last page, and its own copy of a prefix it did not lock, are freed
+        aligned = q.prompt // page * page
+        partial = ceil_paged(q.prompt, page) - aligned  # type: ignore[operator]
+        free = free + ite(rel, partial + ite(unit.lock.t == 0, unit.top, 0), 0)
+        units[i] = Unit(
+            top=enc.bind("unit_top", ite(rel, aligned - q.device - unit.top, unit.top)),
+            bottom=enc.bind("unit_bottom", ite(rel, unit.top, unit.bottom)),
+            stamp=ite(rel, release_tick(r, s.finished[i], s.finish_pos[i]), unit.stamp),
+            lock=ite(rel, 0, unit.lock),
+        )
     baseline = enc.bind("baseline", baseline)
     swa_free = enc.bind("swa_free", swa_free)
+    if cache:
+        free = enc.bind("free", free)
 
     ledger = model.open_ledger(baseline, swa_free)
     f = z3.BoolVal(False)
@@ -316,12 +378,31 @@ def unroll_round(
         entries = [_combine(quiet_entry(), e, in_progress[i]) for i in range(n)]
     left, admitted = list(s.left), s.admitted
     rejected = list(s.rejected)
+    cached = list(s.cached)
     idle = IdleNode(capacity=idle_capacity(inp.pool_total, inp.pinned), swa_total=inp.swa_free)
     placed_any: list[z3.BoolRef] = []
+    freed, loaded = Sym(num(0)), Sym(num(0))  # the round's load-backs (``LoadBacks``)
     for j, q in enumerate(reqs):
         waits = z3.Not(left[j]) if admitted is None else admitted.t <= j
         consider = z3.And(waits, q.arrival.t <= r)
-        e, placed, never = model.admit(state, consider, q, idle)
+        unit = units[j]
+        hit = Hit.of(q, unit.top, page) if cache else None
+        e, placed, never = model.admit(state, consider, q, idle, hit)
+        if cache:
+            # its match touched its prefix; placed, it holds the lock until released
+            touched = z3.And(e.kind.t != NONE, unit.top.t > 0)
+            units[j] = Unit(
+                unit.top,
+                unit.bottom,
+                enc.bind("stamp", ite(touched, touch_tick(r, j), unit.stamp)),
+                enc.bind("lock", ite(placed, e.lock, unit.lock)),
+            )
+            cached[j] = enc.bind("cached", ite(placed, e.start - e.load_back, cached[j]))
+            # its load-back evicts at once what the free list lacks: a later request of the
+            # round may lose its prefix (``Planner._load_back``)
+            short = e.load_back_slots - (free + freed - loaded)
+            units, taken = evict(enc, units, short)
+            freed, loaded = freed + taken, loaded + e.load_back_slots
         # an entry per request per round: a waiting request cannot also be in progress
         entries[j] = _combine(entries[j], e, e.kind.t != NONE)
         if admitted is None:
@@ -333,17 +414,27 @@ def unroll_round(
     if admitted is not None:
         left = [admitted.t > i for i in range(n)]
 
-    # commit
+    # commit: the locks, the load-backs (evicting as foreseen), then one alloc_extend that
+    # evicts what the free list still lacks
     need = sum((full_need(e, page) for e in entries), Sym(num(0)))
     need = enc.bind("need", need)
-    oom_full = need.t > baseline.t
+    locks: Sym = Sym(num(0))
+    if cache:
+        locks = enc.bind("locks", sum((e.lock for e in entries), Sym(num(0))))
+        free = enc.bind("free_loaded", free + freed - loaded)
+        units, taken = evict(enc, units, need - loaded - free)
+        free = enc.bind("free_after", free + taken - (need - loaded))
+    oom_full = need.t > (baseline - locks).t
     if cfg.hybrid:
         swa_needed = sum((swa_need(e, page) for e in entries), Sym(num(0)))
         oom_swa = swa_needed.t > swa_free.t
     else:
         oom_swa = z3.BoolVal(False)
-    baseline_after = enc.bind("baseline_after", baseline - need)
+    baseline_after = enc.bind(
+        "baseline_after", baseline - locks - need if cache else baseline - need
+    )
     seq, finished, swa_hold = list(s.seq), list(s.finished), list(s.swa_hold)
+    finish_pos = list(s.finish_pos)
     swa_after = swa_free
     for i, e in enumerate(entries):
         computes = e.end.t > e.start.t
@@ -351,6 +442,11 @@ def unroll_round(
         done = z3.And(computes, z3.Or(kind == 1, kind == 4))  # whole / final
         seq[i] = enc.bind("seq", ite(computes, e.end, s.seq[i]))
         finished[i] = enc.bind("finished", ite(done, r, s.finished[i]))
+        # the resumed request comes first in the plan, then the queue's
+        if cache:
+            finish_pos[i] = enc.bind(
+                "finish_pos", ite(done, ite(kind == FINAL, 0, 1 + i), s.finish_pos[i])
+            )
         if cfg.hybrid and cfg.swa_window is not None:
             grown = s.swa_hold[i] + e.tokens
             kept = ite(grown.t > cfg.swa_window, cfg.swa_window, grown)
@@ -371,7 +467,7 @@ def unroll_round(
     # computed, no held KV due back): no memory can ever come back for it, and its pages go back
     batch = z3.Or(*(z3.And(e.kind.t >= WHOLE, e.kind.t <= FINAL) for e in entries))
     held = z3.Or(*due)
-    freed = Sym(num(0))
+    freed = Sym(num(0))  # what the stuck-request valve gives back
     stuck_now: list[z3.BoolRef] = []
     for i, q in enumerate(reqs):
         stuck = z3.And(
@@ -382,7 +478,13 @@ def unroll_round(
             z3.Not(rejected[i]),
         )
         stuck_now.append(stuck)
-        freed = freed + ite(stuck, owed(seq[i], q.device, page), 0)
+        if cache:
+            own = own_pages(seq[i], cached[i], page)
+            freed = freed + ite(stuck, own + units[i].lock, 0)  # its pages and its lock
+            free = free + ite(stuck, own, 0)
+            units[i] = dataclasses.replace(units[i], lock=ite(stuck, 0, units[i].lock))
+        else:
+            freed = freed + ite(stuck, owed(seq[i], q.device, page), 0)
         swa_after = swa_after + ite(stuck, swa_hold[i], 0)
         swa_hold[i] = ite(stuck, 0, swa_hold[i])
         rejected[i] = enc.bind_bool("gone", z3.Or(rejected[i], stuck))
@@ -393,9 +495,14 @@ def unroll_round(
         still = z3.And(left[i], finished[i].t == 0, z3.Not(rejected[i]))
         owed_after = owed_after + ite(still, owed(q.prompt, seq[i], page), 0)
     owed_after = enc.bind("owed_after", owed_after)
-    reclaimable = baseline_after + sum(
-        (ite(due[i], owed(q.prompt, q.device, page), 0) for i, q in enumerate(reqs)), Sym(num(0))
-    )
+    # (and the prefix it holds locked)
+    gives = [
+        own_pages(q.prompt, cached[i], page) + units[i].lock
+        if cache
+        else owed(q.prompt, q.device, page)
+        for i, q in enumerate(reqs)
+    ]
+    reclaimable = baseline_after + sum((ite(due[i], gives[i], 0) for i in range(n)), Sym(num(0)))
     reclaimable = enc.bind("reclaimable_after", reclaimable)
 
     alive = s.alive
@@ -459,8 +566,19 @@ def unroll_round(
         swa_hold=swa_hold,
         rejected=rejected,
         alive=enc.bind_bool("alive", z3.And(alive, z3.Not(oom), z3.Not(state.bad_contract))),
+        free=enc.bind("free_next", free) if cache else free,
+        units=units,
+        cached=cached,
+        finish_pos=finish_pos,
     )
     return nxt, violations
+
+
+def own_pages(seq: Sym, cached: Sym, page: int) -> Sym:
+    """The slots a request admitted with ``cached`` device tokens holds once ``seq`` tokens are
+    computed: ``owed(seq, cached)``, written without dividing ``cached`` (a page multiple), so
+    that the solver gets no quotient for it."""
+    return ceil_paged(seq, page) - cached  # type: ignore[operator,return-value]
 
 
 def _combine(old: Entry, new: Entry, use_new: z3.BoolRef) -> Entry:
@@ -477,6 +595,7 @@ def _combine(old: Entry, new: Entry, use_new: z3.BoolRef) -> Entry:
                 "rem_total",
                 "cur_rem",
                 "load_back_slots",
+                "lock",
             )
         )
     )

@@ -11,6 +11,7 @@ Verdicts are honest about their reach:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,8 @@ class Verdict:
     #: the bounds of the search behind a bounded proof, a violation or an unknown
     #: (:func:`bounds_dict`); None for an unbounded proof
     bounds: dict[str, Any] | None = None
+    #: the rounds a bounded proof reached, where fewer than asked (``_Deepening._unknown``)
+    reached: int | None = None
 
     @property
     def label(self) -> str:
@@ -176,8 +179,11 @@ def check_combo(
         else:
             open_props.append(prop)
     if open_props:
+        # First with every device prefix pinned (no cache state: a small formula, quick to
+        # violate); a violation there is one. What that search leaves proved to K is searched
+        # again with unpinned prefixes, whose cache state makes each query far harder.
+        stuck_only = ob.owed_always_fits
         with Encoder() as enc:
-            stuck_only = ob.owed_always_fits
             _unroll_and_solve(
                 combo,
                 config,
@@ -188,13 +194,32 @@ def check_combo(
                 seconds,
                 verdicts,
                 enc,
+                False,
                 stuck_only,
             )
+        again = [p for p in open_props if verdicts[p].verdict == PROVED]
+        if again and combo.queue.arrival_order:
+            with Encoder() as enc:
+                _unroll_and_solve(
+                    combo,
+                    config,
+                    options,
+                    sources,
+                    name,
+                    again,
+                    seconds,
+                    verdicts,
+                    enc,
+                    True,
+                    stuck_only,
+                )
     check_lifted(combo, engine, sources)
     scope, bounds = config_dict(config), bounds_dict(config, options)
     for v in verdicts.values():
         v.config = scope
         v.bounds = None if v.verdict == PROVED and v.bound == "unbounded" else bounds
+        if v.reached is not None:
+            v.bounds = {**bounds, "rounds": v.reached}
     return [verdicts[p] for p in props]
 
 
@@ -319,11 +344,22 @@ class _Deepening:
         self._close(Verdict(self.name, prop, VIOLATED, f"round {k}", self.seconds[prop], cx, note))
 
     def _unknown(self, prop: str, k: int, reason: str) -> None:
-        self._close(
-            Verdict(
-                self.name, prop, UNKNOWN, f"round {k}", self.seconds[prop], note=f"solver: {reason}"
+        if self.u.inputs.unpinned and k > 1:
+            # the search with unpinned prefixes proved the rounds before: that is what it
+            # proves (the search without them reached every round)
+            n, k_max = self.u.requests, self.options.rounds
+            note = (
+                "bounded only: the unbounded induction does not go through for this combo; "
+                f"to K={k - 1} with unpinned device prefixes (round {k}: solver {reason}), "
+                f"to K={k_max} with every device prefix pinned"
             )
-        )
+            verdict = Verdict(self.name, prop, PROVED, f"K={k - 1},N={n}", self.seconds[prop])
+            self._close(dataclasses.replace(verdict, note=note, reached=k - 1))
+            return
+        note = f"solver: {reason}"
+        if self.u.inputs.unpinned:
+            note += f" with unpinned device prefixes (to K={self.options.rounds} without them)"
+        self._close(Verdict(self.name, prop, UNKNOWN, f"round {k}", self.seconds[prop], note=note))
 
     def _close(self, verdict: Verdict) -> None:
         self.verdicts[verdict.property] = verdict
@@ -340,11 +376,12 @@ def _unroll_and_solve(
     seconds: dict[str, float],
     verdicts: dict[str, Verdict],
     enc: Encoder,
+    unpinned: bool,
     stuck_only: bool = False,
 ) -> None:
     k_max, n = options.rounds, options.requests
     model = RoundModel(combo, config, enc, sources)
-    inputs = make_inputs(enc, model, n, k_max, options.bounds)
+    inputs = make_inputs(enc, model, n, k_max, options.bounds, unpinned)
     u = Unrolling(combo, config, n, options.bounds, enc, inputs)
     search = _Deepening(
         u, options, name, list(props), seconds, verdicts, stuck_only=stuck_only, sources=sources
@@ -357,15 +394,11 @@ def _unroll_and_solve(
         search.settle(k, violations, time.perf_counter() - t0)
         if not search.pending:
             break
+    note = "bounded only: the unbounded induction does not go through for this combo"
+    if not inputs.unpinned:
+        note += "; every device prefix pinned (unpinned ones: see docs/spec.md)"
     for prop in search.pending:
-        verdicts[prop] = Verdict(
-            name,
-            prop,
-            PROVED,
-            f"K={k_max},N={n}",
-            seconds[prop],
-            note="bounded only: the unbounded induction does not go through for this combo",
-        )
+        verdicts[prop] = Verdict(name, prop, PROVED, f"K={k_max},N={n}", seconds[prop], note=note)
 
 
 def combo_label(combo: Combo) -> str:

@@ -187,9 +187,12 @@ def scenario_of(
     for r in inp.requests:
         item: dict[str, Any] = {"id": r.name, "prompt_tokens": read(r.prompt)}
         device, host = read(r.device), read(r.host)
+        unpinned = read(r.unpinned) if inp.unpinned else 0
         if device:
             item["device_prefix_tokens"] = device
             item["device_prefix_pinned"] = True
+        elif unpinned:
+            item["device_prefix_tokens"] = unpinned  # unpinned: part of evictable_tokens
         if host:
             item["host_prefix_tokens"] = host
         arrival = read(r.arrival)

@@ -57,6 +57,7 @@ from policykit.spec.model import (
     TRUNCATED,
     Encoder,
     Entry,
+    Hit,
     IdleNode,
     ModelConfig,
     Req,
@@ -171,10 +172,36 @@ class Obligations:
             enc.facts.append(led.swa_baseline.t >= 0)  # type: ignore[union-attr]
         return mid
 
-    def _request(self, enc: Encoder, name: str = "X") -> Req:
+    def _request(self, enc: Encoder, name: str = "X") -> tuple[Req, Hit]:
+        """An arbitrary request, and what the cache offers it: a pinned or an unpinned device
+        prefix, the unpinned one cached or evicted (``present``), its lock taking all of it
+        (a scenario's prefixes are never shared, docs/spec.md "Unpinned device prefixes")."""
         page = self.config.page_size
         inputs = (enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
-        q = make_request(enc, name, inputs, page, host_paged=False)
+        q = make_request(enc, name, inputs, page, host_paged=False, unpinned=enc.var("u"))
+        enc.facts += [
+            q.prompt.t >= 1,
+            q.device.t >= 0,
+            (q.device % page).t == 0,
+            q.unpinned.t >= 0,
+            (q.unpinned % page).t == 0,
+            z3.Or(q.device.t == 0, q.unpinned.t == 0),
+            q.host.t >= 0,
+            q.device.t + q.unpinned.t + q.host.t < q.prompt.t,
+        ]
+        present = enc.bool(f"{name}_cached")
+        return q, Hit.of(q, ite(present, q.unpinned, 0), page)
+
+    def _offered(self, enc: Encoder) -> tuple[Req, Hit]:
+        """An arbitrary request as the queue loop meets it, with the same reach as
+        :meth:`_request` in fewer terms: ``d`` device tokens cached, the host hit after them,
+        and a lock that takes all ``d`` tokens or none (``locks``). A pinned prefix is ``d``
+        without a lock, a cached unpinned one ``d`` with it, and an evicted one is a request
+        with nothing cached and no host hit (``d = h = 0``). The never-fits question, which
+        tells an unpinned prefix from a pinned one, is not asked in a step."""
+        page = self.config.page_size
+        inputs = (enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
+        q = make_request(enc, "X", inputs, page, host_paged=False)
         enc.facts += [
             q.prompt.t >= 1,
             q.device.t >= 0,
@@ -182,11 +209,14 @@ class Obligations:
             q.host.t >= 0,
             q.device.t + q.host.t < q.prompt.t,
         ]
-        return q
+        locks = self._last_locks = enc.bool("locks")
+        hit = Hit.pinned(q, page)
+        return q, dataclasses.replace(hit, lock=ite(locks, q.device, 0))
 
     def _admit_step(self, enc: Encoder, model: RoundModel, mid: Mid) -> tuple[Mid, Entry]:
-        q = self._last_request = self._request(enc)
-        e, placed, _ = model.admit(mid.state, z3.BoolVal(True), q)
+        q, hit = self._offered(enc)
+        self._last_request = q
+        e, placed, _ = model.admit(mid.state, z3.BoolVal(True), q, hit=hit, reselect=False)
         page = self.config.page_size
         extend = mid.extend + full_need(e, page) - e.load_back_slots
         truncated = z3.And(placed, e.kind.t == TRUNCATED)
@@ -384,15 +414,16 @@ class Obligations:
         whatever stands in front of such a request, something is placed."""
         with Encoder() as enc:
             model, state, idle = self._drained(enc)
-            enc.facts.append(model.fits_idle(self._request(enc, "X"), idle))
-            _, placed, _ = model.admit(state, z3.BoolVal(True), self._request(enc, "H"), idle)
+            enc.facts.append(model.fits_idle(self._request(enc, "X")[0], idle))
+            h, hit = self._request(enc, "H")
+            _, placed, _ = model.admit(state, z3.BoolVal(True), h, idle, hit, reselect=False)
             enc.facts.append(z3.Not(state.bad_contract))
             first = self._valid(enc, z3.Or(placed, state.active))
         with Encoder() as enc:
             model, state, idle = self._drained(enc)
-            x = self._request(enc, "X")
+            x, hit = self._request(enc, "X")
             enc.facts.append(model.fits_idle(x, idle))
-            _, placed, _ = model.admit(state, z3.BoolVal(True), x, idle)
+            _, placed, _ = model.admit(state, z3.BoolVal(True), x, idle, hit, reselect=False)
             enc.facts.append(z3.Not(state.bad_contract))
             second = self._valid(enc, placed)
         if "unknown" in (first, second):

@@ -8,9 +8,12 @@ registered policies are evaluated symbolically (``symbolic.evaluate``). Every st
 ``step(guard)`` leaves the state unchanged where the guard is false, so a whole round is one
 straight-line formula (no path explosion across requests or rounds).
 
-Pinned device prefixes are modelled (they cost no lock); an *unpinned* device prefix, whose
-lock lowers the baseline and which eviction may take away, is not. ``max_prefill_tokens`` is
-the ledger's input budget, as in the planner. ``tests/spec/test_conformance.py`` checks the
+Device prefixes are pinned (no lock, never evicted) or unpinned: a :class:`Hit` says what the
+cache offers a waiting request in a round, its lock lowers the baseline, and a request that
+stops fitting because of its own lock is asked about again without its prefix, as
+``Planner._admit`` does (eviction, which decides whether the prefix is still there, is
+:mod:`policykit.spec.cache`'s). ``max_prefill_tokens`` is the ledger's input budget, as in the
+planner. ``tests/spec/test_conformance.py`` checks the
 encoding against the concrete planner and node on random states.
 """
 
@@ -111,18 +114,21 @@ def make_request(
     inputs: tuple[Sym, Sym, Sym, Sym],
     page: int,
     host_paged: bool,
+    unpinned: Sym | None = None,
 ) -> Req:
     """A request (``inputs``: prompt, device and host prefix hits, arrival) whose load-back,
     ``loadable_host(host)``, is worked out once. Where the host hit is known to be whole
     pages (``host_paged``) and a page reaches the threshold, that is the hit itself; leaving
     the rounding and the threshold out of the formula then saves a case split at every
-    admission of every round."""
+    admission of every round. ``unpinned``: the request's unpinned device prefix (none by
+    default)."""
     prompt, device, host, arrival = inputs
+    unpinned = Sym(num(0)) if unpinned is None else unpinned
     if host_paged and page >= LOAD_BACK_THRESHOLD:
         loadable = host
     else:
         loadable = enc.bind("loadable", loadable_host(host, page))
-    return Req(name, prompt, device, host, arrival, loadable)
+    return Req(name, prompt, device, host, arrival, loadable, unpinned)
 
 
 def ite(c: Any, a: Any, b: Any) -> Sym:
@@ -195,6 +201,62 @@ class Req:
     host: Sym  #: host-tier prefix hit
     arrival: Sym
     loadable: Sym  #: what a load-back copies of the host hit (``loadable_host``)
+    #: unpinned device prefix, page-aligned (a request has a pinned one or an unpinned one)
+    unpinned: Sym = field(default_factory=lambda: Sym(num(0)))
+
+    @property
+    def idle_host(self) -> Sym:
+        """The host hit ``Planner.never_fits`` sees: an idle node has evicted the unpinned
+        prefix, and the host prefix, which continues it, is not found from token 0."""
+        if _is_zero(self.unpinned):
+            return self.loadable
+        return ite(self.unpinned.t > 0, 0, self.loadable)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What the cache offers a waiting request in one round (``Planner._admit_with``)."""
+
+    cached: Sym  #: device tokens matched (pinned prefix, or the unpinned one while cached)
+    host: Sym  #: host tokens a load-back copies after them
+    lock: Sym  #: evictable tokens locking the match takes (the unpinned prefix, if cached)
+    #: the slots the load-back takes (whole pages), kept a term of the inputs where the host
+    #: hit is: a floor division of a per-round term is a fresh quotient for the solver
+    slots: Sym
+
+    @staticmethod
+    def pinned(req: Req, page: int) -> Hit:
+        """A request whose device prefix, if any, is pinned."""
+        return Hit(req.device, req.loadable, Sym(num(0)), _slots(req.loadable, page))
+
+    @staticmethod
+    def of(req: Req, cached_unpinned: Sym, page: int) -> Hit:
+        """``req`` while ``cached_unpinned`` tokens of its unpinned prefix are cached (all of
+        it, or 0 once evicted: a node is evicted whole). Without it the host prefix, which
+        continues it, is not found either."""
+        lost = z3.And(req.unpinned.t > 0, cached_unpinned.t == 0)
+        return Hit(
+            req.device + cached_unpinned,
+            ite(lost, 0, req.loadable),
+            cached_unpinned,
+            ite(lost, 0, _slots(req.loadable, page)),
+        )
+
+    @staticmethod
+    def none() -> Hit:
+        """Nothing cached: the request computed from token 0."""
+        zero = Sym(num(0))
+        return Hit(zero, zero, zero, zero)
+
+
+def _slots(host: Sym, page: int) -> Sym:
+    return pages_for(host, page) * page  # type: ignore[arg-type,return-value]
+
+
+def _is_zero(x: Sym) -> bool:
+    """Whether ``x`` is the constant 0 (a request with no unpinned prefix: no lock to model)."""
+    term = z3.simplify(t(x))
+    return z3.is_int_value(term) and term.as_long() == 0
 
 
 @dataclass
@@ -208,6 +270,7 @@ class Entry:
     rem_total: Sym
     cur_rem: Sym
     load_back_slots: Sym  #: the slots that load-back takes (whole pages)
+    lock: Sym  #: evictable tokens the entry's prefix lock took out of the baseline
 
     @property
     def tokens(self) -> Sym:
@@ -215,7 +278,7 @@ class Entry:
 
 
 def quiet_entry() -> Entry:
-    return Entry(*(Sym(num(0)) for _ in range(7)))
+    return Entry(*(Sym(num(0)) for _ in range(8)))
 
 
 @dataclass
@@ -353,7 +416,7 @@ class RoundModel:
         kind = ite(guard, ite(deferred, DEFERRED, ite(final, FINAL, RESUMED)), NONE)
         zero = Sym(num(0))
         return Entry(
-            kind, ite(guard, seq, zero), ite(guard, end, zero), zero, rem_total, cur_rem, zero
+            kind, ite(guard, seq, zero), ite(guard, end, zero), zero, rem_total, cur_rem, zero, zero
         )
 
     # -- a waiting request -----------------------------------------------------------------
@@ -363,55 +426,57 @@ class RoundModel:
         consider: z3.BoolRef,
         req: Req,
         idle: IdleNode | None = None,
+        hit: Hit | None = None,
+        reselect: bool = True,
     ) -> tuple[Entry, z3.BoolRef, z3.BoolRef]:
         """One turn of the planner's queue loop for ``req`` where ``consider`` holds: the
-        budget check, then ``Planner._admit``, then (for a refused request, given the ``idle``
-        node's capacity) ``Planner.never_fits``. Returns the entry, whether it was placed and
-        whether it was rejected for good (the queue then moves on past it)."""
-        led, page = state.ledger, self.config.page_size
+        budget check, then ``Planner._admit`` with what the cache offers (``hit``; by default
+        the request's pinned prefix), then (for a refused request, given the ``idle`` node's
+        capacity) ``Planner.never_fits``. Returns the entry, whether it was placed and whether
+        it was rejected for good (the queue then moves on past it).
+
+        ``reselect=False`` leaves out the turns where the lock refuses the request (a fact
+        says there are none): such a turn is the turn of the same prompt with nothing cached,
+        so a claim about *every* request's turn need not encode it twice (the induction)."""
+        led = state.ledger
         budget = self.budget(led)
         go = z3.And(consider, state.active, budget.is_(Budget.CONTINUE))
         stop_budget = z3.And(consider, state.active, z3.Not(budget.is_(Budget.CONTINUE)))
-        remaining = req.prompt - req.device
-        host = req.loadable
+        hit = hit or Hit.pinned(req, self.config.page_size)
         # the sliding-window pool's size: the idle node's, or (induction step) any size
         swa_pool = None
         if self.config.hybrid:
             swa_pool = idle.swa_total if idle is not None else self.enc.var("swa_pool")
-        view = AdmitView(
-            prompt_tokens=req.prompt,  # type: ignore[arg-type]
-            remaining_tokens=remaining,  # type: ignore[arg-type]
-            host_prefix_tokens=host,  # type: ignore[arg-type]
-            first_tokens=FIRST_TOKENS,
-            page_size=page,
-            rem_total_tokens=led.rem_total_tokens,
-            cur_rem_tokens=led.cur_rem_tokens,
-            hybrid_swa=self.config.hybrid,
-            rem_swa_tokens=led.rem_swa_tokens,
-            **self._swa_facts(remaining - host, led, swa_pool),
-        )
-        ok = self.enc.bind_bool("admit", self._ask("admission", "admit", view))
-        loaded = dataclasses.replace(led)
-        load_back = pages_for(host, page) * page  # type: ignore[arg-type]
-        loaded.lower_baseline(load_back)
-        compute = remaining - host
-        chunk = self.enc.bind(
-            "new_chunk",
-            self._ask("chunking", "new_chunk", self._chunk_view(compute, loaded, swa_pool)),
-        )
-        bad_range = z3.Or(chunk.t < 0, chunk.t > compute.t)
-        other = z3.Or(chunk.t == 0, z3.And(chunk.t < compute.t, state.has_chunked))
-        whole = chunk.t == compute.t
-        start = req.device + host
-        whole_led = dataclasses.replace(loaded)
-        whole_led.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
-        trunc_led, end_t, bad_t = self._charge_truncated(loaded, start, start + chunk, req.prompt)
+        ok = self._admits(req, hit.cached, hit.host, led, swa_pool)
+        first = self._attempt(state, req, hit, ok, swa_pool)
+        if _is_zero(hit.lock):
+            a = first
+        else:
+            # the lock lowers the baseline and admission is asked again; refused there, the
+            # request is asked about afresh: nothing cached, so no host prefix either
+            locked = dataclasses.replace(led)
+            locked.lower_baseline(hit.lock)
+            ok_locked = self._admits(req, hit.cached, hit.host, locked, swa_pool)
+            lock_refused = self.enc.bind_bool(
+                "lock_refused", z3.And(ok, hit.lock.t > 0, z3.Not(ok_locked))
+            )
+            if reselect:
+                none = Hit.none()
+                ok_fresh = self._admits(req, none.cached, none.host, led, swa_pool)
+                fresh = self._attempt(state, req, none, ok_fresh, swa_pool)
+                a = _pick_attempt(lock_refused, fresh, first)
+            else:
+                self.enc.facts.append(z3.Not(lock_refused))
+                a = first
+        ok, other, bad_range, whole = a.ok, a.other, a.bad_range, a.whole
+        host, lock, start, end_t, chunk = a.host, a.lock, a.start, a.end_t, a.chunk
+        load_back = a.load_back
         placed = z3.And(go, ok, z3.Not(bad_range), z3.Not(other))
-        new_led = self.merge_ledger(placed, _pick_ledger(whole, whole_led, trunc_led), led)
+        new_led = self.merge_ledger(placed, a.ledger, led)
         state.ledger = new_led
         state.bad_contract = z3.Or(
             state.bad_contract,
-            z3.And(go, ok, z3.Or(bad_range, z3.And(z3.Not(other), z3.Not(whole), bad_t))),
+            z3.And(go, ok, z3.Or(bad_range, z3.And(z3.Not(other), z3.Not(whole), a.bad_t))),
         )
         refused = z3.And(go, z3.Or(z3.Not(ok), other))
         never = z3.BoolVal(False)
@@ -438,16 +503,75 @@ class RoundModel:
                 rem_total,
                 cur_rem,
                 ite(placed, load_back, zero),
+                ite(placed, lock, zero),
             ),
             placed,
             never,
         )
 
+    def _attempt(
+        self, state: RoundState, req: Req, hit: Hit, ok: z3.BoolRef, swa_pool: Sym | None
+    ) -> Attempt:
+        """``Planner._admit_with`` past the admission question (answered ``ok``): take the
+        lock and the load-back out of the baseline, ask for the first chunk, align it and
+        reserve its tail, on a copy of the round's ledger."""
+        loaded = dataclasses.replace(state.ledger)
+        if not _is_zero(hit.lock):
+            loaded.lower_baseline(hit.lock)
+        load_back = hit.slots
+        loaded.lower_baseline(load_back)
+        compute = req.prompt - hit.cached - hit.host
+        chunk = self.enc.bind(
+            "new_chunk",
+            self._ask("chunking", "new_chunk", self._chunk_view(compute, loaded, swa_pool)),
+        )
+        bad_range = z3.Or(chunk.t < 0, chunk.t > compute.t)
+        other = z3.Or(chunk.t == 0, z3.And(chunk.t < compute.t, state.has_chunked))
+        whole = chunk.t == compute.t
+        start = hit.cached + hit.host
+        whole_led = dataclasses.replace(loaded)
+        whole_led.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
+        trunc_led, end_t, bad_t = self._charge_truncated(loaded, start, start + chunk, req.prompt)
+        return Attempt(
+            ok,
+            other,
+            bad_range,
+            whole,
+            bad_t,
+            _pick_ledger(whole, whole_led, trunc_led),
+            hit.host,
+            hit.lock,
+            start,
+            end_t,
+            chunk,
+            load_back,
+        )
+
+    def _admits(
+        self, req: Req, cached: Sym, host: Sym, led: Ledger, swa_pool: Sym | None
+    ) -> z3.BoolRef:
+        """The admission policy's answer about ``req`` with ``cached`` device and ``host``
+        tokens of it cached, on ``led`` (``Planner._admit_with``'s ``admit_view``)."""
+        remaining = req.prompt - cached
+        view = AdmitView(
+            prompt_tokens=req.prompt,  # type: ignore[arg-type]
+            remaining_tokens=remaining,  # type: ignore[arg-type]
+            host_prefix_tokens=host,  # type: ignore[arg-type]
+            first_tokens=FIRST_TOKENS,
+            page_size=self.config.page_size,
+            rem_total_tokens=led.rem_total_tokens,
+            cur_rem_tokens=led.cur_rem_tokens,
+            hybrid_swa=self.config.hybrid,
+            rem_swa_tokens=led.rem_swa_tokens,
+            **self._swa_facts(remaining - host, led, swa_pool),
+        )
+        return self.enc.bind_bool("admit", self._ask("admission", "admit", view))
+
     def _never_fits(self, state: RoundState, req: Req, idle: IdleNode) -> Any:
         """``Planner.never_fits``, asked by the planner about a refused request: a policy that
         breaks its contract there breaks it in the round."""
         ok, chunk = self.idle_answers(req, idle)
-        compute = req.prompt - req.device - req.loadable
+        compute = req.prompt - req.device - req.idle_host
         state.bad_contract = z3.Or(
             state.bad_contract, z3.And(ok, z3.Or(chunk.t < 0, chunk.t > compute.t))
         )
@@ -466,10 +590,11 @@ class RoundModel:
         if req.name not in self._idle:
             page, cfg = self.config.page_size, self.config
             remaining = req.prompt - req.device
+            host = req.idle_host
             swa = None
             if cfg.swa_window is not None:
                 swa = idle_swa_facts(
-                    remaining - req.loadable,
+                    remaining - host,
                     FIRST_TOKENS,
                     page,
                     cfg.chunked_prefill_size,
@@ -477,11 +602,11 @@ class RoundModel:
                     cfg.swa_window,
                 )
             view = idle_admit_view(
-                req.prompt, remaining, req.loadable, FIRST_TOKENS, page, idle.capacity, swa
+                req.prompt, remaining, host, FIRST_TOKENS, page, idle.capacity, swa
             )
             chunk_view = idle_chunk_view(
-                remaining - req.loadable,
-                req.loadable,
+                remaining - host,
+                host,
                 page,
                 cfg.chunked_prefill_size,
                 idle.capacity,
@@ -502,6 +627,38 @@ class RoundModel:
             return None
         view = QueueView(req.prompt, req.device, req.loadable, self.config.page_size)  # type: ignore[arg-type]
         return self.enc.bind("priority", self._ask("queue", "priority", view))
+
+
+@dataclass
+class Attempt:
+    """One ``Planner._admit_with`` of a waiting request (with or without its prefix)."""
+
+    ok: z3.BoolRef  #: the admission policy's answer
+    other: z3.BoolRef  #: no first chunk, or a second in-progress request (``Budget.OTHER``)
+    bad_range: z3.BoolRef  #: the chunk is out of range (a broken contract)
+    whole: z3.BoolRef  #: the chunk is the whole rest of the prompt
+    bad_t: z3.BoolRef  #: a truncation's alignment or reservation broke the contract
+    ledger: Ledger  #: the ledger once it is placed
+    host: Sym
+    lock: Sym
+    start: Sym
+    end_t: Sym  #: a truncation's aligned end
+    chunk: Sym
+    load_back: Sym  #: its load-back's slots
+
+
+def _pick_attempt(cond: z3.BoolRef, a: Attempt, b: Attempt) -> Attempt:
+    """Attempt ``a`` where ``cond`` holds, else ``b``."""
+    out = {}
+    for f in dataclasses.fields(Attempt):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "ledger":
+            out[f.name] = _pick_ledger(cond, x, y)
+        elif isinstance(x, Sym):
+            out[f.name] = ite(cond, x, y)
+        else:
+            out[f.name] = z3.If(cond, x, y)
+    return Attempt(**out)
 
 
 @dataclass(frozen=True)

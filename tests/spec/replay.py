@@ -97,7 +97,7 @@ def _input_terms(u: Unrolling, config: ModelConfig) -> list[z3.ExprRef]:
     if config.hybrid:
         out.append(inp.swa_free.t)
     for q in inp.requests:
-        out += [q.prompt.t, q.device.t, q.host.t, q.arrival.t]
+        out += [q.prompt.t, q.device.t, q.unpinned.t, q.host.t, q.arrival.t]
     return out
 
 
@@ -136,9 +136,12 @@ def model_rounds(scenario: dict[str, Any], combo: Combo, rounds: int) -> tuple[l
     reqs = scenario["requests"]
     padding = [{"prompt_tokens": 1, "arrival_round": rounds + 1}] * (MAX_REQUESTS - len(reqs))
     for q, r in zip(inp.requests, [*reqs, *padding], strict=True):
+        device = r.get("device_prefix_tokens", 0)
+        pinned = r.get("device_prefix_pinned", False)
         values += [
             (q.prompt.t, r["prompt_tokens"]),
-            (q.device.t, r.get("device_prefix_tokens", 0)),
+            (q.device.t, device if pinned else 0),
+            (q.unpinned.t, 0 if pinned else device),
             (q.host.t, r.get("host_prefix_tokens", 0)),
             (q.arrival.t, max(1, r.get("arrival_round", 1))),
         ]

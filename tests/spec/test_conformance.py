@@ -1,16 +1,18 @@
 """The z3 encoding of the scheduler core agrees with the concrete planner and node.
 
-Random concrete states (pool, pinned device prefixes, host prefixes, arrivals, release delay,
-hybrid SWA) are run through the real ``Scheduler`` and through ``policykit.spec.bmc`` with every
-input fixed; entries, ledger marks, verdicts and the OOM round must be identical. Every built-in
-combo is covered, with the profile's number of examples each (200 in ``ci``): each combo's
-encoding is built once per configuration and each example is *evaluated* on it
+Random concrete states (pool, pinned and unpinned device prefixes, host prefixes, arrivals,
+release delay, hybrid SWA) are run through the real ``Scheduler`` and through
+``policykit.spec.bmc`` with every input fixed; entries, ledger marks, verdicts and the OOM
+round must be identical. Every built-in combo is covered, with the profile's number of
+examples each (200 in ``ci``): each combo's encoding is built once per configuration and each
+example is *evaluated* on it
 (``tests.spec.replay``), not solved, which is what makes that many examples affordable.
 """
 
 from __future__ import annotations
 
 import pytest
+import z3
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -18,7 +20,9 @@ from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.plugin_manager import make_plugin_manager
 from policykit.policy import EngineConfig
 from policykit.registry import PolicyRegistry
-from tests.spec.replay import MAX_REQUESTS, concrete_rounds, model_rounds
+from policykit.spec.counterexample import scenario_of
+from policykit.spec.model import ModelConfig
+from tests.spec.replay import MAX_REQUESTS, concrete_rounds, model_rounds, unrolling
 
 ROUNDS = 4
 #: (page, chunk, sliding window, max_prefill_tokens): each is one encoding per combo, so few
@@ -33,7 +37,9 @@ COMBOS = [
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> dict:
+def scenarios(draw: st.DrawFn, unpinned: bool = True) -> dict:
+    """A random scenario; its device prefixes are pinned or (with ``unpinned``) not, and the
+    unpinned ones are part of the evictable tokens, on top of a random filler."""
     page, chunk, window, max_prefill = draw(st.sampled_from(CONFIGS))
     n = draw(st.integers(1, MAX_REQUESTS))
     pool = {
@@ -50,7 +56,10 @@ def scenarios(draw: st.DrawFn) -> dict:
         host = draw(st.integers(0, prompt - device - 1))
         arrival = draw(st.integers(arrival, ROUNDS))
         item = {"id": "ABC"[i], "prompt_tokens": prompt, "arrival_round": arrival}
-        if device:
+        if device and unpinned and draw(st.booleans()):
+            item["device_prefix_tokens"] = device
+            pool["evictable_tokens"] += device
+        elif device:
             item |= {"device_prefix_tokens": device, "device_prefix_pinned": True}
         if host:
             item["host_prefix_tokens"] = host
@@ -72,7 +81,9 @@ def _fits(scenario: dict) -> bool:
     """``arrive`` refuses prompts larger than the pool; the model assumes none are."""
     page, pool = scenario["page_size"], scenario["pool"]
     total = pool["free_tokens"] + pool["evictable_tokens"]
-    total += sum(r.get("device_prefix_tokens", 0) for r in scenario["requests"])
+    total += sum(
+        r["device_prefix_tokens"] for r in scenario["requests"] if r.get("device_prefix_pinned")
+    )
     return all(-(-r["prompt_tokens"] // page) * page <= total for r in scenario["requests"])
 
 
@@ -182,7 +193,69 @@ INPUT_BUDGET = {
 }
 
 
+#: unpinned device prefixes (docs/spec.md "Unpinned device prefixes"). ``no-evict`` counts the
+#: whole prompt, cached or not: locking A's 256-token prefix takes it out of the 768-token
+#: baseline and A no longer fits (705 > 512), so A is asked about afresh and computes all 600
+#: tokens from 0, while ``sglang`` admission credits the prefix and A starts at 256
+LOCK_REFUSED = {
+    "page_size": 64,
+    "chunked_prefill_size": 4096,
+    "pool": {"free_tokens": 512, "evictable_tokens": 256},
+    "kv_release_rounds": None,
+    "requests": [{"id": "A", "prompt_tokens": 600, "device_prefix_tokens": 256}],
+}
+
+#: A's 640 slots need 128 of the evictable 256; the least recently used node goes first, and B
+#: has not arrived, so that is B's prefix (laid out before the filler): in round 2 B has no hit,
+#: device or host (its host prefix continued the evicted one), and computes from 0
+EVICTED_WHILE_WAITING = {
+    "page_size": 64,
+    "chunked_prefill_size": 4096,
+    "pool": {"free_tokens": 512, "evictable_tokens": 256},
+    "kv_release_rounds": 0,
+    "requests": [
+        {"id": "A", "prompt_tokens": 600, "arrival_round": 1},
+        {
+            "id": "B",
+            "prompt_tokens": 500,
+            "device_prefix_tokens": 128,
+            "host_prefix_tokens": 128,
+            "arrival_round": 2,
+        },
+    ],
+}
+
+#: the same, but B arrives in round 1: the queue loop matches it after A (refused, but its
+#: prefix is now the most recent node), so the commit's eviction takes the filler and B starts
+#: at 256 in round 2 (its 128-token prefix, then 128 loaded back)
+TOUCHED_SURVIVES = {
+    **EVICTED_WHILE_WAITING,
+    "requests": [
+        EVICTED_WHILE_WAITING["requests"][0],
+        {**EVICTED_WHILE_WAITING["requests"][1], "arrival_round": 1},
+    ],
+}
+
+#: SGLang's eviction at load-back (issue 13 item 8): A's 256-token load-back is 128 short of
+#: the free list and evicts B's prefix (older than the filler) before B is matched, so B is
+#: asked about with no hit in the same round
+EVICTED_BY_LOAD_BACK = {
+    "page_size": 64,
+    "chunked_prefill_size": 4096,
+    "pool": {"free_tokens": 128, "evictable_tokens": 576},
+    "kv_release_rounds": None,
+    "requests": [
+        {"id": "A", "prompt_tokens": 300, "host_prefix_tokens": 256},
+        {"id": "B", "prompt_tokens": 200, "device_prefix_tokens": 128},
+    ],
+}
+
+
 @pytest.mark.parametrize("combo_text", COMBOS)
+@example(scenario=LOCK_REFUSED)
+@example(scenario=EVICTED_WHILE_WAITING)
+@example(scenario=TOUCHED_SURVIVES)
+@example(scenario=EVICTED_BY_LOAD_BACK)
 @example(scenario=SEED_ABC)
 @example(scenario=INPUT_BUDGET)
 @example(scenario=IDLE_NOT_NOW)
@@ -221,6 +294,30 @@ def test_never_fits_measures_the_idle_node_not_the_pool_or_what_is_free_now(regi
     assert concrete == model_rounds(IDLE_NOT_NOW, combo, 2)[0]
 
 
+def _starts(scenario: dict, combo_text: str, registry) -> list[dict[str, int]]:
+    """Per round, where each placed request starts (the real run, after checking that the
+    encoding agrees with it)."""
+    combo = registry.resolve(combo_text)
+    concrete, oom = concrete_rounds(scenario, combo, ROUNDS)
+    modelled, model_oom = model_rounds(scenario, combo, ROUNDS)
+    assert (concrete, oom) == (modelled[: len(concrete)], model_oom)
+    return [{row[0]: row[2] for row in rows if row[1] == "whole"} for rows, _ in concrete]
+
+
+def test_a_lock_that_refuses_the_request_reselects_it_without_its_prefix(registry) -> None:
+    assert _starts(LOCK_REFUSED, "sglang/sglang/none", registry)[0] == {"A": 256}
+    assert _starts(LOCK_REFUSED, "no-evict/sglang/none", registry)[0] == {"A": 0}
+
+
+def test_eviction_takes_the_least_recently_used_prefix_of_a_waiting_request(registry) -> None:
+    assert _starts(EVICTED_WHILE_WAITING, "sglang/sglang/none", registry)[1] == {"B": 0}
+    assert _starts(TOUCHED_SURVIVES, "sglang/sglang/none", registry)[1] == {"B": 256}
+
+
+def test_a_load_back_evicts_the_prefix_a_later_request_of_the_round_would_hit(registry) -> None:
+    assert _starts(EVICTED_BY_LOAD_BACK, "sglang/sglang/none", registry)[0] == {"A": 256, "B": 0}
+
+
 #: the queue policies other than the default, on a few combos: SGLang's own ``fcfs`` (its head
 #: blocks the queue) on the scenarios above, and ``lpm``, whose order numbers the model's
 #: requests by priority, on scenarios listed in that order
@@ -237,8 +334,9 @@ def _loadable(host: int, page: int) -> int:
 @st.composite
 def in_lpm_order(draw: st.DrawFn) -> dict:
     """A scenario whose requests are listed in ``lpm``'s order (longest cached prefix first,
-    then arrival), arrivals in any order."""
-    scenario = draw(scenarios())
+    then arrival), arrivals in any order. Its device prefixes are pinned: the model takes none
+    unpinned under a sorting queue (eviction would change the order between rounds)."""
+    scenario = draw(scenarios(unpinned=False))
     page = scenario["page_size"]
     requests = scenario["requests"]
     for r in requests:
@@ -265,3 +363,37 @@ def test_fcfs_matches_the_scheduler(registry, combo_text: str, scenario: dict) -
 @given(scenario=in_lpm_order())
 def test_lpm_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
     test_encoding_matches_the_scheduler.hypothesis.inner_test(registry, combo_text, scenario)
+
+
+def test_a_counterexample_exports_unpinned_prefixes_as_evictable(registry) -> None:
+    """``scenario_of`` writes an unpinned prefix without ``device_prefix_pinned``, inside the
+    evictable tokens, and the scenario replays to the same rounds as the model's."""
+    combo = registry.resolve("sglang/sglang/none")
+    config = ModelConfig(64, 4096)
+    u = unrolling(combo, config, ROUNDS).u
+    inp = u.inputs
+    given = {**EVICTED_WHILE_WAITING, "requests": [*EVICTED_WHILE_WAITING["requests"]]}
+    given["requests"].append({"id": "C", "prompt_tokens": 1, "arrival_round": ROUNDS + 1})
+    values = {inp.free.t.get_id(): 512, inp.evictable.t.get_id(): 256}
+    values[inp.release_rounds.t.get_id()] = 0
+    for q, r in zip(inp.requests, given["requests"], strict=True):
+        values |= {
+            q.prompt.t.get_id(): r["prompt_tokens"],
+            q.device.t.get_id(): 0,
+            q.unpinned.t.get_id(): r.get("device_prefix_tokens", 0),
+            q.host.t.get_id(): r.get("host_prefix_tokens", 0),
+            q.arrival.t.get_id(): r.get("arrival_round", 1),
+        }
+
+    def read(x):
+        term = x if isinstance(x, z3.ExprRef) else x.t
+        return False if term.eq(inp.release_never) else values[term.get_id()]
+
+    exported = scenario_of(u, read, "no-oom", 1, combo)
+    b = exported["requests"][1]
+    assert (b["device_prefix_tokens"], b.get("device_prefix_pinned")) == (128, None)
+    assert exported["pool"]["evictable_tokens"] == 256
+    exported["requests"] = exported["requests"][:2]
+    assert concrete_rounds(exported, combo, ROUNDS) == concrete_rounds(
+        EVICTED_WHILE_WAITING, combo, ROUNDS
+    )

@@ -119,8 +119,36 @@ def _check_resume(ob: Obligations, combo, entry, baseline: int, prompt: int, seq
         assert _val(m, j), "the invariant holds at the round start but J does not"
 
 
-def _check_admit(ob: Obligations, combo, before: Snapshot, req: dict, entry) -> None:
+def _check_admit(ob: Obligations, combo, before: Snapshot, req: dict, entry, cached: bool) -> None:
+    """The encoded step, fixed to the real state, plans the real entry and keeps ``J``.
+    ``cached``: the request's unpinned prefix was cached when the round opened. Whether the
+    planner still found it (a load-back earlier in the round may have evicted it) shows in the
+    entry only when it was used, so a request that computed from 0 is checked both ways and
+    one of them must plan the real entry."""
+    device = req.get("device_prefix_tokens", 0)
+    pinned = req.get("device_prefix_pinned", False)
+    found = [bool(device) and not pinned and entry.cached > 0]
+    if cached and not entry.cached:
+        found.append(True)
+    errors = []
+    for present in found:
+        try:
+            _check_admit_with(ob, combo, before, req, entry, present)
+            return
+        except AssertionError as err:
+            errors.append(err)
+    raise errors[0]
+
+
+def _check_admit_with(
+    ob: Obligations, combo, before: Snapshot, req: dict, entry, present: bool
+) -> None:
     led = before.ledger
+    device = req.get("device_prefix_tokens", 0)
+    host = req.get("host_prefix_tokens", 0)
+    locks = bool(device) and not req.get("device_prefix_pinned", False) and present
+    if device and not locks and not req.get("device_prefix_pinned", False):
+        device = host = 0  # evicted: nothing cached, and the host prefix continued it
     with Encoder() as enc:
         model = RoundModel(combo, CONFIG, enc, {})
         mid = ob._arbitrary_mid(enc, model)
@@ -141,8 +169,9 @@ def _check_admit(ob: Obligations, combo, before: Snapshot, req: dict, entry) -> 
         q = ob._last_request
         fixed += [
             q.prompt.t == req["prompt_tokens"],
-            q.device.t == req.get("device_prefix_tokens", 0),
-            q.host.t == req.get("host_prefix_tokens", 0),
+            q.device.t == device,
+            ob._last_locks == locks,
+            q.host.t == host,
         ]
         m = _solve(enc, fixed)
         got = (KIND_NAMES[_val(m, e.kind)], _val(m, e.start), _val(m, e.end))
@@ -190,6 +219,8 @@ def replay_rounds(registry, combo_text: str, scenario: dict, rounds: int = 6) ->
     for _ in range(rounds):
         node = sched.node
         start = (node.baseline, node.chunked)
+        # whose unpinned prefix is cached as the round opens (read without touching the LRU)
+        cached = {q.id for q in node.waiting if q.tokens[:PAGE] in node.cache.root.children}
         chunked = None if start[1] is None else (start[1].prompt_tokens, start[1].seq_len)
         record = sched._step_or_oom()
         if record is None:
@@ -203,7 +234,12 @@ def replay_rounds(registry, combo_text: str, scenario: dict, rounds: int = 6) ->
         for entry in plan.entries:
             if entry.kind.is_new:
                 _check_admit(
-                    ob, combo, rec.before[entry.request_id], specs[entry.request_id], entry
+                    ob,
+                    combo,
+                    rec.before[entry.request_id],
+                    specs[entry.request_id],
+                    entry,
+                    entry.request_id in cached,
                 )
                 checked += 1
         if sched.idle(record):
@@ -230,17 +266,20 @@ def scenarios(draw: st.DrawFn) -> dict:
         host = draw(st.integers(0, (prompt - device) // PAGE - 1)) * PAGE
         item = {"id": "ABCD"[i], "prompt_tokens": prompt, "arrival_round": draw(st.integers(1, 3))}
         if device:
-            item |= {"device_prefix_tokens": device, "device_prefix_pinned": True}
+            item["device_prefix_tokens"] = device
+            item["device_prefix_pinned"] = draw(st.booleans())
         if host:
             item["host_prefix_tokens"] = host
         requests.append(item)
     requests.sort(key=lambda r: r["arrival_round"])
-    pinned = sum(r.get("device_prefix_tokens", 0) for r in requests)
-    free = draw(st.integers(max(0, 41 - pinned // PAGE), 80)) * PAGE
+    pinned = sum(r["device_prefix_tokens"] for r in requests if r.get("device_prefix_pinned"))
+    unpinned = sum(r.get("device_prefix_tokens", 0) for r in requests) - pinned
+    free = draw(st.integers(max(0, 41 - (pinned + unpinned) // PAGE), 80)) * PAGE
+    evictable = unpinned + draw(st.integers(0, 10)) * PAGE
     return {
         "page_size": PAGE,
         "chunked_prefill_size": CHUNK,
-        "pool": {"free_tokens": free, "evictable_tokens": draw(st.integers(0, 10)) * PAGE},
+        "pool": {"free_tokens": free, "evictable_tokens": evictable},
         "kv_release_rounds": draw(st.none() | st.integers(0, 2)),
         "requests": requests,
     }

@@ -1,0 +1,102 @@
+"""The evictable part of the prefix cache as terms: free list, recency, locks and eviction.
+
+Pinned prefixes need no state (never evicted, never locked by a request). What eviction can
+take is modelled per *unit*, one per request plus the scenario's anonymous filler, because the
+scenario format gives every request tokens of its own (a prefix is never shared, docs/spec.md
+"Unpinned device prefixes"):
+
+* before its request is released, a unit is the request's unpinned prefix node (``top``, 0 once
+  evicted or when the request has none);
+* after the release, ``top`` is the leaf that holds the rest of the request's whole pages and
+  ``bottom`` the prefix node under it (if still cached). ``evict`` takes the leaf and then, at
+  once, its parent: the parent was touched one tick before the leaf, by the same insert.
+
+``stamp`` is the unit's last access as a term: a concrete tick per place in the round where
+the scheduler matches or inserts (:func:`touch_tick`, :func:`release_tick`), so comparing two
+stamps is comparing ``last_access`` in :class:`policykit.prefix_cache.PrefixCache`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import z3
+
+from policykit.spec.model import Encoder
+from policykit.spec.symbolic import Sym, num
+
+#: ticks per round: release ticks lie below ``_PLAN``, match ticks of the planning above it
+_ROUND = 1 << 16
+_PLAN = 1 << 15
+#: release ticks: ``finished_round * _FINISH + position in that round's plan``
+_FINISH = 64
+
+
+def _ite(c: z3.BoolRef, a: Sym | int, b: Sym | int) -> Sym:
+    return Sym(z3.If(c, _term(a), _term(b)))
+
+
+def _term(x: Sym | int) -> z3.ArithRef:
+    return x.t if isinstance(x, Sym) else num(x)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One request's evictable KV (or the filler's): see the module docstring."""
+
+    top: Sym
+    bottom: Sym
+    stamp: Sym
+    #: tokens of it its request holds locked (0: unlocked, evictable)
+    lock: Sym
+
+    @property
+    def evictable(self) -> Sym:
+        """What the unit adds to the cache's evictable total."""
+        return _ite(self.lock.t == 0, self.top + self.bottom, 0)
+
+
+def initial_units(unpinned: list[Sym], filler: Sym) -> list[Unit]:
+    """The scenario's layout: request ``i``'s prefix inserted at tick ``i`` in listing order,
+    the filler after all of them (the most recent)."""
+    zero = Sym(num(0))
+    units = [Unit(u, zero, Sym(num(i)), zero) for i, u in enumerate(unpinned)]
+    return [*units, Unit(filler, zero, Sym(num(len(unpinned))), zero)]
+
+
+def touch_tick(round_no: int, position: int) -> int:
+    """The tick of the admission match of the request at ``position`` in the queue loop."""
+    return round_no * _ROUND + _PLAN + position
+
+
+def release_tick(round_no: int, finished: Sym, position: Sym) -> Sym:
+    """The tick of a release in ``round_no``: releases run in the order the requests finished
+    (round, then place in that round's plan), before the round's planning matches anything."""
+    return finished * _FINISH + position + round_no * _ROUND
+
+
+def evict(enc: Encoder, units: list[Unit], short: Sym) -> tuple[list[Unit], Sym]:
+    """``PrefixCache.evict(short)`` (and ``victims``): unlocked units, least recently used
+    first, each leaf then its parent, until ``short`` tokens are freed. Returns the units
+    left and the tokens freed. A unit is taken from the front of the order while what was
+    freed before it is still short, so with distinct stamps it is taken iff the unlocked units
+    older than it hold less than ``short``."""
+    cand = [u.lock.t == 0 for u in units]
+    out, freed = [], Sym(num(0))
+    for k, x in enumerate(units):
+        before = Sym(num(0))
+        for m, y in enumerate(units):
+            if m != k:
+                before = before + _ite(z3.And(cand[m], y.stamp.t < x.stamp.t), y.top + y.bottom, 0)
+        before = enc.bind("evict_before", before)
+        take_top = z3.And(cand[k], before.t < short.t)
+        take_bottom = z3.And(cand[k], (before + x.top).t < short.t)
+        freed = freed + _ite(take_top, x.top, 0) + _ite(take_bottom, x.bottom, 0)
+        out.append(
+            replace(
+                x,
+                top=enc.bind("unit_top", _ite(take_top, 0, x.top)),
+                bottom=enc.bind("unit_bottom", _ite(take_bottom, 0, x.bottom)),
+            )
+        )
+    return out, enc.bind("evicted", freed)
