@@ -183,22 +183,8 @@ def check_combo(
         # violate); a violation there is one. What that search leaves proved to K is searched
         # again with unpinned prefixes, whose cache state makes each query far harder.
         stuck_only = ob.owed_always_fits
-        with Encoder() as enc:
-            _unroll_and_solve(
-                combo,
-                config,
-                options,
-                sources,
-                name,
-                open_props,
-                seconds,
-                verdicts,
-                enc,
-                False,
-                stuck_only,
-            )
-        again = [p for p in open_props if verdicts[p].verdict == PROVED]
-        if again and combo.queue.arrival_order:
+        wanted = open_props
+        for unpinned in (False, True) if combo.queue.arrival_order else (False,):
             with Encoder() as enc:
                 _unroll_and_solve(
                     combo,
@@ -206,13 +192,16 @@ def check_combo(
                     options,
                     sources,
                     name,
-                    again,
+                    wanted,
                     seconds,
                     verdicts,
                     enc,
-                    True,
+                    unpinned,
                     stuck_only,
                 )
+            wanted = [p for p in wanted if verdicts[p].verdict == PROVED]
+            if not wanted:
+                break
     check_lifted(combo, engine, sources)
     scope, bounds = config_dict(config), bounds_dict(config, options)
     for v in verdicts.values():

@@ -157,15 +157,21 @@ def test_scheduler_start_says_what_the_queue_policy_does(monkeypatch, caplog, qu
     since a refused request still ends SGLang's round."""
     monkeypatch.setenv("POLICYKIT_COMBO", f"admission=reserve-tail,queue={queue}")
     monkeypatch.setenv("POLICYKIT_STARTUP_CHECK", "0")
+    _start_scheduler(caplog)
+    [record] = [r for r in caplog.records if "orders the waiting queue" in r.getMessage()]
+    assert record.levelname == level and repr(queue) in record.getMessage()
+    assert ("does not skip" in record.getMessage()) == (queue == "fcfs-skip")
+
+
+def _start_scheduler(caplog) -> None:
+    """What ``Scheduler.__init__``'s AFTER hook does on a 64-token-page, 4096-chunk engine, with
+    the plugin's log captured; the combo is deactivated afterwards."""
     scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=4096)
     try:
         with caplog.at_level("INFO", logger="policykit.sglang"):
             startup.on_scheduler_ready(None, scheduler)
     finally:
         hooks.activate(None)
-    [record] = [r for r in caplog.records if "orders the waiting queue" in r.getMessage()]
-    assert record.levelname == level and repr(queue) in record.getMessage()
-    assert ("does not skip" in record.getMessage()) == (queue == "fcfs-skip")
 
 
 def test_combo_from_a_config_file(tmp_path):
@@ -223,12 +229,7 @@ def test_start_up_verdicts_are_about_the_queue_sglang_runs(monkeypatch, caplog):
     its round at a refused request: the verdict logged in the engine is the blocking queue's,
     and says so."""
     monkeypatch.setenv("POLICYKIT_COMBO", "admission=sglang,chunking=sglang,alignment=none")
-    scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=4096)
-    try:
-        with caplog.at_level("INFO", logger="policykit.sglang"):
-            startup.on_scheduler_ready(None, scheduler)
-    finally:
-        hooks.activate(None)
+    _start_scheduler(caplog)
     [line] = [r.getMessage() for r in caplog.records if "no-starvation" in r.getMessage()]
     assert "no-starvation violated" in line and startup.AS_SGLANG_RUNS in line
 
