@@ -51,7 +51,7 @@ def sglang(
     scenarios: tuple[str, ...], random_count: int, seed: int, schedule_policy: str, as_json: bool
 ) -> None:
     """Diff SCENARIO... (files or bundled names) against SGLang 0.5.23's PrefillAdder."""
-    from policykit.upstream.conformance import UPSTREAM_COMBO, conform, random_scenario
+    from policykit.upstream.conformance import conform, random_scenario, upstream_combo
     from policykit.upstream.sglang import SUPPORTED_VERSION, load
 
     if not scenarios and not random_count:
@@ -60,7 +60,7 @@ def sglang(
     load()  # fail early, with the install hint, when SGLang is missing
     rng = random.Random(seed)
     loaded += [random_scenario(rng, i) for i in range(random_count)]
-    combo = UPSTREAM_COMBO.replace("queue=fcfs", f"queue={schedule_policy}")
+    combo = upstream_combo(schedule_policy)
     with _progress(len(loaded)) as advance:
         verdicts = []
         for sc in loaded:

@@ -21,8 +21,16 @@ from policykit.scenario import RequestSpec, Scenario, build_node
 from policykit.scheduler import RunResult, Scheduler
 from policykit.upstream.sglang import NotExpressible, UpstreamRun, drive
 
+
+def upstream_combo(schedule_policy: str = "fcfs") -> str:
+    """The upstream-faithful combo with the queue policy named like SGLang's
+    ``--schedule-policy`` (``fcfs``: :data:`UPSTREAM_COMBO`)."""
+    return f"admission=sglang,chunking=sglang,alignment=none,queue={schedule_policy}"
+
+
 #: the combo that reproduces SGLang 0.5.23 (with its fcfs waiting queue: the head blocks)
-UPSTREAM_COMBO = "admission=sglang,chunking=sglang,alignment=none,queue=fcfs"
+UPSTREAM_COMBO = upstream_combo()
+
 #: rounds each side may run; both stop at the same round when a scenario runs that long
 MAX_ROUNDS = 5_000
 
