@@ -2,7 +2,7 @@
 
 ``default`` leaves torch alone. ``expandable`` and ``phased-expandable`` switch torch's caching
 allocator to expandable segments (2 MB-page reclamation, seed 002); they differ in *when*.
-Both reach torch only through an :class:`~policykit.allocator.AllocatorFacade`, given to the
+Both reach torch only through an :class:`~policykit.memory.allocator.AllocatorFacade`, given to the
 constructor (tests pass a fake one; the registry builds them with the real one).
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from policykit.allocator import AllocatorFacade, torch_allocator
-from policykit.expandable import ExpandableSwitch
 from policykit.hookspecs import hookimpl
+from policykit.memory.allocator import AllocatorFacade, torch_allocator
+from policykit.memory.expandable import ExpandableSwitch
 from policykit.policy import AllocatorPhasePolicy
 
 

@@ -11,9 +11,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from policykit.activation_peak import LOGPROB_CHUNK_ROWS, ActivationPeak, activation_peak
 from policykit.cli.common import echo_json, json_option
-from policykit.memory_plan import (
+from policykit.memory.activation_peak import LOGPROB_CHUNK_ROWS, ActivationPeak, activation_peak
+from policykit.memory.model_shapes import ModelShape, load_model_shape
+from policykit.memory.plan import (
     DEFAULT_MAX_PREFILL_TOKENS,
     GIB,
     MIB,
@@ -22,7 +23,6 @@ from policykit.memory_plan import (
     default_chunked_prefill_size,
     plan_kv,
 )
-from policykit.model_shapes import ModelShape, load_model_shape
 
 
 @click.command("plan-memory")
@@ -86,8 +86,8 @@ def plan_memory(
     facade = None
     pre_source = "given"
     if measure:
-        from policykit.allocator import AllocatorUnavailable, torch_allocator
-        from policykit.memory_measure import measure_pre_load
+        from policykit.memory.allocator import AllocatorUnavailable, torch_allocator
+        from policykit.memory.measure import measure_pre_load
 
         facade = torch_allocator()
         if not facade.is_available():
@@ -115,7 +115,7 @@ def plan_memory(
     tokens = chunk if chunk > 0 else DEFAULT_MAX_PREFILL_TOKENS
     peak = activation_peak(model, tokens, requests, tp)
     if facade is not None:
-        from policykit.memory_measure import measure_activation_peak
+        from policykit.memory.measure import measure_activation_peak
 
         peak = measure_activation_peak(facade, model, peak, tp)
         facade.empty_cache()

@@ -7,9 +7,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from policykit.activation_peak import activation_peak
 from policykit.cli import main
-from policykit.memory_plan import (
+from policykit.memory.activation_peak import activation_peak
+from policykit.memory.model_shapes import PRESETS, load_model_shape
+from policykit.memory.plan import (
     GIB,
     MIB,
     MemoryPlanError,
@@ -17,7 +18,6 @@ from policykit.memory_plan import (
     plan_kv,
     reserved_memory,
 )
-from policykit.model_shapes import PRESETS, load_model_shape
 
 LLAMA = PRESETS["llama3-8b"]
 

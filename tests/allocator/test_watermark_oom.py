@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from policykit.errors import PrefillOutOfMemory
-from policykit.oom_chain import find_cuda_oom, report_cuda_oom, watermark_on_cuda_oom
-from policykit.watermark import Watermark, read_watermark
+from policykit.memory.oom_chain import find_cuda_oom, report_cuda_oom, watermark_on_cuda_oom
+from policykit.memory.watermark import Watermark, read_watermark
 
 from .fakes import GIB, FakeAllocator
 

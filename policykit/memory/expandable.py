@@ -25,11 +25,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from policykit.allocator import AllocatorFacade
-from policykit.allocator_settings import expandable_enabled, with_expandable
-from policykit.watermark import GIB, read_watermark
+from policykit.memory.allocator import AllocatorFacade
+from policykit.memory.allocator_settings import expandable_enabled, with_expandable
+from policykit.memory.watermark import GIB, read_watermark
 
-log = logging.getLogger("policykit.allocator")
+log = logging.getLogger("policykit.memory.allocator")
 
 
 class ExpandableSwitch:

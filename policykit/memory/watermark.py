@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policykit.allocator import AllocatorFacade
+from policykit.memory.allocator import AllocatorFacade
 
 GIB = 1 << 30
 

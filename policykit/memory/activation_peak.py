@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from policykit.model_shapes import ModelShape
+from policykit.memory.model_shapes import ModelShape
 
 #: SGLang's ``SGLANG_LOGPROB_CHUNK_SIZE`` default
 LOGPROB_CHUNK_ROWS = 2048

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policykit.errors import PolicykitError
-from policykit.model_shapes import ModelShape
+from policykit.memory.model_shapes import ModelShape
 
 MIB = 1 << 20
 GIB = 1 << 30
