@@ -19,7 +19,8 @@ from policykit.docsgen.replay import replay, rounds_markdown, scenario_from
 from policykit.docsgen.results import now_utc
 from policykit.registry import PolicyRegistry
 
-#: docs-owned scenario of seed 001 (hybrid sliding-window); the seed 000 ones are bundled
+#: docs-owned scenario of the hybrid-SWA resume (docs/incidents.md#swa-resume); the
+#: truncated-tail ones are bundled
 HYBRID_SWA = Path(__file__).with_name("scenarios") / "hybrid-swa.json"
 #: wide enough that rich does not fold the round table of ``simulate``
 TERMINAL_COLUMNS = "150"

@@ -1,7 +1,7 @@
 """Switching torch's allocator to expandable segments at run time, and windows that switch back.
 
 The allocator setting is process-global and only affects segments created after it changes
-(seed 002). Two consequences shape this class:
+(docs/incidents.md#allocator-fragmentation). Two consequences shape this class:
 
 * before switching on, ``empty_cache()`` returns the fully free segments left over from
   initialisation, so expandable segments can reuse that memory;

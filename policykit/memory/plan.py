@@ -1,4 +1,4 @@
-"""KV-pool sizing the way SGLang does it, term by term (seeds 003 and 004).
+"""KV-pool sizing the way SGLang does it, term by term (docs/incidents.md#kv-pool-sizing).
 
 Two measurements frame the KV pool: ``pre`` (free memory after the process and its
 communicators exist, before weights load) and ``post`` (free memory after the weights are in).
@@ -10,7 +10,8 @@ communicators exist, before weights load) and ``post`` (free memory after the we
 When the user gives no ``y``, SGLang derives one from a reserve (in MiB, which its source calls
 MB): ``512 + 1.5 * activation_tokens + tp * pp / 8 * 1024 + graph``, at least 10 GiB on cards
 over 60 GiB, plus the DeepEP all-to-all buffer; ``y = (gpu_mem - reserved) / gpu_mem``. Source:
-the seeds and SGLang's ``_handle_gpu_memory_settings`` / ``reserve_for_graph_mb``.
+SGLang's ``_handle_gpu_memory_settings`` / ``reserve_for_graph_mb``, as docs/incidents.md reads
+them.
 
 Without a GPU the two measurements are estimated: ``pre`` defaults to the whole card (an upper
 bound: the CUDA context, NCCL buffers and other processes take some) and the weights to the

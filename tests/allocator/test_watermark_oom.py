@@ -22,7 +22,7 @@ def oom() -> torch.OutOfMemoryError:
     return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB.")
 
 
-def test_watermark_line_matches_the_seed_format():
+def test_watermark_line_matches_the_incident_format():
     line = read_watermark(FakeAllocator(stats=STATS)).format()
     assert line == "torch mem (GiB) alloc: 52.31, reserved: 55.80, frag_gap: 3.49, max_alloc: 58.02"
 
