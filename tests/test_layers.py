@@ -53,8 +53,8 @@ class Module:
         return self.path.name == "__init__.py"
 
 
-def installed_modules() -> dict[str, Module]:
-    """Every module the packages list of pyproject.toml installs, by dotted name."""
+def package_folders() -> dict[str, Path]:
+    """Each package pyproject.toml installs, and the folder it comes from."""
     setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders: dict[str, Path] = {}
     for package in setup["packages"]:
@@ -64,8 +64,13 @@ def installed_modules() -> dict[str, Module]:
         else:
             parent, _, last = package.rpartition(".")
             folders[package] = folders[parent] / last
+    return folders
+
+
+def installed_modules() -> dict[str, Module]:
+    """Every module the packages list of pyproject.toml installs, by dotted name."""
     modules = {}
-    for package, folder in folders.items():
+    for package, folder in package_folders().items():
         for path in sorted(folder.glob("*.py")):
             name = package if path.stem == "__init__" else f"{package}.{path.stem}"
             modules[name] = Module(name, path)
@@ -179,6 +184,20 @@ GRAPH = import_graph(MODULES)
 
 
 # --- the rules ----------------------------------------------------------------------------------
+def test_every_package_folder_is_installed():
+    """A subfolder with an ``__init__.py`` that pyproject.toml does not list would be missing
+    from an installed policykit (and from this test's graph)."""
+    folders = package_folders()
+    listed = set(folders.values())
+    missing = sorted(
+        str(init.parent.relative_to(REPO))
+        for folder in folders.values()
+        for init in folder.glob("*/__init__.py")
+        if init.parent not in listed
+    )
+    assert not missing, f"packages missing from pyproject.toml's list: {missing}"
+
+
 def test_the_graph_sees_lazy_and_relative_imports():
     """The parser is not blind: a function-level import and the package's own modules count."""
     assert "policykit.docsgen.site" in GRAPH["policykit.cli.docs"]  # imported inside docs()
