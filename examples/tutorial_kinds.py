@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import policykit
 from policykit import AlignmentPolicy, AlignView, ChunkingPolicy, ChunkView, ceil_paged
-from policykit.allocator import AllocatorFacade, torch_allocator
+from policykit.memory.allocator import AllocatorFacade, torch_allocator
 
 
 # --8<-- [start:chunking]

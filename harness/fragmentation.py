@@ -119,11 +119,11 @@ def run_device(w: Workload, policy_name: str) -> dict[str, Any]:
     """Run the workload on CUDA under one policy (in this process)."""
     import torch
 
-    from policykit.allocator import torch_allocator
-    from policykit.allocator_settings import expandable_enabled
-    from policykit.oom_chain import watermark_on_cuda_oom
+    from policykit.memory.allocator import torch_allocator
+    from policykit.memory.allocator_settings import expandable_enabled
+    from policykit.memory.oom_chain import watermark_on_cuda_oom
+    from policykit.memory.watermark import read_watermark
     from policykit.registry import registry_from
-    from policykit.watermark import read_watermark
 
     facade = torch_allocator()
     registry = registry_from()

@@ -25,9 +25,9 @@ from policykit.harness.model import Chunk, Decoder
 from policykit.harness.presets import get_preset
 from policykit.harness.runner import from_workload, run_bench
 from policykit.harness.workloads import generate
+from policykit.memory.watermark import Watermark
 from policykit.pool import TokenPool
 from policykit.registry import registry_from
-from policykit.watermark import Watermark
 
 #: max |chunked - dense| / max |dense| over the logits for bf16 on CUDA (justified in
 #: docs/harness.md: bf16 keeps 8 significant bits, so every stored activation and every K/V

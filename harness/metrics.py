@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 
-from policykit.allocator import torch_allocator
 from policykit.harness.roofline import GPUS
-from policykit.oom_chain import find_cuda_oom
+from policykit.memory.allocator import torch_allocator
+from policykit.memory.oom_chain import find_cuda_oom
+from policykit.memory.watermark import read_watermark
 from policykit.plan import EntryKind
 from policykit.scheduler import RunResult
-from policykit.watermark import read_watermark
 
 #: the H200's dense bf16 tensor-core peak in TFLOP/s, for MFU (one figure: the roofline's)
 H200_BF16_DENSE_TFLOPS = GPUS["H200"].peak_flops / 1e12

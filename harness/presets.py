@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policykit.errors import PolicykitError
-from policykit.model_shapes import PRESETS as SHAPES
-from policykit.model_shapes import ModelShape
+from policykit.memory.model_shapes import PRESETS as SHAPES
+from policykit.memory.model_shapes import ModelShape
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,9 @@ class ModelPreset:
 
     @classmethod
     def from_shape(cls, shape: ModelShape) -> ModelPreset:
-        """The runnable decoder of a dense GQA :class:`~policykit.model_shapes.ModelShape`, so
-        the harness and the memory planner agree on what a preset name means."""
+        """The runnable decoder of a dense GQA
+        :class:`~policykit.memory.model_shapes.ModelShape`, so the harness and the memory planner
+        agree on what a preset name means."""
         return cls(
             name=shape.name,
             hidden=shape.hidden_size,

@@ -1,5 +1,5 @@
-"""Built-in policies, registered through the same hook as any third-party plugin."""
+"""Built-in policies, registered through the same hook as any third-party plugin.
 
-from policykit.plugins import admission, alignment, allocator_phase, chunking, queue
-
-BUILTIN_PLUGINS = (admission, chunking, alignment, allocator_phase, queue)
+:data:`policykit.plugin_manager.BUILTIN_PLUGINS` names each module here; the plugin manager
+imports them by name when it builds a manager.
+"""

@@ -21,7 +21,7 @@ class SGLangAdmission(AdmissionPolicy):
     shortage it waits, unless it could never fit the sliding-window pool, in which case it
     enters with a capped chunk (``chunking=sglang``). Safe only while truncation also exhausts
     the compute budget, so that nothing else can enter the round. Checkpoint or truncation
-    alignment breaks that (seed 000).
+    alignment breaks that (docs/incidents.md#truncated-tail).
     """
 
     name = "sglang"
@@ -38,7 +38,8 @@ class SGLangAdmission(AdmissionPolicy):
 
 
 class ReserveTailAdmission(SGLangAdmission):
-    """The seed 000 fix: a truncated request's paged tail and first token are promised.
+    """The truncated-tail fix: a truncated request's paged tail and first token are promised
+    (docs/incidents.md#truncated-tail).
 
     Recorded in ``rem_total_token_offset`` only (the tail is allocated in later rounds), on
     first truncation and on every resumed chunk that is truncated again, so the memory ledger no

@@ -2,7 +2,7 @@
 
 Alignment only ever moves an end *back*, and never to the chunk's start: a chunk that would
 vanish keeps a page-aligned end instead, or its original end if even that is the start (the
-seed's 64-token chunk ``c3`` is such a fallback).
+64-token chunk of docs/incidents.md#truncated-tail is such a fallback).
 """
 
 from __future__ import annotations
@@ -50,10 +50,11 @@ class PageAlignment(AlignmentPolicy):
 class CheckpointAlignment(AlignmentPolicy):
     """Chunk ends on a multiple of N tokens, where a linear-attention state checkpoint exists.
 
-    FlashKDA checkpoints the recurrent state every 256 tokens (seed 000); a chunk ending between
+    FlashKDA checkpoints the recurrent state every 256 tokens; a chunk ending between
     checkpoints would leave a state nobody can resume from. With ``admission=sglang`` this is
-    seed 000's fork (SGLang with checkpoint alignment), not SGLang itself. N must be a
-    multiple of the page size, so every checkpoint is also a page boundary.
+    the fork of docs/incidents.md#truncated-tail (SGLang with checkpoint alignment), not SGLang
+    itself. N must be a multiple of the page size, so every checkpoint is also a page
+    boundary.
     """
 
     name = "checkpoint"

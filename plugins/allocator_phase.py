@@ -1,8 +1,9 @@
 """Built-in allocator-phase policies.
 
 ``default`` leaves torch alone. ``expandable`` and ``phased-expandable`` switch torch's caching
-allocator to expandable segments (2 MB-page reclamation, seed 002); they differ in *when*.
-Both reach torch only through an :class:`~policykit.allocator.AllocatorFacade`, given to the
+allocator to expandable segments (page-granular reclamation,
+docs/incidents.md#allocator-fragmentation); they differ in *when*.
+Both reach torch only through an :class:`~policykit.memory.allocator.AllocatorFacade`, given to the
 constructor (tests pass a fake one; the registry builds them with the real one).
 """
 
@@ -12,9 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from policykit.allocator import AllocatorFacade, torch_allocator
-from policykit.expandable import ExpandableSwitch
 from policykit.hookspecs import hookimpl
+from policykit.memory.allocator import AllocatorFacade, torch_allocator
+from policykit.memory.expandable import ExpandableSwitch
 from policykit.policy import AllocatorPhasePolicy
 
 
@@ -56,7 +57,7 @@ class ExpandableFromStart(_SwitchingPolicy):
 
 
 class PhasedExpandable(_SwitchingPolicy):
-    """Default allocator during init, expandable segments from the serving loop on (seed 002).
+    """Default allocator during init, expandable segments from the serving loop on.
 
     Static buffers (weights, KV pool, RDMA registrations, CUDA-graph pools) are all allocated
     during initialisation, never fragment, and some cannot live in VMM memory; the serving

@@ -51,11 +51,12 @@ class SGLangChunking(ChunkingPolicy):
     against SGLang 0.5.23's real ``PrefillAdder`` by ``policykit conformance sglang``. On a
     plain pool, if ``min(rem_chunk, rem_total)`` is ``<= 0`` the resume is forced to
     ``rem_chunk_tokens`` so the half-computed request is not leaked: the forced chunk bypasses
-    the memory budget, and that is where seed 000's OOM finally happens. Under hybrid SWA the
-    resume is capped at ``rem_swa_tokens - page_size`` and deferred when that is ``<= 0`` (the
-    fix seed 001 describes), and a new request's chunk is capped at ``swa_chunk_cap`` only when
-    it can never fit the sliding-window pool whole. ``sglang-pre-swa-fix`` keeps the code
-    before seed 001's fix.
+    the memory budget, and that is where the truncated-tail OOM finally happens
+    (docs/incidents.md#truncated-tail). Under hybrid SWA the resume is capped at
+    ``rem_swa_tokens - page_size`` and deferred when that is ``<= 0`` (the fix of
+    docs/incidents.md#swa-resume), and a new request's chunk is capped at ``swa_chunk_cap`` only
+    when it can never fit the sliding-window pool whole. ``sglang-pre-swa-fix`` keeps the code
+    before that fix.
     """
 
     name = "sglang"
@@ -73,17 +74,16 @@ class SGLangChunking(ChunkingPolicy):
 
 
 class SGLangPreSWAFixChunking(ChunkingPolicy):
-    """SGLang before seed 001's fix: an SWA resume takes all of ``rem_swa_tokens``, or falls
-    back to ``rem_chunk_tokens``.
+    """SGLang before the hybrid-SWA resume fix: an SWA resume takes all of
+    ``rem_swa_tokens``, or falls back to ``rem_chunk_tokens`` (docs/incidents.md#swa-resume).
 
-    Reproduces ``add_chunked_req`` as seed 001 quotes it before the fix (the code before
-    ``SWAPrefillBudget``, which SGLang 0.5.23 no longer runs): resume with
-    ``min(rem_chunk, rem_total, rem_swa)``, and when that is ``<= 0`` force ``rem_chunk_tokens``.
-    No page is left for ``alloc_extend`` and the fallback ignores the sliding-window budget:
-    seed 001's OOM. A new request's chunk ignores the sliding-window budget too. Kept so that
-    seed 001 replays, and only under hybrid SWA (on a plain KV pool it would be ``sglang``).
-    The ledger it runs on is 0.5.23's (the window-capped sliding-window charge), which seed 001
-    does not describe.
+    Reproduces ``add_chunked_req`` before that fix (the code before ``SWAPrefillBudget``, which
+    SGLang 0.5.23 no longer runs): resume with ``min(rem_chunk, rem_total, rem_swa)``, and when
+    that is ``<= 0`` force ``rem_chunk_tokens``. No page is left for ``alloc_extend`` and the
+    fallback ignores the sliding-window budget: the OOM. A new request's chunk ignores the
+    sliding-window budget too. Kept so that the incident replays, and only under hybrid SWA (on
+    a plain KV pool it would be ``sglang``). The ledger it runs on is 0.5.23's (the
+    window-capped sliding-window charge), which the pre-fix code did not have.
     """
 
     name = "sglang-pre-swa-fix"
@@ -110,8 +110,9 @@ class SGLangPreSWAFixChunking(ChunkingPolicy):
 class DeferChunking(ChunkingPolicy):
     """Resume with ``min(rem_chunk, rem_total)``; when that is ``<= 0``, wait for a later round.
 
-    The alternative seed 000 leaves for later: never allocate past the memory budget; the
-    request resumes once transfers to decode release memory.
+    The alternative the truncated-tail fix left for later (docs/incidents.md#truncated-tail):
+    never allocate past the memory budget; the request resumes once transfers to decode
+    release memory.
     """
 
     name = "defer"
@@ -129,7 +130,7 @@ class DeferChunking(ChunkingPolicy):
 
 
 class SWAReserveChunking(ChunkingPolicy):
-    """The seed 001 fix for hybrid sliding-window models.
+    """The hybrid-SWA resume fix (docs/incidents.md#swa-resume).
 
     ``alloc_extend`` on the sliding-window pool needs ``extend + page_size`` free, so a chunk is
     capped at ``rem_swa_tokens - page_size``; when that is ``<= 0`` the in-progress request is

@@ -9,11 +9,12 @@
 ``baseline = free + evictable`` is read from the pool and cache; it already reflects everything
 allocated (including host load-backs done at admission). The offsets count what this round
 promised and has not allocated yet: ``cur_*`` only this batch's chunks (plus a page each),
-``rem_total_*`` also what later rounds will allocate (first tokens, and — with the seed 000 fix —
-the tail of every truncated request). Every ``cur_*`` term is also a ``rem_total_*`` term, so
-``cur_rem_tokens >= rem_total_tokens`` always.
+``rem_total_*`` also what later rounds will allocate (first tokens, and — with the
+truncated-tail fix, docs/incidents.md#truncated-tail — the tail of every truncated request).
+Every ``cur_*`` term is also a ``rem_total_*`` term, so ``cur_rem_tokens >= rem_total_tokens``
+always.
 
-The arithmetic follows SGLang's ``PrefillAdder`` as described in seed 000 (PD prefill node,
+The arithmetic follows SGLang's ``PrefillAdder`` on a PD prefill node (docs/concepts/index.md;
 ``max_new_tokens`` clipped to the single first token). With hybrid SWA a third budget,
 ``rem_swa_tokens``, follows SGLang 0.5.23's ``SWAPrefillBudget``: each chunk is charged the
 window-capped estimate of :func:`swa_estimate`, not its raw length.

@@ -49,7 +49,8 @@ class Entry:
 
 @dataclass(frozen=True)
 class LedgerMark:
-    """The memory ledger right after a request was placed (what seed 000's log lines show)."""
+    """The memory ledger right after a request was placed (what SGLang's prefill log lines
+    show, as in docs/incidents.md#truncated-tail)."""
 
     request_id: str
     rem_total_tokens: int

@@ -16,6 +16,7 @@ group::
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import os
 from dataclasses import dataclass
@@ -27,6 +28,16 @@ from policykit.errors import PluginError
 
 ENTRY_POINT_GROUP = "policykit"
 BLOCK_ENV = "POLICYKIT_BLOCK_PLUGINS"
+#: the built-in policies, loaded by module name as entry points load third-party ones: the
+#: plugins sit a layer above this module, which therefore does not import them
+#: (tests/test_layers.py keeps this list equal to the modules in ``plugins/``)
+BUILTIN_PLUGINS = (
+    "policykit.plugins.admission",
+    "policykit.plugins.chunking",
+    "policykit.plugins.alignment",
+    "policykit.plugins.allocator_phase",
+    "policykit.plugins.queue",
+)
 
 
 @dataclass(frozen=True)
@@ -69,15 +80,13 @@ def make_plugin_manager(
     *, entry_points: bool = True, environ: dict[str, str] | None = None
 ) -> PolicykitPluginManager:
     """A manager with the built-in policies and (by default) every installed plugin."""
-    from policykit.plugins import BUILTIN_PLUGINS
-
     pm = PolicykitPluginManager()
     blocked = blocked_names(environ)
     for name in blocked:
         pm.set_blocked(name)
-    for module in BUILTIN_PLUGINS:
-        if module.__name__ not in blocked:
-            pm.register_source(module, PluginSource(module.__name__))
+    for name in BUILTIN_PLUGINS:
+        if name not in blocked:
+            pm.register_source(importlib.import_module(name), PluginSource(name))
     if entry_points:
         _load_entry_points(pm, blocked)
     return pm

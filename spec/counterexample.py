@@ -20,7 +20,7 @@ from rich.text import Text
 from policykit.registry import Combo
 from policykit.scenario import parse_scenario
 from policykit.spec.bmc import Unrolling, value
-from policykit.spec.model import KIND_NAMES, NONE
+from policykit.spec.model import FINAL, KIND_NAMES, NONE, RESUMED, TRUNCATED, WHOLE
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def extract(
             kind = value(model, e.kind)
             if kind == NONE:
                 continue
-            placed = kind in (1, 2, 3, 4)
+            placed = kind in (WHOLE, TRUNCATED, RESUMED, FINAL)
             rows.append(
                 Row(
                     name,

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from policykit.cli.common import echo_json, json_option, load_registry
 
+if TYPE_CHECKING:
+    from policykit.docsgen.cli_reference import CommandLine
+
 _PATH = click.Path(path_type=Path)
+
+
+def command_line() -> CommandLine:
+    """This command line, handed to docs generation (which does not import the CLI)."""
+    from policykit.cli import EXIT_USAGE, main
+    from policykit.docsgen.cli_reference import CommandLine
+
+    argv = (sys.executable, "-c", "from policykit.cli import main; main()")
+    return CommandLine(main, EXIT_USAGE, argv)
 
 
 @click.command()
@@ -64,7 +78,13 @@ def docs(
 
     _, registry = load_registry()
     report = make_docs(
-        registry, config=config, out=out, results_dir=results_dir, site=site, build=build
+        registry,
+        cli=command_line(),
+        config=config,
+        out=out,
+        results_dir=results_dir,
+        site=site,
+        build=build,
     )
     if as_json:
         echo_json(report.to_dict())

@@ -11,18 +11,19 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from policykit.activation_peak import LOGPROB_CHUNK_ROWS, ActivationPeak, activation_peak
 from policykit.cli.common import echo_json, json_option
-from policykit.memory_plan import (
+from policykit.memory.activation_peak import LOGPROB_CHUNK_ROWS, ActivationPeak, activation_peak
+from policykit.memory.model_shapes import ModelShape, load_model_shape
+from policykit.memory.plan import (
     DEFAULT_MAX_PREFILL_TOKENS,
     GIB,
     MIB,
     KVPlan,
     MemoryPlanError,
+    ReservedMemory,
     default_chunked_prefill_size,
     plan_kv,
 )
-from policykit.model_shapes import ModelShape, load_model_shape
 
 
 @click.command("plan-memory")
@@ -86,8 +87,8 @@ def plan_memory(
     facade = None
     pre_source = "given"
     if measure:
-        from policykit.allocator import AllocatorUnavailable, torch_allocator
-        from policykit.memory_measure import measure_pre_load
+        from policykit.memory.allocator import AllocatorUnavailable, torch_allocator
+        from policykit.memory.measure import measure_pre_load
 
         facade = torch_allocator()
         if not facade.is_available():
@@ -115,7 +116,7 @@ def plan_memory(
     tokens = chunk if chunk > 0 else DEFAULT_MAX_PREFILL_TOKENS
     peak = activation_peak(model, tokens, requests, tp)
     if facade is not None:
-        from policykit.memory_measure import measure_activation_peak
+        from policykit.memory.measure import measure_activation_peak
 
         peak = measure_activation_peak(facade, model, peak, tp)
         facade.empty_cache()
@@ -154,18 +155,26 @@ def _print(
     measured: bool,
 ) -> None:
     console = Console()
-    how = "measured" if measured else "estimated"
+    console.print(_figures_table(model, plan, card_default, chunk))
+    if plan.reserved is not None:
+        console.print(_reserve_table(plan.reserved))
+    console.print(_activation_table(peak, "measured" if measured else "estimated"))
+    if chunk <= 0:
+        console.print(
+            "[yellow]Chunked prefill is off: the activation peak is no longer capped; one "
+            f"forward may be longer than the {DEFAULT_MAX_PREFILL_TOKENS} tokens shown.[/]"
+        )
+
+
+def _figures_table(model: ModelShape, plan: KVPlan, card_default: int, chunk: int) -> Table:
+    """Card to KV pool, one figure a row, with where each figure came from."""
+    pre_note = " (an upper bound: CUDA context, NCCL, other processes)"
     rows: list[tuple[str, str, str]] = [
         ("card memory", _gib(plan.gpu_mem), ""),
         (
             "pre-load free",
             _gib(plan.pre_load),
-            plan.pre_load_source
-            + (
-                " (an upper bound: CUDA context, NCCL, other processes)"
-                if "card" in plan.pre_load_source
-                else ""
-            ),
+            plan.pre_load_source + (pre_note if "card" in plan.pre_load_source else ""),
         ),
         (
             "weights per rank",
@@ -191,26 +200,30 @@ def _print(
         table.add_column(col)
     for row in rows:
         table.add_row(*row)
-    console.print(table)
+    return table
 
-    if plan.reserved is not None:
-        r = plan.reserved
-        terms = Table(title="Reserve behind mem_fraction_static (MiB)", title_justify="left")
-        terms.add_column("term")
-        terms.add_column("MiB", justify="right")
-        for name, value in (
-            ("constant (attention metadata)", r.constant),
-            (f"activation: 1.5 x {r.activation_tokens} tokens", r.activation),
-            ("parallel: tp x pp / 8 x 1024", r.parallel),
-            ("= before graphs", r.before_graphs),
-            ("CUDA graph: 2 x decode max batch", r.cuda_graph),
-            ("top-up to the 10 GiB floor (cards > 60 GiB)", r.floor_top_up),
-            ("DeepEP all-to-all", r.deepep_a2a),
-            ("= total", r.total),
-        ):
-            terms.add_row(name, f"{value:,.0f}")
-        console.print(terms)
 
+def _reserve_table(r: ReservedMemory) -> Table:
+    """The heuristic's reserve, term by term, in the MiB SGLang computes it in."""
+    terms = Table(title="Reserve behind mem_fraction_static (MiB)", title_justify="left")
+    terms.add_column("term")
+    terms.add_column("MiB", justify="right")
+    for name, value in (
+        ("constant (attention metadata)", r.constant),
+        (f"activation: 1.5 x {r.activation_tokens} tokens", r.activation),
+        ("parallel: tp x pp / 8 x 1024", r.parallel),
+        ("= before graphs", r.before_graphs),
+        ("CUDA graph: 2 x decode max batch", r.cuda_graph),
+        ("top-up to the 10 GiB floor (cards > 60 GiB)", r.floor_top_up),
+        ("DeepEP all-to-all", r.deepep_a2a),
+        ("= total", r.total),
+    ):
+        terms.add_row(name, f"{value:,.0f}")
+    return terms
+
+
+def _activation_table(peak: ActivationPeak, how: str) -> Table:
+    """The moments of one forward and the peak under each way of computing logits."""
     act = Table(
         title=f"Activation peak of one forward ({peak.tokens} tokens, {peak.requests} requests, "
         f"{how})",
@@ -218,7 +231,7 @@ def _print(
     )
     act.add_column("moment")
     act.add_column("bytes", justify="right")
-    logits_rows: list[tuple[str, int]] = [
+    moments: list[tuple[str, int]] = [
         ("hidden + residual (across layers)", peak.resident),
         ("attention: q/k/v + output", peak.attention),
         ("dense MLP: gate_up + activated", peak.mlp),
@@ -231,11 +244,6 @@ def _print(
         ("peak: chunked input logprobs", peak.peak(peak.logits_chunked)),
         ("peak: unchunked input logprobs", peak.peak(peak.logits_all)),
     ]
-    for name, value in logits_rows:
+    for name, value in moments:
         act.add_row(name, _size(value))
-    console.print(act)
-    if chunk <= 0:
-        console.print(
-            "[yellow]Chunked prefill is off: the activation peak is no longer capped; one "
-            f"forward may be longer than the {DEFAULT_MAX_PREFILL_TOKENS} tokens shown.[/]"
-        )
+    return act

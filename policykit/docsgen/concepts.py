@@ -13,12 +13,14 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from policykit.docsgen.cli_reference import CommandLine
 from policykit.docsgen.markdown import GENERATED_BANNER, fence
 from policykit.docsgen.replay import replay, rounds_markdown, scenario_from
 from policykit.docsgen.results import now_utc
 from policykit.registry import PolicyRegistry
 
-#: docs-owned scenario of seed 001 (hybrid sliding-window); the seed 000 ones are bundled
+#: docs-owned scenario of the hybrid-SWA resume (docs/incidents.md#swa-resume); the
+#: truncated-tail ones are bundled
 HYBRID_SWA = Path(__file__).with_name("scenarios") / "hybrid-swa.json"
 #: wide enough that rich does not fold the round table of ``simulate``
 TERMINAL_COLUMNS = "150"
@@ -57,12 +59,10 @@ CONCEPT_RUNS: tuple[ConceptRun, ...] = (
 )
 
 
-def simulate_cli_output(scenario: str, combo: str) -> tuple[str, str]:
+def simulate_cli_output(cli: CommandLine, scenario: str, combo: str) -> tuple[str, str]:
     """The command line and what ``policykit simulate`` prints for it (exit code appended)."""
-    from policykit.cli import main
-
     args = ["simulate", scenario, "--combo", combo]
-    result = CliRunner().invoke(main, args, env={"COLUMNS": TERMINAL_COLUMNS})
+    result = CliRunner().invoke(cli.group, args, env={"COLUMNS": TERMINAL_COLUMNS})
     if result.exit_code not in (0, 1):
         raise RuntimeError(f"policykit {shlex.join(args)} failed: {result.output}")
     shown = scenario if not Path(scenario).is_absolute() else Path(scenario).name
@@ -71,7 +71,7 @@ def simulate_cli_output(scenario: str, combo: str) -> tuple[str, str]:
     return command, "\n".join(lines) + f"\n$ echo $?\n{result.exit_code}"
 
 
-def write_concept_tables(registry: PolicyRegistry, out: Path) -> list[Path]:
+def write_concept_tables(registry: PolicyRegistry, out: Path, cli: CommandLine) -> list[Path]:
     """Write one page fragment per :data:`CONCEPT_RUNS` entry under ``out/concepts``."""
     folder = out / "concepts"
     folder.mkdir(parents=True, exist_ok=True)
@@ -86,7 +86,7 @@ def write_concept_tables(registry: PolicyRegistry, out: Path) -> list[Path]:
             + rounds_markdown(done)
         )
         if run.show_cli:
-            command, output = simulate_cli_output(run.scenario, run.combo)
+            command, output = simulate_cli_output(cli, run.scenario, run.combo)
             text += (
                 f'\n??? example "The same run in the terminal: `{command}`"\n'
                 + "\n".join(

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from policykit.docsgen.check_each import check_each
-from policykit.docsgen.cli_reference import write_cli_page
+from policykit.docsgen.cli_reference import CommandLine, write_cli_page
 from policykit.docsgen.comparisons import write_comparisons
 from policykit.docsgen.concepts import write_concept_tables
 from policykit.docsgen.markdown import Links, Provenance
@@ -218,15 +218,15 @@ def _complete(proc: subprocess.CompletedProcess, producer: Producer) -> bool:
 def run_producers(
     folder: Path,
     report: DocsReport,
+    cli: CommandLine,
     registry: PolicyRegistry | None = None,
 ) -> list[Results]:
     """Run each registered producer command, keeping its JSON under ``folder``."""
-    from policykit.cli import COMMANDS
-
+    commands = cli.names()
     folder.mkdir(parents=True, exist_ok=True)
     results: list[Results] = []
     for producer in PRODUCERS:
-        if producer.command not in COMMANDS:
+        if producer.command not in commands:
             report.skipped.append(
                 (producer.command, f"`policykit {producer.command}` is not installed here")
             )
@@ -235,7 +235,7 @@ def run_producers(
         args = [a.replace("{out}", str(target)) for a in producer.args]
         with Heartbeat(f"{LABEL}: policykit {' '.join(args)}", 1) as beat:
             proc = subprocess.run(
-                [sys.executable, "-c", "from policykit.cli import main; main()", *args],
+                [*cli.argv, *args],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -328,6 +328,7 @@ def generate(
     out: Path,
     results: list[Results],
     report: DocsReport,
+    cli: CommandLine,
     links: Links | None = None,
 ) -> None:
     """Write every generated page into ``out`` (already prepared)."""
@@ -340,8 +341,8 @@ def generate(
         verb="Generated",
     )
     report.pages.append(write_policies_page(registry, out, here, links))
-    report.pages.append(write_cli_page(out))
-    report.pages.extend(write_concept_tables(registry, out))
+    report.pages.append(write_cli_page(out, cli))
+    report.pages.extend(write_concept_tables(registry, out, cli))
     report.pages.extend(write_plugin_reference(out))
     report.pages.extend(write_comparisons(registry, results, out, links))
 
@@ -411,6 +412,7 @@ def swapped_in(staging: Path, target: Path) -> Iterator[None]:
 def make_docs(
     registry: PolicyRegistry,
     *,
+    cli: CommandLine,
     config: Path | None = None,
     out: Path | None = None,
     results_dir: Path | None = None,
@@ -429,13 +431,13 @@ def make_docs(
         if results_dir is not None:
             results = keep_results(results_dir, staging / "results")
         else:
-            results = run_producers(staging / "results", report, registry)
+            results = run_producers(staging / "results", report, cli, registry)
             results += run_harness(staging / "results", report)
         report.results = [
             (str(generated / "results" / Path(r.source).name), r.kind) for r in results
         ]
         with Heartbeat(f"{LABEL}: writing the generated pages", 1) as beat:
-            generate(registry, staging, results, report, Links(docs_dir_of(config)))
+            generate(registry, staging, results, report, cli, Links(docs_dir_of(config)))
             beat.advance()
         report.pages = [generated / p.relative_to(staging) for p in report.pages]
         with swapped_in(staging, generated):

@@ -7,13 +7,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from policykit.allocator_settings import expandable_enabled
+from policykit.memory.allocator_settings import expandable_enabled
 
 GIB = 1 << 30
 
 
 class FakeAllocator:
-    """Behaves like :class:`policykit.allocator.TorchAllocator` on a GPU node, in memory."""
+    """Behaves like :class:`policykit.memory.allocator.TorchAllocator` on a GPU node, in memory."""
 
     def __init__(
         self,

@@ -1,4 +1,5 @@
-"""plan-memory against the seeds' worked examples (003, 004), and its refusals."""
+"""plan-memory against the worked examples of docs/incidents.md (runtime memory, KV-pool
+sizing), and its refusals."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from policykit.activation_peak import activation_peak
 from policykit.cli import main
-from policykit.memory_plan import (
+from policykit.memory.activation_peak import activation_peak
+from policykit.memory.model_shapes import PRESETS, load_model_shape
+from policykit.memory.plan import (
     GIB,
     MIB,
     MemoryPlanError,
@@ -17,7 +19,6 @@ from policykit.memory_plan import (
     plan_kv,
     reserved_memory,
 )
-from policykit.model_shapes import PRESETS, load_model_shape
 
 LLAMA = PRESETS["llama3-8b"]
 
@@ -29,7 +30,7 @@ def run(*args: str):
 def test_h100_chunked_8192_tp8_reserves_13_8_gb_before_graphs():
     r = reserved_memory(80, chunked_prefill_size=8192, tp=8)
     assert (r.constant, r.activation, r.parallel) == (512, 12288, 1024)
-    assert r.before_graphs == 13824  # the seed's "≈ 13.8 GB" (MB as SGLang counts them)
+    assert r.before_graphs == 13824  # the write-up's "≈ 13.8 GB" (MB as SGLang counts them)
     assert round(r.before_graphs / 1000, 1) == 13.8
     plan = plan_kv(LLAMA, 80, tp=8, chunked_prefill_size=8192)
     assert plan.mem_fraction_static == round((80 * 1024 - 13824) / (80 * 1024), 3)
@@ -41,7 +42,7 @@ def test_floor_lifts_small_reserves_on_big_cards_only():
     assert reserved_memory(48, chunked_prefill_size=2048).floor_top_up == 0
 
 
-def test_60_gb_weights_fail_at_0_70_with_the_seeds_advice():
+def test_60_gb_weights_fail_at_0_70_with_the_engines_advice():
     result = run(
         "--gpu-mem-gib", "80", "--model", "llama3-8b", "--weights-gib", "60",
         "--pre-load-gib", "78", "--mem-fraction-static", "0.70",

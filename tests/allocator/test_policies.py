@@ -81,7 +81,7 @@ def test_settings_preserved_except_the_one_key():
 )
 def test_every_skip_keeps_the_default_and_logs_once(fake, reason, caplog):
     policy = PhasedExpandable(facade=fake)
-    with caplog.at_level(logging.INFO, logger="policykit.allocator"):
+    with caplog.at_level(logging.INFO, logger="policykit.memory.allocator"):
         policy.on_init()
         policy.on_serving()
         policy.on_serving()
@@ -197,7 +197,7 @@ def test_failure_to_switch_back_after_a_window_keeps_the_default(caplog):
     fake = FakeAllocator()
     policy = PhasedExpandable(facade=fake)
     policy.on_serving()
-    with caplog.at_level(logging.WARNING, logger="policykit.allocator"):
+    with caplog.at_level(logging.WARNING, logger="policykit.memory.allocator"):
         with policy.static_allocations():
             fake.fail_set = True
         with policy.static_allocations():

@@ -10,8 +10,8 @@ import warnings
 import pytest
 import torch
 
-from policykit.allocator import AllocatorUnavailable, TorchAllocator, torch_allocator
-from policykit.allocator_settings import (
+from policykit.memory.allocator import AllocatorUnavailable, TorchAllocator, torch_allocator
+from policykit.memory.allocator_settings import (
     backend_of,
     env_settings,
     expandable_enabled,

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from policykit.errors import PrefillOutOfMemory
-from policykit.oom_chain import find_cuda_oom, report_cuda_oom, watermark_on_cuda_oom
-from policykit.watermark import Watermark, read_watermark
+from policykit.memory.oom_chain import find_cuda_oom, report_cuda_oom, watermark_on_cuda_oom
+from policykit.memory.watermark import Watermark, read_watermark
 
 from .fakes import GIB, FakeAllocator
 
@@ -22,7 +22,7 @@ def oom() -> torch.OutOfMemoryError:
     return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB.")
 
 
-def test_watermark_line_matches_the_seed_format():
+def test_watermark_line_matches_the_incident_format():
     line = read_watermark(FakeAllocator(stats=STATS)).format()
     assert line == "torch mem (GiB) alloc: 52.31, reserved: 55.80, frag_gap: 3.49, max_alloc: 58.02"
 

@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from policykit.cli import main
+from policykit.cli.docs import command_line
 from policykit.docsgen.site import make_docs
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
@@ -93,7 +94,7 @@ def built_site(tmp_path_factory: pytest.TempPathFactory, example_registry) -> Pa
     installed (so third-party policies are on the pages). The copy's root folder."""
     root = tmp_path_factory.mktemp("docs-tree")
     config = copy_docs_tree(root)
-    make_docs(example_registry, config=config, results_dir=FIXTURES / "results")
+    make_docs(example_registry, cli=command_line(), config=config, results_dir=FIXTURES / "results")
     return root
 
 

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from policykit.cli import COMMANDS, main
+from policykit.cli.docs import command_line
 from policykit.docsgen import comparisons, site
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
@@ -84,7 +85,7 @@ def test_without_results_it_runs_the_installed_producers(tmp_path: Path, monkeyp
     )
     report = site.DocsReport(tmp_path)
     with pytest.raises(site.DocsError, match="wrote results docs cannot read"):
-        site.run_producers(tmp_path / "results", report)
+        site.run_producers(tmp_path / "results", report, command_line())
     assert report.skipped == [("not-a-command", "`policykit not-a-command` is not installed here")]
     assert (tmp_path / "results" / "policies.json").is_file()
 
@@ -141,7 +142,7 @@ def test_docs_on_the_cpu_defaults_builds_the_site_from_real_check_and_bench_resu
     each violation."""
     config = copy_docs_tree(tmp_path)
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
-    report = site.make_docs(registry, config=config, site=tmp_path / "site")
+    report = site.make_docs(registry, cli=command_line(), config=config, site=tmp_path / "site")
     assert {kind for _, kind in report.results} == {"check", "bench"}
     assert (tmp_path / "site" / "generated" / "comparisons" / "index.html").is_file()
     generated = tmp_path / "docs" / "generated"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from policykit.cli import COMMANDS
+from policykit.cli.docs import command_line
 from policykit.docsgen import comparisons, concepts, markdown, policies, results
 from policykit.docsgen.cli_reference import cli_page
 from policykit.docsgen.markdown import Provenance
@@ -61,7 +62,7 @@ def test_policy_reference_lists_an_installed_third_party_policy(example_plugin):
 
 # --- CLI reference ------------------------------------------------------------------------------
 def test_cli_reference_has_every_command():
-    page = cli_page()
+    page = cli_page(command_line())
     for name in COMMANDS:
         assert f"## `policykit {name}`" in page
         assert f"Usage: policykit {name} [OPTIONS]" in page
@@ -71,7 +72,7 @@ def test_cli_reference_has_every_command():
 @pytest.fixture(scope="module")
 def concept_tables(tmp_path_factory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("generated")
-    concepts.write_concept_tables(registry(), out)
+    concepts.write_concept_tables(registry(), out, command_line())
     return {p.stem: p.read_text() for p in (out / "concepts").glob("*.md")}
 
 

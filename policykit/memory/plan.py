@@ -1,4 +1,4 @@
-"""KV-pool sizing the way SGLang does it, term by term (seeds 003 and 004).
+"""KV-pool sizing the way SGLang does it, term by term (docs/incidents.md#kv-pool-sizing).
 
 Two measurements frame the KV pool: ``pre`` (free memory after the process and its
 communicators exist, before weights load) and ``post`` (free memory after the weights are in).
@@ -10,7 +10,8 @@ communicators exist, before weights load) and ``post`` (free memory after the we
 When the user gives no ``y``, SGLang derives one from a reserve (in MiB, which its source calls
 MB): ``512 + 1.5 * activation_tokens + tp * pp / 8 * 1024 + graph``, at least 10 GiB on cards
 over 60 GiB, plus the DeepEP all-to-all buffer; ``y = (gpu_mem - reserved) / gpu_mem``. Source:
-the seeds and SGLang's ``_handle_gpu_memory_settings`` / ``reserve_for_graph_mb``.
+SGLang's ``_handle_gpu_memory_settings`` / ``reserve_for_graph_mb``, as docs/incidents.md reads
+them.
 
 Without a GPU the two measurements are estimated: ``pre`` defaults to the whole card (an upper
 bound: the CUDA context, NCCL buffers and other processes take some) and the weights to the
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policykit.errors import PolicykitError
-from policykit.model_shapes import ModelShape
+from policykit.memory.model_shapes import ModelShape
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -168,22 +169,19 @@ def _require(ok: bool, message: str) -> None:
         raise MemoryPlanError(message)
 
 
-def plan_kv(
-    model: ModelShape,
+def _check_inputs(
     gpu_mem_gib: float,
     *,
-    tp: int = 1,
-    pp: int = 1,
+    tp: int,
+    pp: int,
     chunked_prefill_size: int,
-    mem_fraction_static: float | None = None,
-    page_size: int = 1,
-    pre_load_gib: float | None = None,
-    weights_gib: float | None = None,
-    cuda_graph_max_bs: int = 0,
-    deepep: bool = False,
-    pre_load_source: str = "given",
-) -> KVPlan:
-    """Size the KV pool; refuse (like the engine) when it would be empty or negative."""
+    mem_fraction_static: float | None,
+    page_size: int,
+    pre_load_gib: float | None,
+    weights_gib: float | None,
+    cuda_graph_max_bs: int,
+) -> None:
+    """Refuse inputs the engine would refuse, or that size nothing, with the flag to fix."""
     given = (gpu_mem_gib, pre_load_gib, weights_gib, mem_fraction_static)
     _require(
         all(x is None or math.isfinite(x) for x in given),
@@ -204,15 +202,71 @@ def plan_kv(
             f"--mem-fraction-static is the share of pre-load memory for weights and KV, "
             f"strictly between 0 and 1; got {mem_fraction_static}.",
         )
-    pre = gpu_mem_gib if pre_load_gib is None else pre_load_gib
-    _require(
-        0 < pre <= gpu_mem_gib,
-        f"The pre-load free memory must be positive and at most the card's {gpu_mem_gib} GiB; "
-        f"got {pre} GiB.",
-    )
-    weights = model.weight_bytes(tp, pp) if weights_gib is None else weights_gib * GIB
-    _require(weights >= 0, f"The weight memory cannot be negative, got {weights_gib} GiB.")
+    if pre_load_gib is not None:
+        _require(
+            0 < pre_load_gib <= gpu_mem_gib,
+            f"The pre-load free memory must be positive and at most the card's {gpu_mem_gib} "
+            f"GiB; got {pre_load_gib} GiB.",
+        )
+    if weights_gib is not None:
+        _require(weights_gib >= 0, f"The weight memory cannot be negative, got {weights_gib} GiB.")
 
+
+def _heuristic_fraction(gpu_mem_gib: float, reserved: ReservedMemory) -> float:
+    """SGLang's automatic ``mem_fraction_static``: the card less the reserve, as a share."""
+    gpu_mib = gpu_mem_gib * 1024
+    fraction = round((gpu_mib - reserved.total) / gpu_mib, 3)
+    _require(
+        0 < fraction < 1,
+        f"The runtime reserve ({reserved.total:.0f} MiB) leaves nothing of a "
+        f"{gpu_mem_gib} GiB card for weights and KV.",
+    )
+    return fraction
+
+
+def _empty_pool(plan: KVPlan) -> MemoryPlanError:
+    """The engine's startup refusal, with the arithmetic that led to it."""
+    return MemoryPlanError(
+        "Not enough memory. Please try to increase --mem-fraction-static. "
+        f"With mem_fraction_static={plan.mem_fraction_static} the dynamic part is "
+        f"(1 - {plan.mem_fraction_static}) x {plan.pre_load / GIB:.1f} = "
+        f"{plan.dynamic / GIB:.1f} GiB, but only {plan.post_load / GIB:.1f} GiB is free "
+        f"after {plan.weights / GIB:.1f} GiB of weights, so the KV pool would be "
+        f"{plan.kv_bytes / GIB:.1f} GiB. A startup OOM like this "
+        "needs a larger fraction (or a card with more free memory); only a runtime OOM is "
+        "fixed by lowering it."
+    )
+
+
+def plan_kv(
+    model: ModelShape,
+    gpu_mem_gib: float,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    chunked_prefill_size: int,
+    mem_fraction_static: float | None = None,
+    page_size: int = 1,
+    pre_load_gib: float | None = None,
+    weights_gib: float | None = None,
+    cuda_graph_max_bs: int = 0,
+    deepep: bool = False,
+    pre_load_source: str = "given",
+) -> KVPlan:
+    """Size the KV pool; refuse (like the engine) when it would be empty or negative."""
+    _check_inputs(
+        gpu_mem_gib,
+        tp=tp,
+        pp=pp,
+        chunked_prefill_size=chunked_prefill_size,
+        mem_fraction_static=mem_fraction_static,
+        page_size=page_size,
+        pre_load_gib=pre_load_gib,
+        weights_gib=weights_gib,
+        cuda_graph_max_bs=cuda_graph_max_bs,
+    )
+    pre = gpu_mem_gib if pre_load_gib is None else pre_load_gib
+    weights = model.weight_bytes(tp, pp) if weights_gib is None else weights_gib * GIB
     reserved = None
     if mem_fraction_static is None:
         reserved = reserved_memory(
@@ -223,13 +277,7 @@ def plan_kv(
             cuda_graph_max_bs=cuda_graph_max_bs,
             deepep=deepep,
         )
-        gpu_mib = gpu_mem_gib * 1024
-        mem_fraction_static = round((gpu_mib - reserved.total) / gpu_mib, 3)
-        _require(
-            0 < mem_fraction_static < 1,
-            f"The runtime reserve ({reserved.total:.0f} MiB) leaves nothing of a "
-            f"{gpu_mem_gib} GiB card for weights and KV.",
-        )
+        mem_fraction_static = _heuristic_fraction(gpu_mem_gib, reserved)
     plan = KVPlan(
         gpu_mem=int(gpu_mem_gib * GIB),
         pre_load=int(pre * GIB),
@@ -243,14 +291,5 @@ def plan_kv(
         weights_source="estimated from the model shape" if weights_gib is None else "given",
     )
     if plan.kv_tokens <= 0:
-        raise MemoryPlanError(
-            "Not enough memory. Please try to increase --mem-fraction-static. "
-            f"With mem_fraction_static={plan.mem_fraction_static} the dynamic part is "
-            f"(1 - {plan.mem_fraction_static}) x {plan.pre_load / GIB:.1f} = "
-            f"{plan.dynamic / GIB:.1f} GiB, but only {plan.post_load / GIB:.1f} GiB is free "
-            f"after {plan.weights / GIB:.1f} GiB of weights, so the KV pool would be "
-            f"{plan.kv_bytes / GIB:.1f} GiB. A startup OOM like this "
-            "needs a larger fraction (or a card with more free memory); only a runtime OOM is "
-            "fixed by lowering it."
-        )
+        raise _empty_pool(plan)
     return plan

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import torch
 
-from policykit.allocator_settings import backend_of, env_settings
 from policykit.errors import PolicykitError
+from policykit.memory.allocator_settings import backend_of, env_settings
 
 
 class AllocatorUnavailable(PolicykitError):

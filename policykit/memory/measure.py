@@ -1,11 +1,11 @@
-"""Measuring, on a CUDA device, what :mod:`policykit.memory_plan` and
-:mod:`policykit.activation_peak` otherwise estimate.
+"""Measuring, on a CUDA device, what :mod:`policykit.memory.plan` and
+:mod:`policykit.memory.activation_peak` otherwise estimate.
 
-``pre_load`` is what SGLang measures too: free memory after ``empty_cache()`` (seed 004). The
-activation moments are measured by running the very operations at their real sizes (MLP
-gate/up with the activation written over the gate half as a fused kernel would, and the LM head
-with its float32 copy) and reading the allocator's peak counter around each one. MoE and
-attention moments stay estimates.
+``pre_load`` is what SGLang measures too: free memory after ``empty_cache()``
+(docs/incidents.md#kv-pool-sizing). The activation moments are measured by running the very
+operations at their real sizes (MLP gate/up with the activation written over the gate half as a
+fused kernel would, and the LM head with its float32 copy) and reading the allocator's peak
+counter around each one. MoE and attention moments stay estimates.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import torch
 
-from policykit.activation_peak import LOGPROB_CHUNK_ROWS, ActivationPeak
-from policykit.allocator import AllocatorFacade, AllocatorUnavailable
-from policykit.model_shapes import ModelShape
-from policykit.watermark import read_watermark
+from policykit.memory.activation_peak import LOGPROB_CHUNK_ROWS, ActivationPeak
+from policykit.memory.allocator import AllocatorFacade, AllocatorUnavailable
+from policykit.memory.model_shapes import ModelShape
+from policykit.memory.watermark import read_watermark
 
 
 def measure_pre_load(facade: AllocatorFacade) -> int:

@@ -18,13 +18,13 @@ from contextlib import contextmanager
 
 import torch
 
-from policykit.allocator import AllocatorFacade
-from policykit.watermark import read_watermark
+from policykit.memory.allocator import AllocatorFacade
+from policykit.memory.watermark import read_watermark
 
 MAX_DEPTH = 64
 _OOM_MESSAGE = "CUDA out of memory"
 
-log = logging.getLogger("policykit.allocator")
+log = logging.getLogger("policykit.memory.allocator")
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -1,9 +1,10 @@
 """The allocator watermark: how much the caching allocator holds but nobody uses.
 
 ``frag_gap = reserved - alloc`` is the memory torch keeps cached. Under the default allocator
-it creeps up over days when long-lived small tensors pin large segments (seed 002); with
-expandable segments it falls back whenever the allocator releases pages. Logging it next to the
-round statistics makes fragmentation visible *before* the OOM that it eventually causes.
+it creeps up over days when long-lived small tensors pin large segments
+(docs/incidents.md#allocator-fragmentation); with expandable segments it falls back whenever
+the allocator releases pages. Logging it next to the round statistics makes fragmentation
+visible *before* the OOM that it eventually causes.
 
 All four figures come from one ``memory_stats()`` call, which reads host-side counters only (no
 device synchronisation), so the line is cheap enough for the scheduling hot path. Before CUDA is
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policykit.allocator import AllocatorFacade
+from policykit.memory.allocator import AllocatorFacade
 
 GIB = 1 << 30
 

@@ -1,7 +1,7 @@
 """Switching torch's allocator to expandable segments at run time, and windows that switch back.
 
 The allocator setting is process-global and only affects segments created after it changes
-(seed 002). Two consequences shape this class:
+(docs/incidents.md#allocator-fragmentation). Two consequences shape this class:
 
 * before switching on, ``empty_cache()`` returns the fully free segments left over from
   initialisation, so expandable segments can reuse that memory;
@@ -25,11 +25,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from policykit.allocator import AllocatorFacade
-from policykit.allocator_settings import expandable_enabled, with_expandable
-from policykit.watermark import GIB, read_watermark
+from policykit.memory.allocator import AllocatorFacade
+from policykit.memory.allocator_settings import expandable_enabled, with_expandable
+from policykit.memory.watermark import GIB, read_watermark
 
-log = logging.getLogger("policykit.allocator")
+log = logging.getLogger("policykit.memory.allocator")
 
 
 class ExpandableSwitch:

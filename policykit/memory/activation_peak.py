@@ -1,4 +1,5 @@
-"""The activation peak of one forward: what is alive at the worst moment, not the sum (seed 003).
+"""The activation peak of one forward: what is alive at the worst moment, not the sum
+(docs/incidents.md#runtime-memory).
 
 A forward runs layer by layer and each layer's temporaries go back to the caching allocator
 before the next layer reuses them. So the peak is the widest moment inside one layer, plus the
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from policykit.model_shapes import ModelShape
+from policykit.memory.model_shapes import ModelShape
 
 #: SGLang's ``SGLANG_LOGPROB_CHUNK_SIZE`` default
 LOGPROB_CHUNK_ROWS = 2048
@@ -42,7 +43,7 @@ class ActivationPeak:
     moe: int
     logits_all: int  #: every position: model dtype + FP32 copy
     logits_pruned: int  #: one row per request: model dtype + FP32 copy
-    logits_pruned_fp32: int  #: just the FP32 rows (the figure seed 003 quotes)
+    logits_pruned_fp32: int  #: just the FP32 rows (the figure docs/incidents.md quotes)
     logits_chunked: int  #: input logprobs computed in chunks of LOGPROB_CHUNK_ROWS rows
 
     @property

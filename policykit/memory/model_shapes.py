@@ -103,7 +103,8 @@ class ModelShape:
         """Estimated weight bytes on the fullest rank (embedding and LM head both on it at pp=1).
 
         Everything is taken as split evenly over TP; norms and small replicated pieces are
-        ignored. A measured pre/post-load difference is always better (seed 004).
+        ignored. A measured pre/post-load difference is always better
+        (docs/incidents.md#kv-pool-sizing).
         """
         per_stage = math.ceil(self.num_layers / pp)
         layer_params = max(
@@ -128,7 +129,8 @@ class ModelShape:
 PRESETS: dict[str, ModelShape] = {
     shape.name: shape
     for shape in (
-        # seed 003's worked example: an 8B dense model (the Llama-3-8B shape)
+        # the worked example of docs/incidents.md#runtime-memory: an 8B dense model (the
+        # Llama-3-8B shape)
         ModelShape(
             name="llama3-8b",
             hidden_size=4096,
@@ -159,8 +161,8 @@ PRESETS: dict[str, ModelShape] = {
             shared_experts=2,
             first_dense_layers=1,
         ),
-        # the large MLA + MoE model behind seed 002's deployment class (DeepSeek-V3 shape,
-        # FP8 weights)
+        # a large MLA + MoE model, the class of docs/incidents.md#allocator-fragmentation
+        # (DeepSeek-V3 shape, FP8 weights)
         ModelShape(
             name="deepseek-v3",
             hidden_size=7168,
