@@ -50,7 +50,7 @@ from policykit.policy import (
     TailView,
 )
 from policykit.registry import Combo
-from policykit.spec.guard import Breach, Guard
+from policykit.spec.guard import Breach, Guard, changed
 from policykit.spec.lifted import Lifted, entries, lift
 from policykit.spec.symbolic import LIMIT, Sym, SymbolicEvaluationError, Unsupported
 from policykit.spec.terms import compile_terms
@@ -170,7 +170,8 @@ def check_policies(
         policy = getattr(combo, m.kind)
         source = sources.get(m.kind, policy.source)
         view = m.template(engine)
-        validate(policy, m, lift(policy, m.name, view, source=source), view, engine, source)
+        lifted = lift(policy, m.name, view, source=source, refresh=True)
+        validate(policy, m, lifted, view, engine, source)
 
 
 #: what a queue policy declares rather than decides: read as data by the planner and the model
@@ -198,6 +199,7 @@ def check_lifted(combo: Combo, engine: EngineConfig, sources: dict[str, str] | N
     for kind in DECISION_KINDS:
         policy = getattr(combo, kind)
         for (name, shape), lifted in entries(policy):
+            _unchanged(policy, name, lifted, sources.get(kind, policy.source))
             if not lifted.validated:
                 template = _template(by_name[name].template(engine), shape)
                 validate(
@@ -236,6 +238,7 @@ def validate(
     reused = _run_all(policy, m, views, who, where)
     fresh = _fresh(policy, engine, who)
     again = list(reversed(_run_all(fresh, m, list(reversed(views)), who, where)))
+    _unchanged(policy, m.name, lifted, source)
     for view, a, b in zip(views, reused, again, strict=True):
         if a != b or type(a) is not type(b):
             raise PolicyRefused(
@@ -258,7 +261,7 @@ def _run_all(policy: Policy, m: Method, views: list[Any], who: str, where: str) 
     """The policy's answers on ``views``, each call watched by a guard."""
     fn = getattr(policy, m.name)
     out = []
-    guard = Guard()
+    guard = Guard(owner=policy)
     for view in views:
         guard.start()
         try:
@@ -285,6 +288,18 @@ def _run_all(policy: Policy, m: Method, views: list[Any], who: str, where: str) 
             )
         out.append(answer)
     return out
+
+
+def _unchanged(policy: Policy, method: str, lifted: Lifted, source: str) -> None:
+    """Refuse when a module-level value the lifted code read is no longer what it read:
+    rebound, or a frozen record mutated, while the check ran."""
+    stale = changed(lifted.reads)
+    if stale is not None:
+        raise PolicyRefused(
+            f"The {policy.kind} policy {policy.spec!r} ({source}) cannot be checked: {stale} "
+            f"during the check ({method}()), so the scheduler may run another policy than the "
+            "one checked. Keep module-level constants constant."
+        )
 
 
 def _fresh(policy: Policy, engine: EngineConfig, who: str) -> Policy:

@@ -38,7 +38,7 @@ import z3
 
 from policykit.errors import PolicykitError
 from policykit.spec.exact_division import exact_quotient
-from policykit.spec.guard import Breach, Guard, trusted
+from policykit.spec.guard import Breach, Guard, own_files, trusted
 
 #: paths one evaluation may take before it is refused (a policy that loops on a symbol)
 MAX_PATHS = 512
@@ -235,10 +235,18 @@ class Sym:
 
     __rmod__ = __rfloordiv__
 
-    def __truediv__(self, o: Any) -> Sym:
-        raise Unsupported("uses true division '/', which makes a float; use '//'")
+    def __truediv__(self, o: Any) -> Ratio:
+        if isinstance(o, Sym):
+            raise Unsupported("divides by a symbolic value, which is not linear arithmetic")
+        if isinstance(o, bool) or not isinstance(o, int) or o <= 0:
+            raise Unsupported(
+                f"uses true division '/' by {o!r}, which makes a float; only math.ceil or "
+                "math.floor of an int divided by a positive int is exact (or use '//')"
+            )
+        return Ratio(self, o)
 
-    __rtruediv__ = __truediv__
+    def __rtruediv__(self, o: Any) -> Sym:
+        raise Unsupported("divides by a symbolic value, which is not linear arithmetic")
 
     # comparisons -----------------------------------------------------------------------
     def __lt__(self, o: IntLike) -> Any:
@@ -331,6 +339,101 @@ class Sym:
         return f"Sym({self.t})"
 
 
+#: ``a / b`` of ints is correctly rounded, so ``math.ceil`` and ``math.floor`` of it are the
+#: integer ceiling and floor while ``|a| < 2**53``; beyond, the float rounds first
+FLOAT_EXACT = 1 << 53
+
+
+class Ratio:
+    """``a / b`` of a symbolic int ``a`` and a positive int ``b``: a float in Python, exact
+    here only through ``math.ceil`` and ``math.floor``; anything else done with it is refused
+    (a comparison, arithmetic, ``int()``, ``round()``: float rounding the checker does not
+    model)."""
+
+    __slots__ = ("den", "num")
+
+    def __init__(self, num: Sym, den: int) -> None:
+        self.num, self.den = num, den
+
+    def __ceil__(self) -> Sym:
+        _require_float_exact(self.num.t)
+        return -((-self.num) // self.den)
+
+    def __floor__(self) -> Sym:
+        _require_float_exact(self.num.t)
+        return self.num // self.den
+
+    def _refuse(self, *_: Any) -> Any:
+        raise Unsupported(
+            "uses the float a / b other than as math.ceil(a / b) or math.floor(a / b)"
+        )
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = _refuse  # type: ignore[assignment]
+    __int__ = __float__ = __index__ = __round__ = __trunc__ = __str__ = __format__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __neg__ = __pos__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __abs__ = _refuse
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._refuse()
+
+    def __repr__(self) -> str:
+        if _CURRENT.get() is not None:
+            self._refuse()
+        return f"Ratio({self.num!r}, {self.den})"
+
+
+def _require_float_exact(numerator: z3.ArithRef) -> None:
+    """Refuse ``math.ceil(a / b)`` unless ``|a| < 2**53`` for every view in the checked range
+    (each free input within ``±LIMIT``). Asked while a policy is lifted, on fresh variables;
+    the model's own re-runs follow the lifted paths."""
+    if _GUARD.get() is None:
+        return
+    Guard.suspended(lambda: _float_exact_or_refuse(numerator))
+
+
+def _float_exact_or_refuse(numerator: z3.ArithRef) -> None:
+    sink = _DIVISIONS.get()
+    facts = list(sink.facts) if sink is not None else []
+    quotients = {q.get_id() for _, _, q in sink.quotients} if sink is not None else set()
+    inputs = {
+        v.get_id(): v
+        for term in (numerator, *facts)
+        for v in _free_ints(term)
+        if v.get_id() not in quotients
+    }
+    solver = z3.Solver()
+    solver.set("rlimit", FLOAT_CHECK_RLIMIT)
+    solver.add(*facts, *(in_range(v) for v in inputs.values()))
+    solver.add(z3.Or(numerator >= FLOAT_EXACT, numerator <= -FLOAT_EXACT))
+    if solver.check() != z3.unsat:
+        raise Unsupported(
+            "takes math.ceil or math.floor of a / b where a may reach 2**53, beyond which the "
+            "float a / b is rounded before ceil or floor sees it; write -(-a // b) or a // b"
+        )
+
+
+#: z3 resource units for the 2**53 question above: a few linear facts, answered in far fewer
+FLOAT_CHECK_RLIMIT = 2_000_000
+
+
+def _free_ints(term: z3.ExprRef) -> list[z3.ArithRef]:
+    """The integer constants (variables) a term mentions."""
+    seen: set[int] = set()
+    out: list[z3.ArithRef] = []
+    stack = [term]
+    while stack:
+        e = stack.pop()
+        if e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED and z3.is_int(e):
+            out.append(e)
+        stack.extend(e.children())
+    return out
+
+
 class SymBool:
     """A symbolic truth value; asking for a Python bool forks the current evaluation."""
 
@@ -388,8 +491,8 @@ _CURRENT: contextvars.ContextVar[Explorer | None] = contextvars.ContextVar(
 )
 
 
-class _NonDeterministic(BaseException):
-    pass
+class NonDeterministic(BaseException):
+    """A policy took another branch when run again on the same input."""
 
 
 _GUARD: contextvars.ContextVar[Guard | None] = contextvars.ContextVar(
@@ -412,7 +515,7 @@ class Explorer:
         if z3.is_true(simple) or z3.is_false(simple):
             value = z3.is_true(simple)
             if i < len(self.prefix) and self.prefix[i] != value:
-                raise _NonDeterministic()
+                raise NonDeterministic()
         elif i < len(self.prefix):
             value = self.prefix[i]
         else:
@@ -486,7 +589,7 @@ def explore(fn: Callable[[], Any]) -> Outcomes:
         finally:
             _CURRENT.reset(token)
         if len(ex.taken) < len(prefix):
-            raise _NonDeterministic()
+            raise NonDeterministic()
         todo.extend(reversed(ex.pending))
         paths.append((z3.And(*ex.conds) if ex.conds else z3.BoolVal(True), result))
         if len(paths) > MAX_PATHS:
@@ -499,52 +602,34 @@ def _policy_frame(exc: BaseException, policy: object) -> str:
     it called) did the unsupported thing; the policy's own module is preferred."""
     frames = traceback.extract_tb(exc.__traceback__)
     here = Path(__file__).resolve()
-    own = Path(sys.modules[type(policy).__module__].__file__ or "").resolve()
+    own = own_files(policy)
     outside = [f for f in frames if Path(f.filename).resolve() != here and "z3" not in f.filename]
-    in_policy = [f for f in outside if Path(f.filename).resolve() == own]
+    in_policy = [f for f in outside if str(Path(f.filename).resolve()) in own]
     frame = (in_policy or outside or frames)[-1]
-    return f"{frame.filename}:{frame.lineno} (in {frame.name})"
-
-
-def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Any:
-    """``policy.method(view)`` as one symbolic value.
-
-    The first time a (policy, method, view shape) is asked, the policy's code is run under the
-    guard on fresh variables and lifted (:mod:`policykit.spec.lifted`), which is what
-    cross-validation compares with Python. Every call then runs the same code on this view's
-    own terms, unwatched: those paths are a subset of the ones the guard already followed (a
-    pure function takes no other), and deciding on the real terms lets z3's simplifier drop
-    the branches they rule out, which keeps the model's formulas as small as before.
-    """
-    from policykit.spec.lifted import lift
-
-    lift(policy, method, view, source=source)
-    try:
-        return explore(lambda: getattr(policy, method)(view)).merged()
-    except (Unsupported, _NonDeterministic, Exception) as exc:
-        raise SymbolicEvaluationError(
-            f"The {policy.kind} policy {policy.spec!r} ({source}) answered differently on the "
-            f"model's terms than on fresh variables ({type(exc).__name__}: {exc}); a pure "
-            "function cannot."
-        ) from None
+    where = f"{frame.filename}:{frame.lineno} (in {frame.name})"
+    if in_policy and outside and outside[-1] is not frame:
+        inner = outside[-1]
+        where += f", inside {inner.name}() at {inner.filename}:{inner.lineno}"
+    return where
 
 
 def run_guarded(
     policy: Any, method: str, view: Any, *, source: str = "built-in"
-) -> tuple[Any, list[z3.BoolRef]]:
+) -> tuple[Any, list[z3.BoolRef], Guard]:
     """Run ``policy.method(view)`` on symbolic values under a :class:`Guard`, once per branch
-    combination: the paths merged into one value, and each path's condition.
+    combination: the paths merged into one value, each path's condition, and the guard (what
+    module-level values the code read, which cached helpers it ran uncached).
 
     ``source`` names where the policy came from (a plugin distribution), for the error.
     """
     fn = getattr(policy, method)
     who = f"The {policy.kind} policy {policy.spec!r} ({source})"
-    guard = Guard()
+    guard = Guard(owner=policy, symbolic=True)
     token = _GUARD.set(guard)
     try:
         outcome = explore(lambda: fn(view))
         if guard.violation is None:
-            return outcome.merged(), [cond for cond, _ in outcome.paths]
+            return outcome.merged(), [cond for cond, _ in outcome.paths], guard
     except (Unsupported, Breach) as exc:
         if guard.violation is None:
             raise SymbolicEvaluationError(
@@ -552,7 +637,7 @@ def run_guarded(
                 f"{_policy_frame(exc, policy)}. Policies must use int arithmetic (+ - * // % by "
                 "a positive int), comparisons, min/max and if."
             ) from None
-    except _NonDeterministic:
+    except NonDeterministic:
         raise SymbolicEvaluationError(
             f"{who} is not deterministic: its {method}() took different branches when run "
             "again on the same input. Policies must be pure functions of their view."

@@ -8,7 +8,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from policykit.policy import AlignView, ChunkView
-from policykit.spec.symbolic import Sym, SymbolicEvaluationError, evaluate, num
+from policykit.spec.lifted import evaluate
+from policykit.spec.symbolic import Sym, SymbolicEvaluationError, num
 
 
 def _at(term: Sym, **values: int) -> int:
