@@ -19,7 +19,14 @@ from dataclasses import dataclass
 
 from policykit.errors import ComboError, PluginError, quote
 from policykit.plugin_manager import PluginSource, PolicykitPluginManager
-from policykit.policy import DECISION_KINDS, KINDS, POLICY_BASES, EngineConfig, Policy
+from policykit.policy import (
+    DECISION_KINDS,
+    KINDS,
+    POLICY_BASES,
+    EngineConfig,
+    Policy,
+    incomplete,
+)
 
 DEFAULT_COMBO: dict[str, str] = {
     "admission": "reserve-tail",
@@ -186,6 +193,8 @@ class PolicyRegistry:
         name = getattr(policy_cls, "name", None)
         if kind not in POLICY_BASES or not issubclass(policy_cls, POLICY_BASES[kind]):
             raise PluginError(f"{where} registered {policy_cls.__name__} with no valid kind.")
+        if (reason := incomplete(policy_cls)) is not None:
+            raise PluginError(f"{where} registered a policy that cannot decide: {reason}")
         if not isinstance(name, str) or not name or any(c in name for c in NAME_FORBIDDEN):
             raise PluginError(
                 f"{where} registered {policy_cls.__name__} with the name {quote(name)}; a policy "

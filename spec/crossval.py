@@ -48,10 +48,11 @@ from policykit.policy import (
     Policy,
     QueueView,
     TailView,
+    incomplete,
 )
 from policykit.registry import Combo
 from policykit.spec.guard import Breach, Guard, changed
-from policykit.spec.lifted import Lifted, entries, lift
+from policykit.spec.lifted import Lifted, entries, forget_stale, lift
 from policykit.spec.symbolic import LIMIT, Sym, SymbolicEvaluationError, Unsupported
 from policykit.spec.terms import compile_terms
 
@@ -165,13 +166,21 @@ def check_policies(
 ) -> None:
     """Cross-validate every decision of ``combo``'s policies; raise :class:`PolicyRefused`."""
     sources = sources or {}
+    for kind in DECISION_KINDS:
+        policy = getattr(combo, kind)
+        forget_stale(policy)
+        reason = incomplete(type(policy))
+        if reason is not None:
+            raise PolicyRefused(
+                f"The {kind} policy {policy.spec!r} ({sources.get(kind, policy.source)}) cannot "
+                f"be checked: {reason}"
+            )
     _check_declarations(combo.queue, sources.get("queue", combo.queue.source))
     for m in METHODS:
         policy = getattr(combo, m.kind)
         source = sources.get(m.kind, policy.source)
         view = m.template(engine)
-        lifted = lift(policy, m.name, view, source=source, refresh=True)
-        validate(policy, m, lifted, view, engine, source)
+        validate(policy, m, lift(policy, m.name, view, source=source), view, engine, source)
 
 
 #: what a queue policy declares rather than decides: read as data by the planner and the model

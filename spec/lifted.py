@@ -86,30 +86,32 @@ def entries(policy: Any) -> list[tuple[tuple[str, Shape], Lifted]]:
     return list(_LIFTED.get(_identity(policy), {}).items())
 
 
-def lift(
-    policy: Any, method: str, view: Any, *, source: str = "built-in", refresh: bool = False
-) -> Lifted:
+def forget_stale(policy: Any) -> None:
+    """Drop what was lifted from ``policy`` before a module-level value its code read was
+    rebound (or a frozen record mutated): a check starting reads the module as it is now."""
+    per_policy = _LIFTED.get(_identity(policy), {})
+    for key in [k for k, lifted in per_policy.items() if changed(lifted.reads) is not None]:
+        del per_policy[key]
+
+
+def lift(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Lifted:
     """The lifted ``policy.method`` for views shaped like ``view`` (made on first use).
 
-    A module-level value the code read may since have been rebound (or a frozen record
-    mutated). With ``refresh`` (a check starting) the function is lifted again from what the
-    module holds now; otherwise (in the middle of a check) the policy is refused: the checker
-    would be reasoning about two different programs."""
+    A module-level value the code read may have changed since it was lifted: between checks
+    :func:`forget_stale` lifts it anew; here, in the middle of a check, the policy is refused
+    (the checker would be reasoning about two different programs)."""
     per_policy = _LIFTED.setdefault(_identity(policy), {})
     key = (method, _shape(view))
     lifted = per_policy.get(key)
-    if lifted is not None:
-        stale = changed(lifted.reads)
-        if stale is not None and not refresh:
-            raise SymbolicEvaluationError(
-                f"The {policy.kind} policy {policy.spec!r} ({source}) cannot be checked: "
-                f"{stale} during the check ({method}()), so the scheduler may run another "
-                "policy than the one checked. Keep module-level constants constant."
-            )
-        if stale is not None:
-            lifted = None
     if lifted is None:
         lifted = per_policy[key] = _make(policy, method, view, source)
+    stale = changed(lifted.reads)
+    if stale is not None:
+        raise SymbolicEvaluationError(
+            f"The {policy.kind} policy {policy.spec!r} ({source}) cannot be checked: {stale} "
+            f"during the check ({method}()), so the scheduler may run another policy than the "
+            "one checked. Keep module-level constants constant."
+        )
     return lifted
 
 

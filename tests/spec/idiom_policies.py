@@ -81,13 +81,15 @@ class CeilDiv(_Paged):
 
 
 class FloorDiv(_Paged):
-    """Unsafe: rounds the request down to whole pages."""
+    """Unsafe: charges whole pages of what the forward computes, forgetting that a host
+    load-back takes slots too."""
 
     name = "idiom-floor"
 
     def admit(self, v: AdmitView) -> bool:
-        need = math.floor(v.remaining_tokens / v.page_size) * v.page_size
-        return self.fits(need + v.first_tokens, v)
+        computed = v.remaining_tokens - v.host_prefix_tokens
+        need = math.floor(computed / v.page_size) * v.page_size
+        return self.fits(need + v.first_tokens + v.page_size, v)
 
 
 class CeilOfFloat(_Paged):
@@ -122,13 +124,13 @@ class NegNeg(_Paged):
 
 
 class NegNegMisplaced(_Paged):
-    """Unsafe: ``-(-a) // b`` is the floor, not the ceiling."""
+    """Unsafe: takes the host load-back off the whole pages, as if it were already cached."""
 
-    name = "idiom-negneg-floor"
+    name = "idiom-negneg-host"
 
     def admit(self, v: AdmitView) -> bool:
-        need = -(-v.remaining_tokens) // v.page_size * v.page_size  # noqa: B002 - under test
-        return self.fits(need + v.first_tokens, v)
+        need = -(-v.remaining_tokens // v.page_size) * v.page_size - v.host_prefix_tokens
+        return self.fits(need + v.first_tokens + v.page_size, v)
 
 
 # -- bools used as ints -----------------------------------------------------------------------
@@ -144,13 +146,14 @@ class BoolsAsInts(_Paged):
 
 
 class AnyFlag(_Paged):
-    """Unsafe: ``sum(flags) >= 1`` admits when only the batch budget fits."""
+    """Unsafe: ``sum(flags) >= 1`` where every flag was meant: a request with a host hit is
+    admitted whether its load-back fits or not."""
 
     name = "idiom-bools-any"
 
     def admit(self, v: AdmitView) -> bool:
         need = pages(v.remaining_tokens, v.page_size) * v.page_size + True + v.page_size
-        return sum((need <= v.rem_total_tokens, need <= v.cur_rem_tokens)) >= 1
+        return sum((need <= v.rem_total_tokens, v.host_prefix_tokens > 0)) >= 1
 
 
 # -- sum / max / min over a few terms ---------------------------------------------------------
@@ -164,13 +167,14 @@ class FewTerms(_Paged):
 
 
 class MaxOfBudgets(_Paged):
-    """Unsafe: ``max`` of the two budgets trusts the one that leaves out promised tails."""
+    """Unsafe: the ``max`` of the load-back and the computed part, where their sum is taken."""
 
-    name = "idiom-max-budget"
+    name = "idiom-max-terms"
 
     def admit(self, v: AdmitView) -> bool:
-        need = sum((pages(v.remaining_tokens, v.page_size) * v.page_size, v.first_tokens))
-        return need + v.page_size <= max(v.rem_total_tokens, v.cur_rem_tokens)
+        computed = v.remaining_tokens - v.host_prefix_tokens
+        need = max(pages(computed, v.page_size) * v.page_size, v.host_prefix_tokens)
+        return self.fits(sum((need, v.first_tokens, v.page_size)), v)
 
 
 # -- module-level constants ---------------------------------------------------------------------
@@ -227,6 +231,17 @@ class CachedClock(_Paged):
         return self.fits(need + v.first_tokens + v.page_size, v)
 
 
+class CachedFlag(_Paged):
+    """Refused: a cache that does not tell ``True`` from ``1`` is handed a bool (it would
+    answer a later ``page_margin(1)`` with what it computed for ``page_margin(True)``)."""
+
+    name = "idiom-cached-flag"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = pages(v.remaining_tokens, v.page_size) * v.page_size + v.first_tokens
+        return self.fits(need + page_margin(v.host_prefix_tokens > 0) * v.page_size, v)
+
+
 # -- loops with a bounded trip count ------------------------------------------------------------
 class BoundedLoop(_Paged):
     """Counts whole pages one at a time, up to four (the longest request it admits)."""
@@ -267,6 +282,7 @@ UNSAFE = (
     ReboundConstant,
     MutatedConstant,
     CachedClock,
+    CachedFlag,
     ShortLoop,
 )
 
