@@ -9,10 +9,15 @@ branch combination (a depth-first walk, the approach of CrossHair-style symbolic
 Each path's result, under its path condition, is merged into one nested z3 ``If``.
 
 That is why the spec needs no second copy of any policy: it runs the very function the
-scheduler runs. What cannot be followed symbolically (floats, ``int()`` of a symbol, indexing
-or ``range`` with a symbol, division by a symbol, products of two symbols, a function that
-takes different branches when re-run) raises :class:`SymbolicEvaluationError`, which names
-the policy and the line, never a z3 stack trace.
+scheduler runs. What cannot be followed symbolically (floats, division by a symbol, products
+of two symbols, a function that takes different branches when re-run) raises
+:class:`SymbolicEvaluationError`, which names the policy and the line, never a z3 stack trace.
+
+Two places where Python wants something other than an int are followed where that is exact:
+``math.ceil(a / b)`` and ``math.floor(a / b)`` of ints (:class:`Ratio`: Python's correctly
+rounded float gives the integer ceiling and floor while ``|a| < 2**53``, which is proved or the
+policy refused), and a symbol used where Python needs a concrete int (``range(n)``, an index,
+``int(n)``) when the path bounds it to a few values: the evaluation forks once per value.
 
 Exactness is the contract: every operation a :class:`Sym` accepts means what it means on a
 Python ``int``, or it is refused. While a policy is explored, a comparison does not build a
@@ -276,10 +281,10 @@ class Sym:
 
     # what a symbol cannot become -------------------------------------------------------
     def __int__(self) -> int:
-        raise Unsupported("converts a symbolic value to a concrete int (int(), round, format)")
+        return _one_value(self.t, "a concrete int (int())")
 
     def __index__(self) -> int:
-        raise Unsupported("uses a symbolic value as an index, a range bound or a repeat count")
+        return _one_value(self.t, "an index, a range bound or a repeat count")
 
     def __float__(self) -> float:
         raise Unsupported("converts a symbolic value to a float")
@@ -314,11 +319,12 @@ class Sym:
     __floor__ = __ceil__ = __trunc__
 
     # not linear, or not an int's meaning: refused -------------------------------------------
-    def _refuse(self, *_: Any) -> Any:
+    # (a dunder name: the guard lets policy code call the evaluator's operators, nothing else)
+    def __refused__(self, *_: Any) -> Any:
         raise Unsupported("uses a bitwise operator or a power on a symbolic value")
 
-    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refuse
-    __pow__ = __rpow__ = __rlshift__ = __rrshift__ = __rdivmod__ = _refuse
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = __refused__
+    __pow__ = __rpow__ = __rlshift__ = __rrshift__ = __rdivmod__ = __refused__
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -337,6 +343,79 @@ class Sym:
         if _CURRENT.get() is not None:
             raise Unsupported("turns a symbolic value into text")
         return f"Sym({self.t})"
+
+
+#: the most values a symbolic int may take where Python needs a concrete one (``range(n)``,
+#: an index, ``int(n)``): each value becomes a path of its own
+MAX_CONCRETE_VALUES = 64
+#: z3 resource units to find those values' bounds on one path (a few linear facts)
+BOUNDS_RLIMIT = 5_000_000
+
+
+def _one_value(term: z3.ArithRef, use: str) -> int:
+    """``term`` as a concrete int, for Python code that needs one: where the path that
+    reaches here bounds it to at most :data:`MAX_CONCRETE_VALUES` values, the evaluation forks
+    once per value (so ``range(n)`` runs ``n`` times on each path, exactly as Python does);
+    anything else is refused."""
+    explorer = _CURRENT.get()
+    if explorer is None:
+        raise Unsupported(f"uses a symbolic value as {use} outside a policy")
+    bounds = Guard.suspended(lambda: _path_bounds(term, explorer.conds))
+    if bounds is None:
+        raise Unsupported(
+            f"uses a symbolic value as {use}, and the path to it does not bound it to at most "
+            f"{MAX_CONCRETE_VALUES} values (bound it first, e.g. `if 0 <= n <= 8:`)"
+        )
+    low, high = bounds
+    for value in range(low, high):
+        if explorer.decide(term == value):
+            return value
+    return high  # the path implies it: every smaller value was ruled out above
+
+
+def _path_bounds(term: z3.ArithRef, conds: list[z3.BoolRef]) -> tuple[int, int] | None:
+    """The least and greatest value of ``term`` on the path ``conds`` (with the definitions
+    of the quotients they mention), or None when unbounded, too wide or not found in budget.
+    An infeasible path gives ``(0, 0)``: whatever it returns is never used."""
+    simple = z3.simplify(term)
+    if z3.is_int_value(simple):
+        return simple.as_long(), simple.as_long()
+    opt = z3.Optimize()
+    opt.set("rlimit", BOUNDS_RLIMIT)
+    opt.set("priority", "box")
+    opt.add(*conds, *_quotient_facts([term, *conds]))
+    low, high = opt.minimize(term), opt.maximize(term)
+    verdict = opt.check()
+    if verdict == z3.unsat:
+        return 0, 0
+    if verdict != z3.sat:
+        return None
+    least, most = opt.lower(low), opt.upper(high)
+    if not (z3.is_int_value(least) and z3.is_int_value(most)):
+        return None
+    least, most = least.as_long(), most.as_long()
+    return (least, most) if most - least < MAX_CONCRETE_VALUES else None
+
+
+def _quotient_facts(terms: list[z3.ExprRef]) -> list[z3.BoolRef]:
+    """``d*q <= x < d*q + d`` for every quotient ``q`` the terms mention (and those its ``x``
+    mentions in turn)."""
+    sink = _DIVISIONS.get()
+    if sink is None:
+        return []
+    defined = {q.get_id(): (x, d, q) for x, d, q in sink.quotients}
+    facts: list[z3.BoolRef] = []
+    seen: set[int] = set()
+    todo = [v for t in terms for v in _free_ints(t)]
+    while todo:
+        v = todo.pop()
+        if v.get_id() in seen or v.get_id() not in defined:
+            continue
+        seen.add(v.get_id())
+        x, d, q = defined[v.get_id()]
+        facts += [d * q <= x, x < d * q + d]
+        todo.extend(_free_ints(x))
+    return facts
 
 
 #: ``a / b`` of ints is correctly rounded, so ``math.ceil`` and ``math.floor`` of it are the
@@ -363,24 +442,25 @@ class Ratio:
         _require_float_exact(self.num.t)
         return self.num // self.den
 
-    def _refuse(self, *_: Any) -> Any:
+    def __refused__(self, *_: Any) -> Any:
         raise Unsupported(
-            "uses the float a / b other than as math.ceil(a / b) or math.floor(a / b)"
+            "uses true division '/' (a float) other than as math.ceil(a / b) or "
+            "math.floor(a / b) of ints; use '//'"
         )
 
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = _refuse  # type: ignore[assignment]
-    __int__ = __float__ = __index__ = __round__ = __trunc__ = __str__ = __format__ = _refuse
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __neg__ = __pos__ = _refuse
-    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __abs__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = __refused__  # type: ignore[assignment]
+    __int__ = __float__ = __index__ = __round__ = __trunc__ = __str__ = __format__ = __refused__
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __neg__ = __pos__ = __refused__
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __abs__ = __refused__
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return self._refuse()
+        return self.__refused__()
 
     def __repr__(self) -> str:
         if _CURRENT.get() is not None:
-            self._refuse()
+            self.__refused__()
         return f"Ratio({self.num!r}, {self.den})"
 
 

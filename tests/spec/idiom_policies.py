@@ -271,7 +271,60 @@ class ShortLoop(_Paged):
         return v.remaining_tokens <= 4 * v.page_size and self.fits(need, v)
 
 
-SAFE = (CeilDiv, NegNeg, BoolsAsInts, FewTerms, Constants, CachedHelper, BoundedLoop)
+class ViewLoop(_Paged):
+    """A page at a time for the request's own pages, up to eight (longer ones wait): the
+    trip count is symbolic, bounded on the path by the ``if``."""
+
+    name = "idiom-loop-view"
+
+    def admit(self, v: AdmitView) -> bool:
+        n = pages(v.remaining_tokens, v.page_size)
+        if not 1 <= n <= 8:
+            return False
+        need = v.first_tokens + v.page_size
+        for _ in range(n):
+            need += v.page_size
+        return self.fits(need, v)
+
+
+class ViewLoopShort(_Paged):
+    """Unsafe: the same loop over the pages the forward computes, forgetting that a host
+    load-back takes slots too."""
+
+    name = "idiom-loop-view-host"
+
+    def admit(self, v: AdmitView) -> bool:
+        n = pages(v.remaining_tokens - v.host_prefix_tokens, v.page_size)
+        if not 1 <= n <= 8:
+            return False
+        need = v.first_tokens + v.page_size
+        for _ in range(n):
+            need += v.page_size
+        return self.fits(need, v)
+
+
+class UnboundedLoop(_Paged):
+    """Refused: a trip count nothing bounds (the checker would need every value)."""
+
+    name = "idiom-loop-unbounded"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = v.first_tokens + v.page_size
+        for _ in range(pages(v.remaining_tokens, v.page_size)):
+            need += v.page_size
+        return self.fits(need, v)
+
+
+SAFE = (
+    CeilDiv,
+    NegNeg,
+    BoolsAsInts,
+    FewTerms,
+    Constants,
+    CachedHelper,
+    BoundedLoop,
+    ViewLoop,
+)
 UNSAFE = (
     FloorDiv,
     CeilOfFloat,
@@ -284,6 +337,8 @@ UNSAFE = (
     CachedClock,
     CachedFlag,
     ShortLoop,
+    ViewLoopShort,
+    UnboundedLoop,
 )
 
 

@@ -73,6 +73,7 @@ def test_the_unsafe_variant_of_each_idiom_is_never_proved(acme, cls) -> None:
         ("idiom-mutated", "'SHARED_LIMITS' of tests.spec.idiom_policies changed"),
         ("idiom-cached-clock", "module 'time'"),
         ("idiom-cached-flag", "does not tell True from 1"),
+        ("idiom-loop-unbounded", "does not bound it to at most 64 values"),
     ],
 )
 def test_an_inexact_or_impure_idiom_is_refused_with_its_reason(acme, name, construct) -> None:
@@ -85,7 +86,8 @@ def test_an_inexact_or_impure_idiom_is_refused_with_its_reason(acme, name, const
 
 def test_the_memorable_idioms_are_violated_not_refused(acme) -> None:
     """The unsafe variants that the checker understands get a counterexample."""
-    for cls in (idioms.FloorDiv, idioms.NegNegMisplaced, idioms.AnyFlag, idioms.MaxOfBudgets):
+    understood = (idioms.FloorDiv, idioms.NegNegMisplaced, idioms.AnyFlag, idioms.MaxOfBudgets)
+    for cls in (*understood, idioms.ShortLoop, idioms.ViewLoopShort):
         assert _verdicts(acme, cls.name, ("no-oom",))["no-oom"].startswith("violated"), cls
 
 
