@@ -193,8 +193,6 @@ class PolicyRegistry:
         name = getattr(policy_cls, "name", None)
         if kind not in POLICY_BASES or not issubclass(policy_cls, POLICY_BASES[kind]):
             raise PluginError(f"{where} registered {policy_cls.__name__} with no valid kind.")
-        if (reason := incomplete(policy_cls)) is not None:
-            raise PluginError(f"{where} registered a policy that cannot decide: {reason}")
         if not isinstance(name, str) or not name or any(c in name for c in NAME_FORBIDDEN):
             raise PluginError(
                 f"{where} registered {policy_cls.__name__} with the name {quote(name)}; a policy "
@@ -208,6 +206,8 @@ class PolicyRegistry:
                 f"{where} registered the {kind} policy {quote(name)}, which {other.plugin_name!r} "
                 f"({other}) already registered."
             )
+        if (reason := incomplete(policy_cls)) is not None:
+            raise PluginError(f"{where} registered a policy that cannot decide: {reason}")
         self._entries[key] = PolicyEntry(policy_cls, source)
 
     # -- queries ---------------------------------------------------------------------------

@@ -146,6 +146,14 @@ def _frozen_record(value: Any) -> bool:
     )
 
 
+def _record_items(value: Any) -> list[tuple[str, Any]]:
+    """A frozen record's fields and anything else set on the instance (``object.__setattr__``
+    reaches past ``frozen``)."""
+    items = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    items.update(getattr(value, "__dict__", {}))
+    return sorted(items.items())
+
+
 def _is_state(value: Any) -> bool:
     """A module-level value whose contents can change between calls."""
     if isinstance(value, types.ModuleType | types.FunctionType | type | types.BuiltinFunctionType):
@@ -153,7 +161,7 @@ def _is_state(value: Any) -> bool:
     if cached_function(value) is not None:
         return False  # a memo of a function the guard watches (a cache hit changes nothing)
     if _frozen_record(value):
-        return any(_is_state(getattr(value, f.name)) for f in dataclasses.fields(value))
+        return any(_is_state(item) for _, item in _record_items(value))
     if isinstance(value, (*_IMMUTABLE, float, complex)):
         return isinstance(value, tuple | frozenset) and any(_is_state(x) for x in value)
     return not isinstance(value, types.MethodType | property | staticmethod | classmethod)
@@ -164,8 +172,7 @@ def fingerprint(value: Any) -> Any:
     constant (so ``object.__setattr__`` on a frozen record shows), the identity of anything
     else (and a function's code and defaults, which can be reassigned)."""
     if _frozen_record(value):
-        fields = dataclasses.fields(value)
-        return (type(value), tuple((f.name, fingerprint(getattr(value, f.name))) for f in fields))
+        return (type(value), tuple((k, fingerprint(item)) for k, item in _record_items(value)))
     if isinstance(value, tuple):
         return (type(value), tuple(fingerprint(x) for x in value))
     if isinstance(value, frozenset):
