@@ -126,8 +126,7 @@ def _where(frame: types.FrameType) -> str:
 #: the type ``functools.cache`` and ``functools.lru_cache`` wrap a function in
 _CACHE_WRAPPER = type(functools.cache(lambda: None))
 
-#: (module globals, name, what it held or ``MISSING``, what a symbolic run puts there)
-Swap = tuple[dict[str, Any], str, Any, Any]
+Swap = tuple[dict[str, Any], str, Any]  #: (module globals, name, the cache wrapper)
 
 
 def cached_function(value: Any) -> types.FunctionType | None:
@@ -189,14 +188,13 @@ def fingerprint(value: Any) -> Any:
 
 #: a global read by watched code: (module globals, name, fingerprint when read)
 Read = tuple[dict[str, Any], str, Any]
-#: a module name that only a symbolic run's shadow of a built-in defines
-MISSING = object()
+_MISSING = object()
 
 
 def changed(reads: dict[tuple[int, str], Read]) -> str | None:
     """The first module-level value in ``reads`` that no longer is what was read, or None."""
     for namespace, name, was in reads.values():
-        if fingerprint(namespace.get(name, MISSING)) != was:
+        if fingerprint(namespace.get(name, _MISSING)) != was:
             module = namespace.get("__name__", "?")
             return f"the module-level {name!r} of {module} changed after the checker read it"
     return None
@@ -241,18 +239,14 @@ def _global_loads(code: types.CodeType) -> tuple[str, ...]:
 
 
 def apply_swaps(swaps: list[Swap]) -> None:
-    """Point each cached helper's module name at the plain function behind the cache, and
-    shadow the built-ins a symbolic run reads differently (``int``)."""
-    for namespace, name, _, replacement in swaps:
-        namespace[name] = replacement
+    """Point each cached helper's module name at the plain function behind the cache."""
+    for namespace, name, wrapper in swaps:
+        namespace[name] = wrapper.__wrapped__
 
 
 def restore_swaps(swaps: list[Swap]) -> None:
-    for namespace, name, original, _ in reversed(swaps):
-        if original is MISSING:
-            namespace.pop(name, None)
-        else:
-            namespace[name] = original
+    for namespace, name, wrapper in reversed(swaps):
+        namespace[name] = wrapper
 
 
 def _scan(code: types.CodeType, f_globals: dict[str, Any]) -> str | None:
@@ -319,12 +313,7 @@ class Guard:
     helpers uncached (see the module's docstring)."""
 
     def __init__(
-        self,
-        limit_s: float = CALL_LIMIT_S,
-        *,
-        owner: Any = None,
-        symbolic: bool = False,
-        shadows: dict[str, Any] | None = None,
+        self, limit_s: float = CALL_LIMIT_S, *, owner: Any = None, symbolic: bool = False
     ) -> None:
         self.limit_s = limit_s
         self.violation: Violation | None = None
@@ -333,8 +322,6 @@ class Guard:
         #: the cached helpers a symbolic run points at their plain functions
         self.swaps: list[Swap] = []
         self._symbolic = symbolic
-        #: built-in name -> what a symbolic run's policy code gets instead (``int``)
-        self._shadows = shadows or {}
         self._untyped: set[types.CodeType] = set()  # functions behind caches with typed=False
         # file names only: resolving paths here would run library code inside the watch
         self._own = own_files(owner) if owner is not None else frozenset()
@@ -371,23 +358,16 @@ class Guard:
         namespace = frame.f_globals
         for name in _global_loads(code):
             if name not in namespace:
-                # only in the policy's own modules: a library's isinstance(x, int) must hold
-                if name in self._shadows and namespace.get("__file__") in self._own:
-                    self._swap((namespace, name, MISSING, self._shadows[name]))
                 continue
             value = namespace[name]
-            if value is self._shadows.get(name):
-                continue
             self.reads.setdefault((id(namespace), name), (namespace, name, fingerprint(value)))
             function = cached_function(value)
             if self._symbolic and function is not None:
                 if not value.cache_parameters().get("typed"):
                     self._untyped.add(function.__code__)
-                self._swap((namespace, name, value, function))
-
-    def _swap(self, swap: Swap) -> None:
-        self.swaps.append(swap)
-        apply_swaps([swap])
+                swap = (namespace, name, value)
+                self.swaps.append(swap)
+                apply_swaps([swap])
 
     def _check_cached_call(self, code: types.CodeType, frame: types.FrameType) -> None:
         """A ``typed=False`` cache answers ``f(1)`` with what it computed for ``f(True)``:

@@ -345,18 +345,6 @@ class Sym:
         return f"Sym({self.t})"
 
 
-class IntOfSymbol:
-    """``int`` as a policy's module sees it during a symbolic run (:class:`Guard` shadows the
-    built-in there): ``int(x)`` of a symbolic int is ``x``, exactly what ``int`` of an int
-    is; anything else goes to Python's ``int`` (``int(flag)``; ``int(a / b)`` is refused by
-    the float, as a float's truncation is not modelled)."""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and not kwargs and isinstance(args[0], Sym):
-            return args[0]
-        return int(*args, **kwargs)
-
-
 #: the most values a symbolic int may take where Python needs a concrete one (``range(n)``,
 #: an index, ``int(n)``): each value becomes a path of its own
 MAX_CONCRETE_VALUES = 64
@@ -716,7 +704,7 @@ def run_guarded(
     """
     fn = getattr(policy, method)
     who = f"The {policy.kind} policy {policy.spec!r} ({source})"
-    guard = Guard(owner=policy, symbolic=True, shadows={"int": IntOfSymbol})
+    guard = Guard(owner=policy, symbolic=True)
     token = _GUARD.set(guard)
     try:
         outcome = explore(lambda: fn(view))

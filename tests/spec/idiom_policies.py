@@ -76,7 +76,7 @@ class CeilDiv(_Paged):
     name = "idiom-ceil"
 
     def admit(self, v: AdmitView) -> bool:
-        need = int(math.ceil(v.remaining_tokens / v.page_size)) * v.page_size  # noqa: RUF046 - under test
+        need = math.ceil(v.remaining_tokens / v.page_size) * v.page_size
         return self.fits(need + v.first_tokens + v.page_size, v)
 
 
