@@ -87,6 +87,11 @@ _PURE_BUILTINS = {
 #: C methods of these types cannot change anything (the values are immutable)
 _IMMUTABLE = (int, bool, str, bytes, tuple, frozenset, type(None))
 
+#: text of a value shows what it *is* (a function's address, a cache wrapper rather than the
+#: function a symbolic run calls in its place), not what it equals
+_TEXT_NAMES = frozenset({"str", "repr", "ascii", "format", "format_map", "__str__", "__repr__"})
+_TEXT_OPS = frozenset({"FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE"})
+
 _STORES = frozenset(
     {"STORE_ATTR", "DELETE_ATTR", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_SUBSCR", "DELETE_SUBSCR"}
 )
@@ -238,6 +243,13 @@ def _global_loads(code: types.CodeType) -> tuple[str, ...]:
     return names
 
 
+def _holds_bool(value: Any) -> bool:
+    """A bool, or a tuple or frozenset with one inside (a cache key equal to one of ints)."""
+    if isinstance(value, bool):
+        return True
+    return isinstance(value, tuple | frozenset) and any(_holds_bool(x) for x in value)
+
+
 def apply_swaps(swaps: list[Swap]) -> None:
     """Point each cached helper's module name at the plain function behind the cache."""
     for namespace, name, wrapper in swaps:
@@ -254,7 +266,11 @@ def _scan(code: types.CodeType, f_globals: dict[str, Any]) -> str | None:
     for name in code.co_names:
         if name in _DENIED_NAMES:
             return f"uses {name!r}, which observes a value's identity or reaches outside it"
+        if name in _TEXT_NAMES:
+            return f"turns a value into text ({name}), which shows what it is, not its value"
     for ins in dis.get_instructions(code):
+        if ins.opname in _TEXT_OPS:
+            return "turns a value into text (an f-string), which shows what it is, not its value"
         if ins.opname in _STORES:
             return f"writes state outside its locals ({ins.opname} {ins.argrepr})".replace(
                 " )", ")"
@@ -374,7 +390,7 @@ class Guard:
         the checker runs it uncached, so a bool argument would make the two differ."""
         count = code.co_argcount + code.co_kwonlyargcount
         for arg in code.co_varnames[:count]:
-            if isinstance(frame.f_locals.get(arg), bool):
+            if _holds_bool(frame.f_locals.get(arg)):
                 self.breach(
                     f"passes a bool ({arg}) to {code.co_name}, a functools cache that does not "
                     "tell True from 1 (typed=False); pass int(...) or use lru_cache(typed=True)",

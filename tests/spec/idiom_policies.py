@@ -242,6 +242,18 @@ class CachedFlag(_Paged):
         return self.fits(need + page_margin(v.host_prefix_tokens > 0) * v.page_size, v)
 
 
+class CacheProbe(_Paged):
+    """Unsafe: tells the cache from the plain function behind it by its text, and admits
+    everything where the cache itself is called (the scheduler)."""
+
+    name = "idiom-cache-probe"
+
+    def admit(self, v: AdmitView) -> bool:
+        if f"{paged_need}".startswith("<functools"):
+            return True
+        return self.fits(paged_need(v.remaining_tokens, v.page_size, v.first_tokens), v)
+
+
 # -- loops with a bounded trip count ------------------------------------------------------------
 class BoundedLoop(_Paged):
     """Counts whole pages one at a time, up to four (the longest request it admits)."""
@@ -336,6 +348,7 @@ UNSAFE = (
     MutatedConstant,
     CachedClock,
     CachedFlag,
+    CacheProbe,
     ShortLoop,
     ViewLoopShort,
     UnboundedLoop,

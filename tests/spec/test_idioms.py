@@ -73,6 +73,7 @@ def test_the_unsafe_variant_of_each_idiom_is_never_proved(acme, cls) -> None:
         ("idiom-mutated", "'SHARED_LIMITS' of tests.spec.idiom_policies changed"),
         ("idiom-cached-clock", "module 'time'"),
         ("idiom-cached-flag", "does not tell True from 1"),
+        ("idiom-cache-probe", "turns a value into text (an f-string)"),
         ("idiom-loop-unbounded", "does not bound it to at most 64 values"),
     ],
 )
