@@ -45,6 +45,7 @@ import dis
 import functools
 import gc
 import math
+import operator
 import sys
 import time
 import types
@@ -82,7 +83,13 @@ _DENIED_OBJECTS = {id(getattr(builtins, n)): n for n in _DENIED_NAMES if hasattr
 #: C functions a policy may call: pure functions of their arguments
 _PURE_BUILTINS = {
     id(f)
-    for f in (min, max, abs, divmod, len, sum, all, any, sorted, round, pow, math.ceil, math.floor)
+    for f in (
+        *(min, max, abs, divmod, len, sum, all, any, sorted, round, pow, math.ceil, math.floor),
+        # the operators as functions: each runs the same special method the operator does
+        *(operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod),
+        *(operator.truediv, operator.neg, operator.pos, operator.abs, operator.not_),
+        *(operator.lt, operator.le, operator.eq, operator.ne, operator.ge, operator.gt),
+    )
 }
 #: C methods of these types cannot change anything (the values are immutable)
 _IMMUTABLE = (int, bool, str, bytes, tuple, frozenset, type(None))

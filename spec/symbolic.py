@@ -281,7 +281,7 @@ class Sym:
 
     # what a symbol cannot become -------------------------------------------------------
     def __int__(self) -> int:
-        return _one_value(self.t, "a concrete int (int())")
+        return _one_value(self.t, "a concrete int in int() (int(x) of an int is x: leave it out)")
 
     def __index__(self) -> int:
         return _one_value(self.t, "an index, a range bound or a repeat count")

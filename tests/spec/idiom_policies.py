@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import time
 from dataclasses import dataclass
 
@@ -162,7 +163,7 @@ class FewTerms(_Paged):
 
     def admit(self, v: AdmitView) -> bool:
         need = sum((pages(v.remaining_tokens, v.page_size) * v.page_size, v.first_tokens))
-        need = max([need, v.first_tokens]) + v.page_size
+        need = operator.add(max([need, v.first_tokens]), v.page_size)
         return need <= min(x for x in (v.rem_total_tokens, v.cur_rem_tokens))
 
 
