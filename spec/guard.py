@@ -14,7 +14,8 @@ code that is not the checker's own (the policy, its helpers, any library it call
   module-level constants (ints, tuples of them, frozen dataclasses of them), functions and
   ``functools`` caches of functions are read, and each one read is remembered
   (:attr:`Guard.reads`) so that a later rebinding or mutation is noticed
-  (:func:`changed`); a module that rebinds one with ``global`` refuses it outright;
+  (:func:`changed`); a module that rebinds one with ``global`` refuses it outright; so does
+  text of a value (``str``, ``repr``, ``format``, an f-string), which shows what a value *is*;
 * **what the code writes** — attribute, global, subscript and closure-cell stores refuse it
   (a pure function has nothing to store outside its own locals);
 * **which C functions it calls** — only a short list of pure built-ins (``min``, ``max``,
