@@ -21,6 +21,7 @@ the registry parses and validates it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -114,11 +115,11 @@ class AdmissionPolicy(Policy):
 
     def admit(self, v: AdmitView) -> bool:
         """True if the request may enter this round (checked again after its prefix is locked)."""
-        raise NotImplementedError
+        raise NotImplementedError(_missing(self, "admit"))
 
     def tail_reserve(self, v: TailView) -> int:
         """Tokens to promise to later rounds for a truncated request's unscheduled tail."""
-        raise NotImplementedError
+        raise NotImplementedError(_missing(self, "tail_reserve"))
 
 
 # --- chunking --------------------------------------------------------------------------------
@@ -149,11 +150,11 @@ class ChunkingPolicy(Policy):
 
     def new_chunk(self, v: ChunkView) -> int:
         """Tokens to compute this round for a request that starts now (``0``: not this round)."""
-        raise NotImplementedError
+        raise NotImplementedError(_missing(self, "new_chunk"))
 
     def resume_chunk(self, v: ChunkView) -> int:
         """Tokens to compute this round for the in-progress chunked request (``0``: defer it)."""
-        raise NotImplementedError
+        raise NotImplementedError(_missing(self, "resume_chunk"))
 
 
 # --- alignment -------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ class AlignmentPolicy(Policy):
 
     def align_end(self, v: AlignView) -> int:
         """An end in ``(start, end]``: the chunk must keep at least one token."""
-        raise NotImplementedError
+        raise NotImplementedError(_missing(self, "align_end"))
 
 
 # --- allocator phase -------------------------------------------------------------------------
@@ -232,7 +233,7 @@ class QueuePolicy(Policy):
 
     def priority(self, v: QueueView) -> int:
         """The request's place in the queue: lower goes first (ties keep arrival order)."""
-        raise NotImplementedError
+        raise NotImplementedError(_missing(self, "priority"))
 
 
 POLICY_BASES: dict[str, type[Policy]] = {
@@ -242,3 +243,46 @@ POLICY_BASES: dict[str, type[Policy]] = {
     "allocator-phase": AllocatorPhasePolicy,
     "queue": QueuePolicy,
 }
+
+#: the decisions a policy of each kind must make itself (the bases only raise)
+REQUIRED_METHODS: dict[str, tuple[str, ...]] = {
+    "admission": ("admit", "tail_reserve"),
+    "chunking": ("new_chunk", "resume_chunk"),
+    "alignment": ("align_end",),
+    "queue": ("priority",),
+}
+
+
+def defined_at(cls: type) -> str:
+    """``file:line`` of a class's definition (its module's name where the source is gone)."""
+    try:
+        _, line = inspect.getsourcelines(cls)
+        return f"{inspect.getsourcefile(cls)}:{line}"
+    except (OSError, TypeError):
+        return cls.__module__
+
+
+def incomplete(cls: type[Policy]) -> str | None:
+    """Why ``cls`` cannot decide as its kind must (a required method it does not implement),
+    naming the class and where it is defined; ``None`` when it implements them all. Asked at
+    registration and by the checker, so that the author reads about their own class rather
+    than a ``NotImplementedError`` raised from this file."""
+    base = POLICY_BASES.get(getattr(cls, "kind", ""))
+    if base is None:
+        return None
+    missing = [
+        name
+        for name in REQUIRED_METHODS.get(cls.kind, ())
+        if getattr(cls, name, None) is getattr(base, name)
+    ]
+    if not missing:
+        return None
+    every = " and ".join(REQUIRED_METHODS[cls.kind])
+    return (
+        f"{cls.__qualname__} ({defined_at(cls)}) must implement {' and '.join(missing)}: "
+        f"every {cls.kind} policy decides {every}."
+    )
+
+
+def _missing(policy: Policy, method: str) -> str:
+    return f"{type(policy).__qualname__} ({defined_at(type(policy))}) must implement {method}"

@@ -19,7 +19,14 @@ from dataclasses import dataclass
 
 from policykit.errors import ComboError, PluginError, quote
 from policykit.plugin_manager import PluginSource, PolicykitPluginManager
-from policykit.policy import DECISION_KINDS, KINDS, POLICY_BASES, EngineConfig, Policy
+from policykit.policy import (
+    DECISION_KINDS,
+    KINDS,
+    POLICY_BASES,
+    EngineConfig,
+    Policy,
+    incomplete,
+)
 
 DEFAULT_COMBO: dict[str, str] = {
     "admission": "reserve-tail",
@@ -199,6 +206,8 @@ class PolicyRegistry:
                 f"{where} registered the {kind} policy {quote(name)}, which {other.plugin_name!r} "
                 f"({other}) already registered."
             )
+        if (reason := incomplete(policy_cls)) is not None:
+            raise PluginError(f"{where} registered a policy that cannot decide: {reason}")
         self._entries[key] = PolicyEntry(policy_cls, source)
 
     # -- queries ---------------------------------------------------------------------------

@@ -48,10 +48,11 @@ from policykit.policy import (
     Policy,
     QueueView,
     TailView,
+    incomplete,
 )
 from policykit.registry import Combo
-from policykit.spec.guard import Breach, Guard
-from policykit.spec.lifted import Lifted, entries, lift
+from policykit.spec.guard import Breach, Guard, changed
+from policykit.spec.lifted import Lifted, entries, forget_stale, lift
 from policykit.spec.symbolic import LIMIT, Sym, SymbolicEvaluationError, Unsupported
 from policykit.spec.terms import compile_terms
 
@@ -165,6 +166,15 @@ def check_policies(
 ) -> None:
     """Cross-validate every decision of ``combo``'s policies; raise :class:`PolicyRefused`."""
     sources = sources or {}
+    for kind in DECISION_KINDS:
+        policy = getattr(combo, kind)
+        forget_stale(policy)
+        reason = incomplete(type(policy))
+        if reason is not None:
+            raise PolicyRefused(
+                f"The {kind} policy {policy.spec!r} ({sources.get(kind, policy.source)}) cannot "
+                f"be checked: {reason}"
+            )
     _check_declarations(combo.queue, sources.get("queue", combo.queue.source))
     for m in METHODS:
         policy = getattr(combo, m.kind)
@@ -198,6 +208,7 @@ def check_lifted(combo: Combo, engine: EngineConfig, sources: dict[str, str] | N
     for kind in DECISION_KINDS:
         policy = getattr(combo, kind)
         for (name, shape), lifted in entries(policy):
+            _unchanged(policy, name, lifted, sources.get(kind, policy.source))
             if not lifted.validated:
                 template = _template(by_name[name].template(engine), shape)
                 validate(
@@ -236,6 +247,7 @@ def validate(
     reused = _run_all(policy, m, views, who, where)
     fresh = _fresh(policy, engine, who)
     again = list(reversed(_run_all(fresh, m, list(reversed(views)), who, where)))
+    _unchanged(policy, m.name, lifted, source)
     for view, a, b in zip(views, reused, again, strict=True):
         if a != b or type(a) is not type(b):
             raise PolicyRefused(
@@ -258,7 +270,7 @@ def _run_all(policy: Policy, m: Method, views: list[Any], who: str, where: str) 
     """The policy's answers on ``views``, each call watched by a guard."""
     fn = getattr(policy, m.name)
     out = []
-    guard = Guard()
+    guard = Guard(owner=policy)
     for view in views:
         guard.start()
         try:
@@ -285,6 +297,18 @@ def _run_all(policy: Policy, m: Method, views: list[Any], who: str, where: str) 
             )
         out.append(answer)
     return out
+
+
+def _unchanged(policy: Policy, method: str, lifted: Lifted, source: str) -> None:
+    """Refuse when a module-level value the lifted code read is no longer what it read:
+    rebound, or a frozen record mutated, while the check ran."""
+    stale = changed(lifted.reads)
+    if stale is not None:
+        raise PolicyRefused(
+            f"The {policy.kind} policy {policy.spec!r} ({source}) cannot be checked: {stale} "
+            f"during the check ({method}()), so the scheduler may run another policy than the "
+            "one checked. Keep module-level constants constant."
+        )
 
 
 def _fresh(policy: Policy, engine: EngineConfig, who: str) -> Policy:

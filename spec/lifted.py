@@ -7,8 +7,9 @@ here. That lifted function is what :mod:`policykit.spec.crossval` compares with 
 Python policy. Because a policy must be a pure function of its view (the guard and the
 cross-validation refuse anything else), its answer on any terms is the lifted function with
 the fresh variables replaced by those terms. The model re-runs the already-watched code on
-its own terms instead (``symbolic.evaluate``): the same value, with the branches those terms
-rule out already dropped.
+its own terms instead (:func:`evaluate`): the same value, with the branches those terms
+rule out already dropped. (This module sits above :mod:`policykit.spec.symbolic`, which knows
+nothing of lifting.)
 
 A view's *shape* says which fields are concrete here (the page size, the hybrid flag, a
 constant of the model) and their values: a policy may branch on those in Python, so each shape
@@ -23,10 +24,15 @@ from typing import Any
 
 import z3
 
+from policykit.spec.guard import Read, Swap, apply_swaps, changed, restore_swaps
 from policykit.spec.symbolic import (
     DivisionSink,
+    NonDeterministic,
     Sym,
+    SymbolicEvaluationError,
+    Unsupported,
     collect_divisions,
+    explore,
     reset_divisions,
     run_guarded,
 )
@@ -56,6 +62,10 @@ class Lifted:
     result: Any  #: Sym, SymBool or Choice over the fresh variables
     quotients: list[tuple[z3.ArithRef, int, z3.ArithRef]]
     paths: list[z3.BoolRef]  #: the condition of each path the policy's code took
+    #: the module-level values the code read, as they were (a rebinding makes this stale)
+    reads: dict[tuple[int, str], Read]
+    #: the cached helpers its symbolic runs call uncached
+    swaps: list[Swap]
     #: set once :mod:`policykit.spec.crossval` has compared this with the Python policy
     validated: bool = False
 
@@ -76,13 +86,32 @@ def entries(policy: Any) -> list[tuple[tuple[str, Shape], Lifted]]:
     return list(_LIFTED.get(_identity(policy), {}).items())
 
 
+def forget_stale(policy: Any) -> None:
+    """Drop what was lifted from ``policy`` before a module-level value its code read was
+    rebound (or a frozen record mutated): a check starting reads the module as it is now."""
+    per_policy = _LIFTED.get(_identity(policy), {})
+    for key in [k for k, lifted in per_policy.items() if changed(lifted.reads) is not None]:
+        del per_policy[key]
+
+
 def lift(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Lifted:
-    """The lifted ``policy.method`` for views shaped like ``view`` (made on first use)."""
+    """The lifted ``policy.method`` for views shaped like ``view`` (made on first use).
+
+    A module-level value the code read may have changed since it was lifted: between checks
+    :func:`forget_stale` lifts it anew; here, in the middle of a check, the policy is refused
+    (the checker would be reasoning about two different programs)."""
     per_policy = _LIFTED.setdefault(_identity(policy), {})
     key = (method, _shape(view))
     lifted = per_policy.get(key)
     if lifted is None:
         lifted = per_policy[key] = _make(policy, method, view, source)
+    stale = changed(lifted.reads)
+    if stale is not None:
+        raise SymbolicEvaluationError(
+            f"The {policy.kind} policy {policy.spec!r} ({source}) cannot be checked: {stale} "
+            f"during the check ({method}()), so the scheduler may run another policy than the "
+            "one checked. Keep module-level constants constant."
+        )
     return lifted
 
 
@@ -96,7 +125,31 @@ def _make(policy: Any, method: str, view: Any, source: str) -> Lifted:
     sink = DivisionSink()
     token = collect_divisions(sink)
     try:
-        result, paths = run_guarded(policy, method, fresh, source=source)
+        result, paths, guard = run_guarded(policy, method, fresh, source=source)
     finally:
         reset_divisions(token)
-    return Lifted(inputs, result, list(sink.quotients), paths)
+    return Lifted(inputs, result, list(sink.quotients), paths, guard.reads, guard.swaps)
+
+
+def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Any:
+    """``policy.method(view)`` as one symbolic value.
+
+    The first time a (policy, method, view shape) is asked, the policy's code is run under the
+    guard on fresh variables and lifted, which is what cross-validation compares with Python.
+    Every call then runs the same code on this view's own terms, unwatched: those paths are a
+    subset of the ones the guard already followed (a pure function takes no other), and
+    deciding on the real terms lets z3's simplifier drop the branches they rule out, which
+    keeps the model's formulas as small as before.
+    """
+    lifted = lift(policy, method, view, source=source)
+    apply_swaps(lifted.swaps)
+    try:
+        return explore(lambda: getattr(policy, method)(view)).merged()
+    except (Unsupported, NonDeterministic, Exception) as exc:
+        raise SymbolicEvaluationError(
+            f"The {policy.kind} policy {policy.spec!r} ({source}) answered differently on the "
+            f"model's terms than on fresh variables ({type(exc).__name__}: {exc}); a pure "
+            "function cannot."
+        ) from None
+    finally:
+        restore_swaps(lifted.swaps)

@@ -40,6 +40,7 @@ from policykit.plan import NEVER
 from policykit.policy import AdmitView, AlignView, ChunkView, QueueView, TailView
 from policykit.pool import extend_pages, pages_for
 from policykit.registry import Combo
+from policykit.spec.lifted import evaluate
 from policykit.spec.symbolic import (
     Choice,
     DivisionSink,
@@ -47,7 +48,6 @@ from policykit.spec.symbolic import (
     SymBool,
     collect_divisions,
     decide_all,
-    evaluate,
     in_range,
     int_var,
     num,

@@ -9,10 +9,15 @@ branch combination (a depth-first walk, the approach of CrossHair-style symbolic
 Each path's result, under its path condition, is merged into one nested z3 ``If``.
 
 That is why the spec needs no second copy of any policy: it runs the very function the
-scheduler runs. What cannot be followed symbolically (floats, ``int()`` of a symbol, indexing
-or ``range`` with a symbol, division by a symbol, products of two symbols, a function that
-takes different branches when re-run) raises :class:`SymbolicEvaluationError`, which names
-the policy and the line, never a z3 stack trace.
+scheduler runs. What cannot be followed symbolically (floats, division by a symbol, products
+of two symbols, a function that takes different branches when re-run) raises
+:class:`SymbolicEvaluationError`, which names the policy and the line, never a z3 stack trace.
+
+Two places where Python wants something other than an int are followed where that is exact:
+``math.ceil(a / b)`` and ``math.floor(a / b)`` of ints (:class:`Ratio`: Python's correctly
+rounded float gives the integer ceiling and floor while ``|a| < 2**53``, which is proved or the
+policy refused), and a symbol used where Python needs a concrete int (``range(n)``, an index,
+``int(n)``) when the path bounds it to a few values: the evaluation forks once per value.
 
 Exactness is the contract: every operation a :class:`Sym` accepts means what it means on a
 Python ``int``, or it is refused. While a policy is explored, a comparison does not build a
@@ -38,7 +43,7 @@ import z3
 
 from policykit.errors import PolicykitError
 from policykit.spec.exact_division import exact_quotient
-from policykit.spec.guard import Breach, Guard, trusted
+from policykit.spec.guard import Breach, Guard, own_files, trusted
 
 #: paths one evaluation may take before it is refused (a policy that loops on a symbol)
 MAX_PATHS = 512
@@ -235,10 +240,18 @@ class Sym:
 
     __rmod__ = __rfloordiv__
 
-    def __truediv__(self, o: Any) -> Sym:
-        raise Unsupported("uses true division '/', which makes a float; use '//'")
+    def __truediv__(self, o: Any) -> Ratio:
+        if isinstance(o, Sym):
+            raise Unsupported("divides by a symbolic value, which is not linear arithmetic")
+        if isinstance(o, bool) or not isinstance(o, int) or o <= 0:
+            raise Unsupported(
+                f"uses true division '/' by {o!r}, which makes a float; only math.ceil or "
+                "math.floor of an int divided by a positive int is exact (or use '//')"
+            )
+        return Ratio(self, o)
 
-    __rtruediv__ = __truediv__
+    def __rtruediv__(self, o: Any) -> Sym:
+        raise Unsupported("divides by a symbolic value, which is not linear arithmetic")
 
     # comparisons -----------------------------------------------------------------------
     def __lt__(self, o: IntLike) -> Any:
@@ -268,10 +281,10 @@ class Sym:
 
     # what a symbol cannot become -------------------------------------------------------
     def __int__(self) -> int:
-        raise Unsupported("converts a symbolic value to a concrete int (int(), round, format)")
+        return _one_value(self.t, "a concrete int in int() (int(x) of an int is x: leave it out)")
 
     def __index__(self) -> int:
-        raise Unsupported("uses a symbolic value as an index, a range bound or a repeat count")
+        return _one_value(self.t, "an index, a range bound or a repeat count")
 
     def __float__(self) -> float:
         raise Unsupported("converts a symbolic value to a float")
@@ -306,11 +319,12 @@ class Sym:
     __floor__ = __ceil__ = __trunc__
 
     # not linear, or not an int's meaning: refused -------------------------------------------
-    def _refuse(self, *_: Any) -> Any:
+    # (a dunder name: the guard lets policy code call the evaluator's operators, nothing else)
+    def __refused__(self, *_: Any) -> Any:
         raise Unsupported("uses a bitwise operator or a power on a symbolic value")
 
-    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refuse
-    __pow__ = __rpow__ = __rlshift__ = __rrshift__ = __rdivmod__ = _refuse
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = __refused__
+    __pow__ = __rpow__ = __rlshift__ = __rrshift__ = __rdivmod__ = __refused__
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -329,6 +343,175 @@ class Sym:
         if _CURRENT.get() is not None:
             raise Unsupported("turns a symbolic value into text")
         return f"Sym({self.t})"
+
+
+#: the most values a symbolic int may take where Python needs a concrete one (``range(n)``,
+#: an index, ``int(n)``): each value becomes a path of its own
+MAX_CONCRETE_VALUES = 64
+#: z3 resource units to find those values' bounds on one path (a few linear facts)
+BOUNDS_RLIMIT = 5_000_000
+
+
+def _one_value(term: z3.ArithRef, use: str) -> int:
+    """``term`` as a concrete int, for Python code that needs one: where the path that
+    reaches here bounds it to at most :data:`MAX_CONCRETE_VALUES` values, the evaluation forks
+    once per value (so ``range(n)`` runs ``n`` times on each path, exactly as Python does);
+    anything else is refused."""
+    explorer = _CURRENT.get()
+    if explorer is None:
+        raise Unsupported(f"uses a symbolic value as {use} outside a policy")
+    bounds = Guard.suspended(lambda: _path_bounds(term, explorer.conds))
+    if bounds is None:
+        raise Unsupported(
+            f"uses a symbolic value as {use}, and the path to it does not bound it to at most "
+            f"{MAX_CONCRETE_VALUES} values (bound it first, e.g. `if 0 <= n <= 8:`)"
+        )
+    low, high = bounds
+    for value in range(low, high):
+        if explorer.decide(term == value):
+            return value
+    return high  # the path implies it: every smaller value was ruled out above
+
+
+def _path_bounds(term: z3.ArithRef, conds: list[z3.BoolRef]) -> tuple[int, int] | None:
+    """The least and greatest value of ``term`` on the path ``conds`` (with the definitions
+    of the quotients they mention), or None when unbounded, too wide or not found in budget.
+    An infeasible path gives ``(0, 0)``: whatever it returns is never used."""
+    simple = z3.simplify(term)
+    if z3.is_int_value(simple):
+        return simple.as_long(), simple.as_long()
+    opt = z3.Optimize()
+    opt.set("rlimit", BOUNDS_RLIMIT)
+    opt.set("priority", "box")
+    opt.add(*conds, *_quotient_facts([term, *conds]))
+    low, high = opt.minimize(term), opt.maximize(term)
+    verdict = opt.check()
+    if verdict == z3.unsat:
+        return 0, 0
+    if verdict != z3.sat:
+        return None
+    least, most = opt.lower(low), opt.upper(high)
+    if not (z3.is_int_value(least) and z3.is_int_value(most)):
+        return None
+    least, most = least.as_long(), most.as_long()
+    return (least, most) if most - least < MAX_CONCRETE_VALUES else None
+
+
+def _quotient_facts(terms: list[z3.ExprRef]) -> list[z3.BoolRef]:
+    """``d*q <= x < d*q + d`` for every quotient ``q`` the terms mention (and those its ``x``
+    mentions in turn)."""
+    sink = _DIVISIONS.get()
+    if sink is None:
+        return []
+    defined = {q.get_id(): (x, d, q) for x, d, q in sink.quotients}
+    facts: list[z3.BoolRef] = []
+    seen: set[int] = set()
+    todo = [v for t in terms for v in _free_ints(t)]
+    while todo:
+        v = todo.pop()
+        if v.get_id() in seen or v.get_id() not in defined:
+            continue
+        seen.add(v.get_id())
+        x, d, q = defined[v.get_id()]
+        facts += [d * q <= x, x < d * q + d]
+        todo.extend(_free_ints(x))
+    return facts
+
+
+#: ``a / b`` of ints is correctly rounded, so ``math.ceil`` and ``math.floor`` of it are the
+#: integer ceiling and floor while ``|a| < 2**53``; beyond, the float rounds first
+FLOAT_EXACT = 1 << 53
+
+
+class Ratio:
+    """``a / b`` of a symbolic int ``a`` and a positive int ``b``: a float in Python, exact
+    here only through ``math.ceil`` and ``math.floor``; anything else done with it is refused
+    (a comparison, arithmetic, ``int()``, ``round()``: float rounding the checker does not
+    model)."""
+
+    __slots__ = ("den", "num")
+
+    def __init__(self, num: Sym, den: int) -> None:
+        self.num, self.den = num, den
+
+    def __ceil__(self) -> Sym:
+        _require_float_exact(self.num.t)
+        return -((-self.num) // self.den)
+
+    def __floor__(self) -> Sym:
+        _require_float_exact(self.num.t)
+        return self.num // self.den
+
+    def __refused__(self, *_: Any) -> Any:
+        raise Unsupported(
+            "uses true division '/' (a float) other than as math.ceil(a / b) or "
+            "math.floor(a / b) of ints; use '//'"
+        )
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = __refused__  # type: ignore[assignment]
+    __int__ = __float__ = __index__ = __round__ = __trunc__ = __str__ = __format__ = __refused__
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __neg__ = __pos__ = __refused__
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __abs__ = __refused__
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self.__refused__()
+
+    def __repr__(self) -> str:
+        if _CURRENT.get() is not None:
+            self.__refused__()
+        return f"Ratio({self.num!r}, {self.den})"
+
+
+def _require_float_exact(numerator: z3.ArithRef) -> None:
+    """Refuse ``math.ceil(a / b)`` unless ``|a| < 2**53`` for every view in the checked range
+    (each free input within ``±LIMIT``). Asked while a policy is lifted, on fresh variables;
+    the model's own re-runs follow the lifted paths."""
+    if _GUARD.get() is None:
+        return
+    Guard.suspended(lambda: _float_exact_or_refuse(numerator))
+
+
+def _float_exact_or_refuse(numerator: z3.ArithRef) -> None:
+    sink = _DIVISIONS.get()
+    facts = list(sink.facts) if sink is not None else []
+    quotients = {q.get_id() for _, _, q in sink.quotients} if sink is not None else set()
+    inputs = {
+        v.get_id(): v
+        for term in (numerator, *facts)
+        for v in _free_ints(term)
+        if v.get_id() not in quotients
+    }
+    solver = z3.Solver()
+    solver.set("rlimit", FLOAT_CHECK_RLIMIT)
+    solver.add(*facts, *(in_range(v) for v in inputs.values()))
+    solver.add(z3.Or(numerator >= FLOAT_EXACT, numerator <= -FLOAT_EXACT))
+    if solver.check() != z3.unsat:
+        raise Unsupported(
+            "takes math.ceil or math.floor of a / b where a may reach 2**53, beyond which the "
+            "float a / b is rounded before ceil or floor sees it; write -(-a // b) or a // b"
+        )
+
+
+#: z3 resource units for the 2**53 question above: a few linear facts, answered in far fewer
+FLOAT_CHECK_RLIMIT = 2_000_000
+
+
+def _free_ints(term: z3.ExprRef) -> list[z3.ArithRef]:
+    """The integer constants (variables) a term mentions."""
+    seen: set[int] = set()
+    out: list[z3.ArithRef] = []
+    stack = [term]
+    while stack:
+        e = stack.pop()
+        if e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED and z3.is_int(e):
+            out.append(e)
+        stack.extend(e.children())
+    return out
 
 
 class SymBool:
@@ -388,8 +571,8 @@ _CURRENT: contextvars.ContextVar[Explorer | None] = contextvars.ContextVar(
 )
 
 
-class _NonDeterministic(BaseException):
-    pass
+class NonDeterministic(BaseException):
+    """A policy took another branch when run again on the same input."""
 
 
 _GUARD: contextvars.ContextVar[Guard | None] = contextvars.ContextVar(
@@ -412,7 +595,7 @@ class Explorer:
         if z3.is_true(simple) or z3.is_false(simple):
             value = z3.is_true(simple)
             if i < len(self.prefix) and self.prefix[i] != value:
-                raise _NonDeterministic()
+                raise NonDeterministic()
         elif i < len(self.prefix):
             value = self.prefix[i]
         else:
@@ -486,7 +669,7 @@ def explore(fn: Callable[[], Any]) -> Outcomes:
         finally:
             _CURRENT.reset(token)
         if len(ex.taken) < len(prefix):
-            raise _NonDeterministic()
+            raise NonDeterministic()
         todo.extend(reversed(ex.pending))
         paths.append((z3.And(*ex.conds) if ex.conds else z3.BoolVal(True), result))
         if len(paths) > MAX_PATHS:
@@ -499,52 +682,34 @@ def _policy_frame(exc: BaseException, policy: object) -> str:
     it called) did the unsupported thing; the policy's own module is preferred."""
     frames = traceback.extract_tb(exc.__traceback__)
     here = Path(__file__).resolve()
-    own = Path(sys.modules[type(policy).__module__].__file__ or "").resolve()
+    own = own_files(policy)
     outside = [f for f in frames if Path(f.filename).resolve() != here and "z3" not in f.filename]
-    in_policy = [f for f in outside if Path(f.filename).resolve() == own]
+    in_policy = [f for f in outside if str(Path(f.filename).resolve()) in own]
     frame = (in_policy or outside or frames)[-1]
-    return f"{frame.filename}:{frame.lineno} (in {frame.name})"
-
-
-def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Any:
-    """``policy.method(view)`` as one symbolic value.
-
-    The first time a (policy, method, view shape) is asked, the policy's code is run under the
-    guard on fresh variables and lifted (:mod:`policykit.spec.lifted`), which is what
-    cross-validation compares with Python. Every call then runs the same code on this view's
-    own terms, unwatched: those paths are a subset of the ones the guard already followed (a
-    pure function takes no other), and deciding on the real terms lets z3's simplifier drop
-    the branches they rule out, which keeps the model's formulas as small as before.
-    """
-    from policykit.spec.lifted import lift
-
-    lift(policy, method, view, source=source)
-    try:
-        return explore(lambda: getattr(policy, method)(view)).merged()
-    except (Unsupported, _NonDeterministic, Exception) as exc:
-        raise SymbolicEvaluationError(
-            f"The {policy.kind} policy {policy.spec!r} ({source}) answered differently on the "
-            f"model's terms than on fresh variables ({type(exc).__name__}: {exc}); a pure "
-            "function cannot."
-        ) from None
+    where = f"{frame.filename}:{frame.lineno} (in {frame.name})"
+    if in_policy and outside and outside[-1] is not frame:
+        inner = outside[-1]
+        where += f", inside {inner.name}() at {inner.filename}:{inner.lineno}"
+    return where
 
 
 def run_guarded(
     policy: Any, method: str, view: Any, *, source: str = "built-in"
-) -> tuple[Any, list[z3.BoolRef]]:
+) -> tuple[Any, list[z3.BoolRef], Guard]:
     """Run ``policy.method(view)`` on symbolic values under a :class:`Guard`, once per branch
-    combination: the paths merged into one value, and each path's condition.
+    combination: the paths merged into one value, each path's condition, and the guard (what
+    module-level values the code read, which cached helpers it ran uncached).
 
     ``source`` names where the policy came from (a plugin distribution), for the error.
     """
     fn = getattr(policy, method)
     who = f"The {policy.kind} policy {policy.spec!r} ({source})"
-    guard = Guard()
+    guard = Guard(owner=policy, symbolic=True)
     token = _GUARD.set(guard)
     try:
         outcome = explore(lambda: fn(view))
         if guard.violation is None:
-            return outcome.merged(), [cond for cond, _ in outcome.paths]
+            return outcome.merged(), [cond for cond, _ in outcome.paths], guard
     except (Unsupported, Breach) as exc:
         if guard.violation is None:
             raise SymbolicEvaluationError(
@@ -552,7 +717,7 @@ def run_guarded(
                 f"{_policy_frame(exc, policy)}. Policies must use int arithmetic (+ - * // % by "
                 "a positive int), comparisons, min/max and if."
             ) from None
-    except _NonDeterministic:
+    except NonDeterministic:
         raise SymbolicEvaluationError(
             f"{who} is not deterministic: its {method}() took different branches when run "
             "again on the same input. Policies must be pure functions of their view."

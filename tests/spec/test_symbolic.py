@@ -8,7 +8,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from policykit.policy import AlignView, ChunkView
-from policykit.spec.symbolic import Sym, SymbolicEvaluationError, evaluate, num
+from policykit.spec.lifted import evaluate
+from policykit.spec.symbolic import Sym, SymbolicEvaluationError, num
 
 
 def _at(term: Sym, **values: int) -> int:
@@ -55,7 +56,16 @@ class _Indexing:
     kind, spec = "alignment", "indexing"
 
     def align_end(self, v):
-        return [v.start, v.end][v.end % 2]
+        return [v.start, v.end][v.end]
+
+
+class _BoundedIndexing:
+    """An index the path bounds (``% 2`` is 0 or 1): each value is a path of its own."""
+
+    kind, spec = "alignment", "bounded-indexing"
+
+    def align_end(self, v):
+        return [v.end, v.start + 1][v.end % 2] + int(v.start % 3)
 
 
 class _Random:
@@ -73,6 +83,14 @@ def test_indexing_with_a_symbol_is_refused_with_the_line() -> None:
     view = AlignView(Sym(z3.Int("s")), Sym(z3.Int("e")), 64)  # type: ignore[arg-type]
     with pytest.raises(SymbolicEvaluationError, match=r"as an index.*test_symbolic.py:\d+"):
         evaluate(_Indexing(), "align_end", view)
+
+
+@settings(max_examples=30, deadline=None)
+@given(start=st.integers(-300, 300), end=st.integers(-300, 300))
+def test_a_bounded_index_and_int_of_a_bounded_value_agree_with_python(start, end) -> None:
+    view = AlignView(Sym(z3.Int("s")), Sym(z3.Int("e")), 64)  # type: ignore[arg-type]
+    merged = evaluate(_BoundedIndexing(), "align_end", view)
+    assert _at(merged, s=start, e=end) == _BoundedIndexing().align_end(AlignView(start, end, 64))
 
 
 def test_a_policy_that_counts_its_calls_is_refused_at_the_store() -> None:
