@@ -77,7 +77,10 @@ def _model_dir() -> str:
     folder.mkdir(exist_ok=True)
     path = folder / "config.json"
     if not path.exists():
-        path.write_text(json.dumps(_MODEL_CONFIG), encoding="utf-8")
+        # written aside and renamed: parallel test workers may build schedulers at once
+        partial = folder / f"config.json.{os.getpid()}"
+        partial.write_text(json.dumps(_MODEL_CONFIG), encoding="utf-8")
+        os.replace(partial, path)
     return str(folder)
 
 
