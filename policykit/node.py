@@ -19,7 +19,7 @@ from policykit.plan import Entry, EntryKind, Plan
 from policykit.policy import EngineConfig
 from policykit.pool import TokenPool, extend_pages, pages_for
 from policykit.prefix_cache import Node, PrefixCache
-from policykit.request import Request, State
+from policykit.request import NO_PAGES, Request, State
 
 #: KV a prefill node keeps per request for generated tokens: the first token only
 FIRST_TOKENS = 1
@@ -46,9 +46,6 @@ class NodeConfig:
         )
 
 
-_NO_PAGES = torch.empty(0, dtype=torch.int64)
-
-
 @dataclass
 class _Staged:
     """What a commit took for one entry, held apart from the request until nothing can fail."""
@@ -56,10 +53,10 @@ class _Staged:
     req: Request
     entry: Entry
     prefix_node: Node | None = None
-    prefix_pages: torch.Tensor = _NO_PAGES
-    load_pages: torch.Tensor = _NO_PAGES
+    prefix_pages: torch.Tensor = NO_PAGES
+    load_pages: torch.Tensor = NO_PAGES
     host_entry: HostEntry | None = None
-    extend_pages: torch.Tensor = _NO_PAGES
+    extend_pages: torch.Tensor = NO_PAGES
     swa_pages: torch.Tensor | None = None
 
 
@@ -412,9 +409,7 @@ class PrefillNode:
             self.cache.unlock(req.prefix_node)
         if self.swa_pool is not None:
             self.swa_pool.free(req.swa_pages)
-        req.own_pages = req.own_pages[:0]
-        req.prefix_pages = req.prefix_pages[:0]
-        req.swa_pages = req.swa_pages[:0]
+        req.own_pages = req.prefix_pages = req.swa_pages = NO_PAGES
         req.prefix_node = None
         req.host_entry = None
 

@@ -8,6 +8,7 @@ import click
 
 from policykit.cli.common import echo_json, json_option, load_registry, warn_if_uncheckable
 from policykit.render import print_run
+from policykit.run_progress import RunProgress
 from policykit.scenario import build_node, load_scenario, resolve_scenario_path
 from policykit.scheduler import RunResult, Scheduler
 
@@ -60,7 +61,8 @@ def simulate(
     warn_if_uncheckable(chosen, sc.config.engine, as_json=as_json)
     node = build_node(sc, device=resolve_device(device))
     sched = Scheduler(node, chosen, pm=pm, starvation_rounds=starvation_rounds)
-    result = sched.run(max_rounds=max_rounds)
+    with RunProgress(node) as progress:
+        result = sched.run(max_rounds=max_rounds, on_round=progress.on_round)
     if as_json:
         echo_json({"scenario": sc.name, **result.to_dict()}, "policykit.simulate/1")
     else:
