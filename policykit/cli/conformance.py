@@ -1,8 +1,9 @@
 """``policykit conformance sglang``: what SGLang 0.5.23's real scheduler does differently.
 
 Runs each scenario through policykit's upstream-faithful combo and through upstream's own
-``PrefillAdder`` (see :mod:`policykit.upstream.sglang`), and prints every difference. Exit 0 when
-all are identical, 1 when any differs, 2 on bad input or when SGLang is not installed.
+``PrefillAdder`` (see :mod:`policykit.conformance.sglang.driver`), and prints every difference.
+Exit 0 when all are identical, 1 when any differs, 2 on bad input or when SGLang is not
+installed.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ def sglang(
     scenarios: tuple[str, ...], random_count: int, seed: int, schedule_policy: str, as_json: bool
 ) -> None:
     """Diff SCENARIO... (files or bundled names) against SGLang 0.5.23's PrefillAdder."""
-    from policykit.upstream.conformance import conform, random_scenario, upstream_combo
-    from policykit.upstream.sglang import SUPPORTED_VERSION, load
+    from policykit.conformance.sglang.compare import conform, random_scenario, upstream_combo
+    from policykit.conformance.sglang.driver import SUPPORTED_VERSION, load
 
     if not scenarios and not random_count:
         raise click.UsageError("give SCENARIO files or bundled names, or --random N")

@@ -19,7 +19,7 @@ from policykit.scenario import RequestSpec, Scenario, load_scenario
 if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
-from policykit.upstream.conformance import conform, random_scenario
+from policykit.conformance.sglang.compare import conform, random_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((ROOT / "policykit" / "scenarios").glob("*.json"))
@@ -132,7 +132,7 @@ def test_load_back_evicts_a_later_requests_prefix():
 
 
 def test_driver_shows_the_eviction():
-    from policykit.upstream.sglang import drive
+    from policykit.conformance.sglang.driver import drive
 
     batch = drive(LOAD_BACK_EVICTS).rounds[0].plan.entries
     assert [(e.request_id, e.start, e.end, e.cached) for e in batch] == [
@@ -190,7 +190,7 @@ def test_swa_edge_cases(name):
 
 def test_swa_driver_reports_upstreams_chunk():
     """The issue's example: upstream computes [0, 576) where the pre-fix model says 784."""
-    from policykit.upstream.sglang import drive
+    from policykit.conformance.sglang.driver import drive
 
     run = drive(SWA_SHORTAGE)
     first = run.rounds[0].plan.entries[0]

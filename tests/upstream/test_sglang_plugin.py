@@ -1,7 +1,7 @@
 """The policykit SGLang plugin on SGLang 0.5.23's real ``PrefillAdder`` (CPU; GPU modules stubbed).
 
-Driven by the conformance driver (:mod:`policykit.upstream.sglang`). Skipped when SGLang is not
-installed (``pip install 'policykit[sglang]'``).
+Driven by the conformance driver (:mod:`policykit.conformance.sglang.driver`). Skipped when
+SGLang is not installed (``pip install 'policykit[sglang]'``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
 from policykit import planner
+from policykit.conformance.sglang.compare import (
+    UPSTREAM_COMBO,
+    _round_view,
+    diff,
+    random_scenario,
+    run_policykit,
+)
+from policykit.conformance.sglang.driver import drive
 from policykit.integrations.sglang import hooks
 from policykit.integrations.sglang.plugin import applied
 from policykit.plugins.queue import FcfsQueue
@@ -34,14 +42,6 @@ from policykit.policy import (
 from policykit.registry import PolicyRegistry, registry_from
 from policykit.scenario import build_node, load_scenario
 from policykit.scheduler import Scheduler
-from policykit.upstream.conformance import (
-    UPSTREAM_COMBO,
-    _round_view,
-    diff,
-    random_scenario,
-    run_policykit,
-)
-from policykit.upstream.sglang import drive
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = load_scenario(ROOT / "policykit" / "scenarios" / "seed-incident-1keim.json")

@@ -25,13 +25,13 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from policykit.conformance.sglang import gpu_stubs
 from policykit.errors import PolicykitError, PrefillOutOfMemory
 from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.node import PrefillNode
 from policykit.plan import Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.request import Request, State
 from policykit.scenario import Scenario, build_node
-from policykit.upstream import gpu_stubs
 
 #: the SGLang release whose scheduler this driver calls
 SUPPORTED_VERSION = "0.5.23"

@@ -14,12 +14,12 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from policykit.conformance.sglang.driver import NotExpressible, UpstreamRun, drive
 from policykit.plan import Plan
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
 from policykit.scenario import RequestSpec, Scenario, build_node
 from policykit.scheduler import RunResult, Scheduler
-from policykit.upstream.sglang import NotExpressible, UpstreamRun, drive
 
 
 def upstream_combo(schedule_policy: str = "fcfs") -> str:
