@@ -237,9 +237,10 @@ TOUCHED_SURVIVES = {
 }
 
 #: SGLang's eviction at load-back (issue 13 item 8): A's 256-token load-back is 128 short of
-#: the free list and evicts B's prefix (older than the filler) before B is matched, so B is
-#: asked about with no hit in the same round
-EVICTED_BY_LOAD_BACK = {
+#: the free list and evicts the least recently used cache. The first sort of a non-empty queue
+#: refreshes the waiting prefixes (SGLang's ``_touch_waiting_prefixes``), so B's prefix is newer
+#: than the filler: the filler goes and B keeps its 128-token hit
+REFRESHED_SURVIVES_LOAD_BACK = {
     "page_size": 64,
     "chunked_prefill_size": 4096,
     "pool": {"free_tokens": 128, "evictable_tokens": 576},
@@ -249,6 +250,20 @@ EVICTED_BY_LOAD_BACK = {
         {"id": "B", "prompt_tokens": 200, "device_prefix_tokens": 128},
     ],
 }
+#: the same after a round that spent the refresh on C alone (the next is 32 sorts later): B's
+#: prefix (laid out before the filler) is the oldest, A's load-back evicts it before B is
+#: matched, so B is asked about with no hit in the same round
+EVICTED_BY_LOAD_BACK = {
+    **REFRESHED_SURVIVES_LOAD_BACK,
+    "pool": {"free_tokens": 192, "evictable_tokens": 576},
+    "requests": [
+        {"id": "C", "prompt_tokens": 60},
+        *(
+            {**r, "arrival_round": 2}
+            for r in REFRESHED_SURVIVES_LOAD_BACK["requests"]  # type: ignore[attr-defined]
+        ),
+    ],
+}
 
 
 @pytest.mark.parametrize("combo_text", COMBOS)
@@ -256,6 +271,7 @@ EVICTED_BY_LOAD_BACK = {
 @example(scenario=EVICTED_WHILE_WAITING)
 @example(scenario=TOUCHED_SURVIVES)
 @example(scenario=EVICTED_BY_LOAD_BACK)
+@example(scenario=REFRESHED_SURVIVES_LOAD_BACK)
 @example(scenario=SEED_ABC)
 @example(scenario=INPUT_BUDGET)
 @example(scenario=IDLE_NOT_NOW)
@@ -315,7 +331,12 @@ def test_eviction_takes_the_least_recently_used_prefix_of_a_waiting_request(regi
 
 
 def test_a_load_back_evicts_the_prefix_a_later_request_of_the_round_would_hit(registry) -> None:
-    assert _starts(EVICTED_BY_LOAD_BACK, "sglang/sglang/none", registry)[0] == {"A": 256, "B": 0}
+    assert _starts(EVICTED_BY_LOAD_BACK, "sglang/sglang/none", registry)[1] == {"A": 256, "B": 0}
+
+
+def test_the_refresh_of_waiting_prefixes_keeps_them_over_idle_cache(registry) -> None:
+    starts = _starts(REFRESHED_SURVIVES_LOAD_BACK, "sglang/sglang/none", registry)
+    assert starts[0] == {"A": 256, "B": 128}
 
 
 #: the queue policies other than the default, on a few combos: SGLang's own ``fcfs`` (its head

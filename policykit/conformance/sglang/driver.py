@@ -217,6 +217,11 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
             hit = 0 if host is None else (host.end - matched) // page * page
             return bpc.MatchResult(matched, last, last, last, host_hit_length=hit)
 
+        def touch_prefix(self, key: Any) -> None:
+            """Upstream's refresh of waiting prefixes (``_touch_waiting_prefixes``), on the
+            node's cache: a match touches what it passes."""
+            self.node.cache.match(tuple(key.raw_token_ids()))
+
         def init_load_back(self, params: Any) -> Any:
             """HiCache's load-back as storage: a hit under its threshold is recomputed; else
             device memory is taken now, evicting cached prefixes if the free pool is short."""
