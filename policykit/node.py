@@ -72,6 +72,18 @@ def _concat(head: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
     return torch.cat([head, tail])
 
 
+def eviction_demand(extend_tokens: int, requests: int, page_size: int) -> int:
+    """The free tokens SGLang 0.5.23 evicts for before it allocates a prefill batch.
+
+    ``alloc_paged_token_slots_extend`` sizes it conservatively, as if every request started a
+    new page: the batch's extend tokens plus one page per request (``alloc_token_slots``, for
+    one-token pages, asks for the extend tokens alone). Eviction takes whole least recently
+    used leaves until the shortfall is covered, so it may free more than the exact pages the
+    allocation then takes.
+    """
+    return extend_tokens + (requests * page_size if page_size > 1 else 0)
+
+
 def _first_over(needs: list[tuple[Entry, int]], available: int) -> str | None:
     """The first entry of a batch whose running total of needs exceeds ``available``."""
     total = 0
@@ -316,9 +328,9 @@ class PrefillNode:
                     pool="swa",
                     request=_first_over(swa_need, self.swa_pool.free_tokens),
                 )
-        short = total_pages - self.pool.free_pages
+        short = eviction_demand(extend_tokens, len(staged), page) - self.pool.free_tokens
         if short > 0:
-            self._evict(short * page, undo)
+            self._evict(short, undo)
         if total_pages > self.pool.free_pages:
             raise PrefillOutOfMemory(
                 tokens=extend_tokens,

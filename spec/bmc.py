@@ -434,7 +434,8 @@ def unroll_round(
     if cache:
         locks = enc.bind("locks", sum((e.lock for e in entries), Sym(num(0))))
         free = enc.bind("free_loaded", free + freed - loaded)
-        units, taken = evict(enc, units, need - loaded - free)
+        demand = sum((_eviction_demand(e, page) for e in entries), Sym(num(0)))
+        units, taken = evict(enc, units, enc.bind("demand", demand) - free)
         free = enc.bind("free_after", free + taken - (need - loaded))
     oom_full = need.t > (baseline - locks).t
     if cfg.hybrid:
@@ -585,6 +586,12 @@ def unroll_round(
         sorts=sorts,
     )
     return nxt, violations
+
+
+def _eviction_demand(entry: Entry, page: int) -> Sym:
+    """An entry's share of what the commit evicts for (``node.eviction_demand``): its extend
+    tokens plus a page (for pages over one token), when it computes."""
+    return ite(entry.end.t > entry.start.t, entry.tokens + (page if page > 1 else 0), 0)
 
 
 def _refresh_waiting(

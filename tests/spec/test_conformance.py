@@ -205,8 +205,9 @@ LOCK_REFUSED = {
     "requests": [{"id": "A", "prompt_tokens": 600, "device_prefix_tokens": 256}],
 }
 
-#: A's 640 slots need 128 of the evictable 256; the least recently used node goes first, and B
-#: has not arrived, so that is B's prefix (laid out before the filler): in round 2 B has no hit,
+#: A's 600 tokens make an eviction demand of 664 (SGLang evicts for extend + one page per
+#: request), 152 more than is free; the least recently used node goes first, and B has not
+#: arrived, so that is B's prefix (laid out before the filler): in round 2 B has no hit,
 #: device or host (its host prefix continued the evicted one), and computes from 0
 EVICTED_WHILE_WAITING = {
     "page_size": 64,
@@ -225,13 +226,14 @@ EVICTED_WHILE_WAITING = {
     ],
 }
 
-#: the same, but B arrives in round 1: the queue loop matches it after A (refused, but its
-#: prefix is now the most recent node), so the commit's eviction takes the filler and B starts
-#: at 256 in round 2 (its 128-token prefix, then 128 loaded back)
+#: the same, but B arrives in round 1 and A is 560 tokens: the refresh of waiting prefixes and
+#: then the queue loop touch B's prefix (B is refused), so the commit's eviction, for A's
+#: 560 + one page = 624 tokens (112 more than is free), takes the filler alone and B starts at
+#: 256 in round 2 (its 128-token prefix, then 128 loaded back)
 TOUCHED_SURVIVES = {
     **EVICTED_WHILE_WAITING,
     "requests": [
-        EVICTED_WHILE_WAITING["requests"][0],
+        {**EVICTED_WHILE_WAITING["requests"][0], "prompt_tokens": 560},
         {**EVICTED_WHILE_WAITING["requests"][1], "arrival_round": 1},
     ],
 }
