@@ -160,7 +160,6 @@ LPM = "admission=reserve-tail,chunking=sglang,alignment=none,queue=lpm"
     [
         (LPM, "fcfs", COUNT),  # SGLang keeps arrival order; the plugin sorts longest prefix first
         (LPM, "lpm", 60),  # SGLang's own lpm replaced by the plugin's
-        (RESERVE_TAIL.replace("checkpoint:256", "none") + FCFS, "lpm", 60),  # arrival order
     ],
 )
 def test_the_queue_policy_orders_sglangs_waiting_queue(registry, combo, engine, count):
@@ -168,6 +167,23 @@ def test_the_queue_policy_orders_sglangs_waiting_queue(registry, combo, engine, 
     ``policykit simulate`` looks at it, whatever SGLang's ``--schedule-policy`` sorted first."""
     differing = _compare_with_simulate(registry.resolve(combo), combo, combo, count, engine)
     assert not differing, differing[:5]
+
+
+ARRIVAL = "admission=reserve-tail,chunking=sglang,alignment=none" + FCFS
+
+
+def test_an_engine_lpm_under_an_arrival_order_plugin_keeps_its_own_recency(registry):
+    """Known difference (docs/conformance.md): SGLang's ``--schedule-policy lpm`` matches every
+    waiting request while it sorts, before the plugin puts them back in arrival order, and
+    skips the refresh of waiting prefixes; ``policykit simulate`` of an arrival-order queue
+    refreshes them instead (the engine's default ``fcfs``). Recency, and so what an eviction
+    takes, can differ: 1 of these 60 scenarios, where r5's 256-token prefix survives in the
+    simulation and not in the engine."""
+    differing = _compare_with_simulate(registry.resolve(ARRIVAL), ARRIVAL, ARRIVAL, 60, "lpm")
+    assert [(name, line.split(":")[0]) for name, line in differing] == [
+        ("random-34", "round 2 batch")
+    ]
+    assert "('r5', 256, 367, 'whole')" in differing[0][1].split("!=")[0]
 
 
 def test_the_queue_hook_changes_the_order():
