@@ -22,6 +22,12 @@ from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
 from policykit.request import State
 
+#: SGLang 0.5.23's ``WAITING_PREFIX_REFRESH_INTERVAL``: sorts of a non-empty queue between two
+#: refreshes of the waiting requests' prefixes (:meth:`Scheduler._refresh_waiting_prefixes`)
+WAITING_PREFIX_REFRESH_INTERVAL = 32
+#: SGLang 0.5.23's ``WAITING_QUEUE_PREFIX_MATCH_MAX``: a refresh touches this many, from the head
+WAITING_PREFIX_REFRESH_MAX = 128
+
 #: called after a plan is committed, with the plan and the node: the harness runs the model here
 Forward = Callable[[Plan, PrefillNode], None]
 
@@ -202,6 +208,8 @@ class Scheduler:
         self._observer = _HookObserver(pm)
         self.planner = Planner(node, combo, self._observer)
         self.round_no = 0
+        #: rounds that sorted a non-empty waiting queue (:meth:`_refresh_waiting_prefixes`)
+        self._queue_sorts = 0
         self.result = RunResult(combo)
         self._serving = False
 
@@ -235,6 +243,7 @@ class Scheduler:
         t0 = time.perf_counter()
         released = [q.id for q in node.release_due(r)]
         arrived = [q.id for q in node.arrive(r)]
+        self._refresh_waiting_prefixes()
         failed: list[str] = []
         while True:
             ledger = self.planner.open_ledger()
@@ -272,6 +281,24 @@ class Scheduler:
         if self.pm is not None:
             self.pm.hook.policykit_round_end(round_no=r, plan=plan)
         return record
+
+    def _refresh_waiting_prefixes(self) -> None:
+        """SGLang 0.5.23's ``SchedulePolicy._touch_waiting_prefixes``, on by default.
+
+        A queue that keeps arrival order matches no prefix while it sorts, so on its first sort
+        of a non-empty queue, and on every :data:`WAITING_PREFIX_REFRESH_INTERVAL`-th after,
+        the engine touches the waiting requests' cached prefixes, the head last: they become
+        the most recently used, so eviction takes idle cache before a waiting request's prefix
+        (and the tail's before the head's). A sorting queue touches them as it matches.
+        """
+        waiting = self.node.waiting
+        if not self.combo.queue.arrival_order or not waiting:
+            return
+        refresh = self._queue_sorts % WAITING_PREFIX_REFRESH_INTERVAL == 0
+        self._queue_sorts += 1
+        if refresh:
+            for req in reversed(list(waiting)[:WAITING_PREFIX_REFRESH_MAX]):
+                self.node.cache.match(req.tokens)
 
     def _fail(self, err: PolicyError | RequestFault, failed: list[str]) -> None:
         """Fail the request a fault names, or re-raise a fault that names none."""

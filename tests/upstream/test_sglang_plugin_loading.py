@@ -27,7 +27,7 @@ needs_sglang = pytest.mark.skipif(not HAS_SGLANG, reason="the policykit[sglang] 
 @pytest.fixture
 def sglang_plugins(monkeypatch):
     """SGLang's ``load_plugins`` ready to run again; upstream's methods restored afterwards."""
-    from policykit.upstream.sglang import UpstreamUnavailable, load
+    from policykit.conformance.sglang.driver import UpstreamUnavailable, load
 
     try:
         load()
@@ -68,8 +68,8 @@ def test_a_third_party_policy_found_by_its_entry_point_decides_in_the_engine(
 ):
     """A policy from another distribution's ``policykit`` entry point is the one the engine
     asks: its own class, unmodified."""
+    from policykit.conformance.sglang.driver import drive
     from policykit.scenario import load_scenario
-    from policykit.upstream.sglang import drive
     from tests.spec import custom_policies
 
     plugins, _ = sglang_plugins
