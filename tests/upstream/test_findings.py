@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from policykit.conformance.sglang.compare import UPSTREAM_COMBO, conform
-from policykit.conformance.sglang.driver import drive
+from policykit.conformance.sglang.run import drive
 from policykit.scenario import parse_scenario
 from policykit.spec.bmc import Bounds
 from policykit.spec.checker import CheckOptions, check_combo

@@ -163,7 +163,7 @@ def test_storage_cases(name):
 
 
 def test_driver_shows_the_eviction_and_the_refresh():
-    from policykit.conformance.sglang.driver import drive
+    from policykit.conformance.sglang.run import drive
 
     batch = drive(LOAD_BACK_EVICTS).rounds[1].plan.entries
     assert [(e.request_id, e.start, e.end, e.cached) for e in batch] == [
@@ -178,7 +178,7 @@ def test_driver_shows_the_eviction_and_the_refresh():
 
 
 def test_driver_reports_sglangs_storage():
-    from policykit.conformance.sglang.driver import drive
+    from policykit.conformance.sglang.run import drive
 
     run = drive(CONSERVATIVE)
     assert run.rounds[0].storage == {"free": 64, "evictable": 0, "cached": {}}
@@ -235,7 +235,7 @@ def test_swa_edge_cases(name):
 
 def test_swa_driver_reports_upstreams_chunk():
     """The issue's example: upstream computes [0, 576) where the pre-fix model says 784."""
-    from policykit.conformance.sglang.driver import drive
+    from policykit.conformance.sglang.run import drive
 
     run = drive(SWA_SHORTAGE)
     first = run.rounds[0].plan.entries[0]

@@ -26,7 +26,7 @@ from policykit.conformance.sglang.compare import (
     random_scenario,
     run_policykit,
 )
-from policykit.conformance.sglang.driver import drive
+from policykit.conformance.sglang.run import drive
 from policykit.integrations.sglang import hooks
 from policykit.integrations.sglang.plugin import applied
 from policykit.plugins.queue import FcfsQueue

@@ -68,7 +68,7 @@ def test_a_third_party_policy_found_by_its_entry_point_decides_in_the_engine(
 ):
     """A policy from another distribution's ``policykit`` entry point is the one the engine
     asks: its own class, unmodified."""
-    from policykit.conformance.sglang.driver import drive
+    from policykit.conformance.sglang.run import drive
     from policykit.scenario import load_scenario
     from tests.spec import custom_policies
 

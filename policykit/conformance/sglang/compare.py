@@ -14,7 +14,8 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from policykit.conformance.sglang.driver import NotExpressible, UpstreamRun, drive
+from policykit.conformance.sglang.driver import NotExpressible, UpstreamRun
+from policykit.conformance.sglang.run import drive
 from policykit.conformance.sglang.storage_driver import storage_view_of
 from policykit.node import PrefillNode
 from policykit.plan import Plan

@@ -468,17 +468,3 @@ class UpstreamDriver:
                 )
             self.chunked = self.pending_chunked
             self.chunked.last_node = self.node.requests[self.chunked.rid].prefix_node
-
-
-def drive(
-    scenario: Scenario, max_rounds: int = 10_000, schedule_policy: str = "fcfs"
-) -> UpstreamRun | NotExpressible:
-    """Run ``scenario`` through SGLang 0.5.23's scheduler, or say why it cannot be."""
-    why = not_expressible(scenario)
-    if why is not None:
-        return why
-    if scenario.sliding_window is None:
-        from policykit.conformance.sglang.storage_driver import drive_storage
-
-        return drive_storage(scenario, max_rounds, schedule_policy)
-    return UpstreamDriver(scenario, schedule_policy).run(max_rounds)

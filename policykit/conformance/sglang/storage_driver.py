@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from policykit.conformance.sglang.driver import UpstreamDriver, UpstreamRun
+from policykit.conformance.sglang.driver import UpstreamDriver, UpstreamRun, load
 from policykit.conformance.sglang.storage import OWNER_FILLER, Storage
 from policykit.plan import Plan
 from policykit.pool import extend_pages, pages_for
@@ -89,8 +89,6 @@ class StorageDriver(UpstreamDriver):
 
     @staticmethod
     def _load() -> dict[str, Any]:
-        from policykit.conformance.sglang.driver import load
-
         return load()
 
     def _spec(self, rid: str) -> Any:
