@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -51,6 +52,7 @@ def replay_config(
     chunked_prefill_size: int | None = None,
     time_scale: float = 1.0,
     max_rounds: int | None = None,
+    host_tier: str = "write-through",
 ) -> tuple[ReplayConfig, str]:
     """The replay settings and a sentence saying where the pool size came from."""
     plan = planned_pool(preset, gpu)
@@ -63,6 +65,7 @@ def replay_config(
             gpu=gpu,
             time_scale=time_scale,
             max_rounds=max_rounds or DEFAULT_MAX_ROUNDS,
+            host_tier=host_tier,
         ),
         source,
     )
@@ -103,6 +106,7 @@ def forward_slice(
         "wall_seconds": wall,
         "forward_seconds": stats.seconds,
         "computed_tokens": stats.tokens,
+        "flops": stats.flops,
         "host_tier": "off",
         "matches_scheduler_replay": behaviour_key(row) == behaviour_key(plain),
     }
@@ -179,11 +183,10 @@ def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
     """
     from policykit.harness.presets import get_preset
     from policykit.harness.roofline import get_gpu
-    from policykit.harness.trace_formats import resolve_trace
     from policykit.plugin_manager import make_plugin_manager
     from policykit.registry import PolicyRegistry
 
-    trace = resolve_trace(args["trace"])
+    trace = _trace(args["trace"])
     if args.get("requests"):
         trace = trace.head(int(args["requests"]))
     config, source = replay_config(
@@ -193,10 +196,24 @@ def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
         chunked_prefill_size=args.get("chunked_prefill_size"),
         time_scale=float(args.get("time_scale", 1.0)),
         max_rounds=args.get("max_rounds"),
+        host_tier=args.get("host_tier", "write-through"),
     )
     pm = make_plugin_manager()
     combo = PolicyRegistry.from_plugins(pm).resolve(
         args["combo"], config=config.node_config().engine
     )
     row = replay(trace, combo, config, pm=pm)
-    return {"trace": trace.name, "replay": {**config.to_dict(), "pool_source": source}, **row}
+    return {
+        "trace": trace.name,
+        "trace_summary": trace.summary(),
+        "replay": {**config.to_dict(), "pool_source": source},
+        **row,
+    }
+
+
+@functools.lru_cache(maxsize=4)
+def _trace(arg: str) -> Trace:
+    """A worker runs many units of one trace: parse it once per process."""
+    from policykit.harness.trace_formats import resolve_trace
+
+    return resolve_trace(arg)

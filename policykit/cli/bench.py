@@ -196,6 +196,7 @@ def bench(
     predict_model: str,
     time_scale: float,
     gpu: str,
+    host_tier: str,
     requests: int | None,
     forward_requests: int | None,
     executor: str,
@@ -228,7 +229,7 @@ def bench(
     dev = resolve_device(device)
     if dev.type == "cpu":
         torch.set_num_threads(cpu_threads)
-    trace_args = TraceArgs(time_scale, gpu, requests, forward_requests)
+    trace_args = TraceArgs(time_scale, gpu, host_tier, requests, forward_requests)
     if is_trace(workload):
         result = bench_trace(
             workload,

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from policykit.registry import Combo
 
 #: requests of a trace the CPU runs the real model on when --forward-requests is not given
-CPU_FORWARD_REQUESTS = 8
+CPU_FORWARD_REQUESTS = 1
 #: rounds between two progress redraws (a replay runs thousands of rounds a second)
 _REDRAW_ROUNDS = 64
 
@@ -64,6 +64,14 @@ def trace_options(f: Callable[..., Any]) -> Callable[..., Any]:
         help="Production traces: replay only the first N requests (a declared slice).",
     )(f)
     f = click.option(
+        "--host-tier",
+        type=click.Choice(["write-through", "off"]),
+        default="write-through",
+        show_default=True,
+        help="Production traces: keep every computed block in an unbounded host store "
+        "(loaded back on a later hit), or no host tier (docs/traces.md).",
+    )(f)
+    f = click.option(
         "--gpu",
         default="H200",
         show_default=True,
@@ -83,6 +91,7 @@ def trace_options(f: Callable[..., Any]) -> Callable[..., Any]:
 class TraceArgs:
     time_scale: float
     gpu: str
+    host_tier: str
     requests: int | None
     forward_requests: int | None
 
@@ -93,6 +102,7 @@ class TraceArgs:
             for name, value, default in (
                 ("--time-scale", self.time_scale, 1.0),
                 ("--gpu", self.gpu, "H200"),
+                ("--host-tier", self.host_tier, "write-through"),
                 ("--requests", self.requests, None),
                 ("--forward-requests", self.forward_requests, None),
             )
@@ -140,6 +150,7 @@ def bench_trace(
         pool_tokens=pool_tokens,
         time_scale=args.time_scale,
         max_rounds=max_rounds,
+        host_tier=args.host_tier,
     )
     pm, registry = load_registry()
     engine = config.node_config().engine
@@ -229,6 +240,7 @@ def _trace_units(
         "gpu": config.gpu.name,
         "pool_tokens": config.pool_tokens,
         "time_scale": config.time_scale,
+        "host_tier": config.host_tier,
         "requests": args.requests,
         "max_rounds": config.max_rounds,
     }
@@ -249,7 +261,7 @@ def _trace_units(
     ):
         results = run_units(units, pool, listener=progress)
     rows = [
-        {k: v for k, v in r.result.items() if k not in ("trace", "replay")}
+        {k: v for k, v in r.result.items() if k not in ("trace", "trace_summary", "replay")}
         | {"executor": r.executor, "node": r.node}
         for r in results.units
         if r.status is Status.OK and r.result is not None
