@@ -22,7 +22,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
 _RC = {"svg.hashsalt": "policykit", "svg.fonttype": "none", "font.size": 9}
 CRASHED = "#c62828"
@@ -352,6 +352,8 @@ def ttft_by_load_chart(
             ax.plot(xs, ys, marker="o", lw=1.4, label=label, zorder=3 + i)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
         ax.set_xticks(list(loads), labels=[f"×{load:g}" for load in loads])
         ax.set_xlabel("load (arrival rate × the trace's)")
         ax.set_ylabel("TTFT p99, predicted s")

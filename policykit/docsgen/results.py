@@ -419,7 +419,8 @@ def parse_trace_bench(top: Mapping[str, Any], path: Path) -> list[TraceBenchResu
         device=f"scheduler-level replay; time predicted for {clock.get('gpu', '?')}",
         model=clock.get("model"),
         date=provenance.date,
-        produced_by=f"{provenance.produced_by} --workload {trace.get('name', '?')}",
+        produced_by=f"`policykit bench --workload {trace.get('name', '?')}`"
+        + provenance.produced_by.removeprefix("`policykit bench`"),
     )
     coverage = top.get("provenance") if isinstance(top.get("provenance"), dict) else {}
     return [

@@ -43,9 +43,10 @@ def sig(x: float | None) -> str:
 
 
 def _label(group: dict[str, Any]) -> str:
-    name = f"`{short_label(group['representative'])}`"
+    # plain text, not code: a long combo name may wrap at its hyphens in a narrow column
+    name = short_label(group["representative"])
     size = group["size"]
-    return f"{name} — {size} combos behave identically" if size > 1 else name
+    return f"{name} (+{size - 1} alike)" if size > 1 else name
 
 
 def _status(row: dict[str, Any]) -> str:
@@ -67,13 +68,11 @@ def group_table(bench: TraceBenchResults) -> str:
         cells.append(
             [
                 _label(group),
-                _status(row),
-                f"{req['completed']:,}/{req['total']:,}",
-                f"{sig(p['ttft_s']['p50'])} / {sig(p['ttft_s']['p99'])}",
-                f"{sig(o['ttft_rounds']['p50'])} / {sig(o['ttft_rounds']['p99'])}",
+                f"{_status(row)}, {req['completed']:,}/{req['total']:,} done",
+                f"{sig(p['ttft_s']['p50'])}/{sig(p['ttft_s']['p99'])}",
+                f"{sig(o['ttft_rounds']['p50'])}/{sig(o['ttft_rounds']['p99'])}",
                 f"{o['prefix_hit_rate']:.1%}",
-                f"{o['recomputed_tokens']:,}",
-                f"{o['load_back_tokens']:,}",
+                f"{o['recomputed_tokens']:,} / {o['load_back_tokens']:,}",
                 f"{o['pool_use']['peak']:.0%}",
             ]
         )
@@ -82,16 +81,14 @@ def group_table(bench: TraceBenchResults) -> str:
         [
             "combos",
             "outcome",
-            "completed",
-            f"TTFT p50 / p99 (s, predicted on {gpu})",
-            "TTFT p50 / p99 (rounds)",
-            "prefix hit rate",
-            "recomputed tokens",
-            "loaded-back tokens",
-            "peak pool use",
+            f"TTFT p50/p99 s ({gpu})",
+            "TTFT p50/p99 rounds",
+            "hit rate",
+            "tokens recomputed / loaded back",
+            "peak pool",
         ],
         cells,
-        right=(2, 3, 4, 5, 6, 7, 8),
+        right=(2, 3, 4, 5, 6),
     )
 
 
@@ -126,6 +123,12 @@ def why(bench: TraceBenchResults) -> str:
             "the trace never creates a situation where their policies disagree.\n\n"
         )
     parts = [f"The {n} combinations fall into **{len(bench.groups)} behaviours**. "]
+    for group in bench.groups:
+        if group["size"] > 1:
+            parts.append(
+                f"{group['size']} combos behave identically on this trace to "
+                f"`{short_label(group['representative'])}`. "
+            )
     for group in bench.groups:
         row = rows[group["representative"]]
         if row.get("crash"):
