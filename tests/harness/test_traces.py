@@ -243,3 +243,53 @@ def test_identical_combos_share_one_group() -> None:
     ]
     groups = group_identical(rows)
     assert [g["combos"] for g in groups] == [["a", "b"], ["c"]]
+
+
+# --- the command and the prepared GPU script ----------------------------------------------------
+def test_bench_on_a_trace_slice_writes_the_trace_document(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from policykit.cli import main
+
+    out = tmp_path / "t.json"
+    args = ["bench", "--workload", "mooncake-conversation", "--requests", "12", "--device", "cpu"]
+    args += ["--combo", "sglang/sglang/page", "--combo", "sglang/sglang/checkpoint:256"]
+    args += ["--pool-tokens", "65536", "--forward-requests", "1", "--out", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "policykit.trace-bench/1" and doc["created"]
+    assert doc["trace"]["requests"] == 12 and doc["replay"]["pool_source"].startswith("given")
+    assert "first 1 requests" in doc["provenance"]["forward"]
+    for row in doc["combos"]:
+        assert row["outcomes"]["requests"]["total"] == 12
+        assert row["forward"]["matches_scheduler_replay"] is True
+    assert sum(g["size"] for g in doc["groups"]) == 2
+
+
+def test_trace_options_are_refused_for_a_round_based_workload() -> None:
+    from click.testing import CliRunner
+
+    from policykit.cli import main
+
+    args = ["bench", "--workload", "mixed", "--device", "cpu", "--time-scale", "0.5"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "--time-scale" in result.output
+
+
+def test_the_default_pool_is_plan_memory_on_the_gpu() -> None:
+    from policykit.harness.trace_bench import planned_pool
+
+    plan = planned_pool(LLAMA, GPUS["H200"])
+    assert plan["pool_tokens"] == 849_920 and plan["chunked_prefill_size"] == 8192
+    assert "plan-memory" in plan["source"]
+
+
+def test_gpu_trace_dry_run_matches_the_scheduler_replay(tmp_path: Path) -> None:
+    from policykit.harness import gpu_trace
+
+    out = tmp_path / "gpu.json"
+    assert gpu_trace.main(["--dry-run", "--combo", "sglang/sglang/page", "--json", str(out)]) == 0
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["requests"] == gpu_trace.DRY_RUN_REQUESTS and run["matches_scheduler_replay"]
+    assert run["computed_tokens"] > 0 and run["flops"] > 0
