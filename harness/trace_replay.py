@@ -32,7 +32,7 @@ from policykit.plugin_manager import PolicykitPluginManager
 from policykit.pool import TokenPool
 from policykit.registry import Combo
 from policykit.request import Request
-from policykit.scheduler import Forward, RoundRecord, Scheduler
+from policykit.scheduler import Forward, RoundRecord, RunResult, Scheduler
 
 #: enough for any trace the package carries at any load (a replay ends when the trace drains)
 DEFAULT_MAX_ROUNDS = 10_000_000
@@ -269,13 +269,34 @@ def replay(
     result = scheduler.run(max_rounds=config.max_rounds, on_round=on_round)
     if result.oom is not None:
         tally.crashed()
+    row = _row(combo, result, tally, len(trace.requests), clock, len(deferred))
+    row["predicted"] = {
+        "model": config.preset.name,
+        "gpu": config.gpu.name,
+        "dtype": "bfloat16",
+        "seconds": clock.now,
+        "ttft_s": {"p50": percentile(tally.ttft_s, 50), "p99": percentile(tally.ttft_s, 99)},
+    }
+    row["scheduler_seconds"] = time.perf_counter() - t0
+    return row
+
+
+def _row(
+    combo: Combo,
+    result: RunResult,
+    tally: TraceTally,
+    total: int,
+    clock: TraceClock,
+    deferred: int,
+) -> dict[str, Any]:
+    """How the replay ended and its deterministic outcomes."""
     crash = _crash(result)
     counts = {
         "completed": len(result.completed),
         "rejected": len(result.rejected),
         "failed": len(result.failed),
         "starved": len(result.starved),
-        "deferred": len(deferred),
+        "deferred": deferred,
         "pending": len(result.pending),
         "not_arrived": clock.remaining,
     }
@@ -285,31 +306,19 @@ def replay(
         status = "incomplete"
     else:
         status = "completed"
-    outcomes = tally.outcomes(
-        len(trace.requests), None if crash is None else crash["round"], counts
-    )
+    never = result.never_completes
     return {
         "combo": str(combo),
         "policies": combo.as_dict(),
         "status": status,
         "crash": crash,
-        "never_completes": None
-        if result.never_completes is None
-        else dict(result.never_completes.__dict__),
+        "never_completes": None if never is None else dict(never.__dict__),
         "starvation": None if result.starvation is None else dict(result.starvation.__dict__),
-        "outcomes": outcomes,
-        "predicted": {
-            "model": config.preset.name,
-            "gpu": config.gpu.name,
-            "dtype": "bfloat16",
-            "seconds": clock.now,
-            "ttft_s": {"p50": percentile(tally.ttft_s, 50), "p99": percentile(tally.ttft_s, 99)},
-        },
-        "scheduler_seconds": time.perf_counter() - t0,
+        "outcomes": tally.outcomes(total, None if crash is None else crash["round"], counts),
     }
 
 
-def _crash(result) -> dict[str, Any] | None:
+def _crash(result: RunResult) -> dict[str, Any] | None:
     if result.oom is None:
         return None
     return {
