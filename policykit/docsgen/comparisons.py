@@ -1,6 +1,8 @@
 """The comparison pages: combinations side by side.
 
-Three sections, each from its own source and each stating where and when it was measured:
+The page leads with production traces (:mod:`policykit.docsgen.trace_section`): every
+combination replayed through real traffic, identical ones grouped, with a load sweep. Then three
+sections, each from its own source and each stating where and when it was measured:
 
 * **formal verdicts** from ``policykit check`` results: a summary of which combinations are
   safe for what, then a matrix (admission × chunking by alignment, one mark per property),
@@ -27,7 +29,15 @@ from policykit.docsgen.labels import (
 )
 from policykit.docsgen.markdown import EVERY_PAGE, GENERATED_BANNER, Links, Provenance, table
 from policykit.docsgen.replay import Replay, replay, scenario_from
-from policykit.docsgen.results import BenchResults, CheckResults, Results, now_utc
+from policykit.docsgen.results import (
+    BenchResults,
+    CheckResults,
+    Results,
+    TraceBenchResults,
+    TraceSweepResults,
+    now_utc,
+)
+from policykit.docsgen.trace_section import trace_section
 from policykit.docsgen.traces import trace_page
 from policykit.docsgen.verdict_matrix import check_section, verdict_cell
 from policykit.errors import PolicykitError
@@ -134,6 +144,8 @@ def write_comparisons(
     combos = registered_combos(registry)
     checks = [r for r in results if isinstance(r, CheckResults)]
     benches = [r for r in results if isinstance(r, BenchResults)]
+    traces = [r for r in results if isinstance(r, TraceBenchResults)]
+    sweeps = {r.trace.get("name"): r for r in results if isinstance(r, TraceSweepResults)}
     written: list[Path] = []
     parts = [
         GENERATED_BANNER,
@@ -145,6 +157,8 @@ def write_comparisons(
         + links.to("Results files", "results-format.md", page=PAGE)
         + ".\n\n",
     ]
+    for bench in traces:
+        parts.append(trace_section(bench, sweeps.get(bench.trace.get("name")), plot_dir, links))
     if checks:
         for check in checks:
             parts.append(check_section(check, combos))

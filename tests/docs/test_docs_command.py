@@ -18,6 +18,9 @@ from policykit.registry import PolicyRegistry
 
 from .conftest import FIXTURES, REPO, copy_docs_tree
 
+#: every kind of results file `policykit docs` reads (the fixtures have one of each)
+KINDS = {"check", "bench", "trace-bench", "trace-sweep"}
+
 SCENARIO_MODULE = REPO / "policykit" / "scenario.py"
 
 
@@ -61,7 +64,7 @@ def test_docs_command_json_and_rebuild(cli_built: tuple[Path, Result], tmp_path:
     assert first.exit_code == 0, first.output
     report = json.loads(first.stdout)
     assert report["site"] == str((root / "site").resolve())
-    assert {r["kind"] for r in report["results"]} == {"check", "bench"}
+    assert {r["kind"] for r in report["results"]} == KINDS
     assert (root / "docs" / "generated" / site.MARKER).is_file()
     shutil.copytree(root, tmp_path, dirs_exist_ok=True)  # the rebuild changes its own copy
     stale = tmp_path / "docs" / "generated" / "concepts" / "stale.md"
@@ -143,7 +146,7 @@ def test_docs_on_the_cpu_defaults_builds_the_site_from_real_check_and_bench_resu
     config = copy_docs_tree(tmp_path)
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
     report = site.make_docs(registry, cli=command_line(), config=config, site=tmp_path / "site")
-    assert {kind for _, kind in report.results} == {"check", "bench"}
+    assert {kind for _, kind in report.results} == KINDS
     assert (tmp_path / "site" / "generated" / "comparisons" / "index.html").is_file()
     generated = tmp_path / "docs" / "generated"
     page = (generated / "comparisons" / "index.md").read_text()
