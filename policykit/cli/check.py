@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import shlex
 import sys
-from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import click
-import z3
 from rich.console import Console, Group
 from rich.progress import Progress
 from rich.table import Table
@@ -30,7 +27,6 @@ from policykit.cli.common import (
     check_out_path,
     combo_options,
     combo_texts,
-    document,
     echo_json,
     json_option,
     load_registry,
@@ -53,7 +49,6 @@ EXIT_CODES: dict[str, int] = {
     "refused": EXIT_REFUSED,
     "unknown": EXIT_UNKNOWN,
 }
-VERDICT_ORDER = ("proved", "violated", "unknown", "refused")
 _STYLE = {"proved": "green", "violated": "bold red", "unknown": "yellow", "refused": "magenta"}
 #: one glyph per verdict in the compact matrix (plain symbols every terminal font has)
 _GLYPH = {"proved": "✓", "violated": "✗", "unknown": "?", "refused": "–"}
@@ -65,10 +60,6 @@ def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineCon
     if texts is None:
         return list(registry.all_combos(engine))
     return [registry.resolve(c, config=engine) for c in texts or [None]]
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text.replace("/", "+"))
 
 
 @click.command()
@@ -125,11 +116,20 @@ def _slug(text: str) -> str:
     "scenario file (or bundled scenario name) instead of the options that set them.",
 )
 @click.option(
+    "--rlimit",
+    type=click.IntRange(1000, 1 << 50),
+    default=None,
+    help="z3 resource units per solver query: the budget every verdict is decided within, "
+    "counted in z3's own steps, not seconds, so the answers do not depend on the machine's "
+    'speed or load [default: 60000000; docs/spec.md, "Solver budgets"].',
+)
+@click.option(
     "--timeout",
-    type=click.FloatRange(0.1, 3600),
-    default=10.0,
+    type=click.FloatRange(1, 7 * 24 * 3600),
+    default=3600.0,
     show_default=True,
-    help="Seconds per solver query.",
+    help="Wall-clock safety net for the whole command, in seconds. A verdict it cuts short "
+    "says so; raise --rlimit, not this, to let the solver try harder.",
 )
 @click.option(
     "--export-counterexample",
@@ -176,6 +176,7 @@ def check(
     pool_cap: int | None,
     min_swa_pool: int | None,
     config_scenario: str | None,
+    rlimit: int | None,
     timeout: float,
     export_dir: Path | None,
     jobs: int | None,
@@ -198,15 +199,49 @@ def check(
     Precedence when several apply: 1, then 2, then 3.
     """
     from policykit.spec.bmc import Bounds
-    from policykit.spec.checker import CheckOptions, scope_text
-    from policykit.spec.counterexample import trace_table
+    from policykit.spec.checker import CheckOptions
     from policykit.spec.model import ModelConfig
+    from policykit.spec.report import check_document, config_block, row_of, wall_deadline
+    from policykit.spec.solver import QUERY_RLIMIT
 
     if config_scenario is not None:
         page_size, chunk_size, swa_window, max_prefill_tokens, pool_cap = _from_scenario(
             config_scenario, pool_cap
         )
     pool_cap = pool_cap or Bounds.max_pool_tokens
+    _refuse_bad_bounds(page_size, swa_window, pool_cap, min_swa_pool)
+    check_out_path(out)
+    _, registry = load_registry()
+    engine = EngineConfig(page_size, chunk_size, hybrid_swa=swa_window is not None)
+    chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
+    config = ModelConfig(page_size, chunk_size, swa_window, max_prefill_tokens)
+    bounds = Bounds(max_pool_tokens=pool_cap, granule=granule, min_swa_pool_tokens=min_swa_pool)
+    options = CheckOptions(
+        rounds, requests, rlimit or QUERY_RLIMIT, bounds, deadline=wall_deadline(timeout)
+    )
+    jobs = min(jobs or os.cpu_count() or 1, len(chosen))
+    if executor != "pool":
+        verdicts, ran_on = _check_units(chosen, config, options, executor, jobs, ray_address)
+    else:
+        verdicts = _check_pool(registry, chosen, config, options, jobs, quiet=as_json)
+        ran_on = {"name": "pool", "jobs": jobs}
+    rows = [row_of(v) for v in verdicts]
+    if export_dir is not None:
+        _export(export_dir, rows)
+    data = check_document(rows, config_block(config, options, timeout), ran_on)
+    if out is not None:
+        write_json(out, data)
+    if as_json:
+        echo_json(data)
+    else:
+        detailed = verbose or (not check_all and len(chosen) <= _COMPACT_ABOVE)
+        _print_text(data, detailed, export_dir, len(chosen))
+    sys.exit(exit_code(rows))
+
+
+def _refuse_bad_bounds(
+    page_size: int, swa_window: int | None, pool_cap: int, min_swa_pool: int | None
+) -> None:
     if pool_cap < page_size:
         raise ComboError(f"--pool-cap {pool_cap} is smaller than one {page_size}-token page.")
     if swa_window is not None and swa_window < page_size:
@@ -216,92 +251,80 @@ def check(
             "--min-swa-pool bounds the sliding-window pool, which only a hybrid-SWA check has: "
             "give --swa-window too (or a --config scenario with a sliding window)."
         )
-    check_out_path(out)
-    _, registry = load_registry()
-    engine = EngineConfig(page_size, chunk_size, hybrid_swa=swa_window is not None)
-    chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
-    config = ModelConfig(page_size, chunk_size, swa_window, max_prefill_tokens)
-    bounds = Bounds(max_pool_tokens=pool_cap, granule=granule, min_swa_pool_tokens=min_swa_pool)
-    options = CheckOptions(rounds, requests, timeout, bounds)
-    jobs = min(jobs or os.cpu_count() or 1, len(chosen))
-    if executor != "pool":
-        unit_args = {
-            "page_size": page_size,
-            "chunk_size": chunk_size,
-            "swa_window": swa_window,
-            "max_prefill_tokens": max_prefill_tokens,
-            "rounds": rounds,
-            "requests": requests,
-            "timeout": timeout,
-            "granule": granule,
-            "pool_cap": pool_cap,
-            "min_swa_pool": min_swa_pool,
-        }
-        verdicts, ran_on = _check_units(chosen, unit_args, executor, jobs, ray_address)
-    else:
-        verdicts = _check_pool(registry, chosen, config, options, jobs, quiet=as_json)
-        ran_on = {"name": "pool", "jobs": jobs}
-    rows = [_as_dict(v) for v in verdicts]
+
+
+def _print_text(data: dict[str, Any], detailed: bool, export_dir: Path | None, combos: int) -> None:
+    """The text report: the table, its scope, what was cut short and why, refusals, then each
+    counterexample (detailed view) with its starting state and how to replay it."""
+    from policykit.spec.counterexample import start_table, trace_table
+    from policykit.spec.report import summary_line
+
+    rows = data["verdicts"]
+    console = default_console()
+    console.print(_table(rows) if detailed else _matrix(rows))
+    console.print(Text(f"Verdicts {data['config']['scope']}.", style="dim"))
+    _print_shortfalls(console, rows)
+    _print_refusals(console, rows)
+    if detailed:
+        for v in rows:
+            cx = v.get("counterexample")
+            if cx is None or not cx.get("rounds"):
+                continue
+            title = f"{v['combo']}: {v['property']} violated"
+            console.print(fold(start_table(cx["scenario"], f"{title}: starting state")))
+            console.print(fold(trace_table(cx, title)))
+            console.print(Text(_replay_hint(v, data["config"], export_dir), style="cyan"))
+    click.echo(summary_line(rows, combos))
+
+
+def _replay_hint(row: dict[str, Any], block: dict[str, Any], export_dir: Path | None) -> str:
+    """The commands that write this counterexample to a file and replay it in the scheduler:
+    the same check of this one combo (the same configuration, bounds and budget give the same
+    counterexample), then ``policykit simulate``."""
+    from policykit.spec.counterexample import export_name
+
+    folder = str(export_dir) if export_dir is not None else "counterexamples"
+    path = shlex.quote(f"{folder.rstrip('/')}/{export_name(row['combo'], row['property'])}")
+    replay = f"policykit simulate {path}"
     if export_dir is not None:
-        _export(export_dir, rows)
-    data = document(
-        {
-            "device": f"CPU (z3 {z3.get_version_string()})",
-            "executor": ran_on,
-            "config": {
-                "page_size": page_size,
-                "chunked_prefill_size": chunk_size,
-                "swa_window": swa_window,
-                "max_prefill_tokens": max_prefill_tokens,
-                "rounds": rounds,
-                "requests": requests,
-                "granule": granule or page_size,
-                "pool_cap_tokens": pool_cap,
-                "min_swa_pool_tokens": min_swa_pool,
-                "scope": scope_text(config, options),
-            },
-            "summary": summary_counts(rows),
-            "verdicts": rows,
-        },
-        "policykit.check/1",
-    )
-    if out is not None:
-        write_json(out, data)
-    if as_json:
-        echo_json(data)
-    else:
-        console = default_console()
-        detailed = verbose or (not check_all and len(chosen) <= _COMPACT_ABOVE)
-        console.print(_table(rows) if detailed else _matrix(rows))
-        console.print(Text(f"Verdicts {scope_text(config, options)}.", style="dim"))
-        _print_refusals(console, rows)
-        if detailed:
-            for v in verdicts:
-                if getattr(v, "counterexample", None) is not None:
-                    title = f"{v.combo}: {v.property} violated"
-                    console.print(fold(trace_table(v.counterexample, title)))
-        click.echo(summary_line(rows, len(chosen)))
-    sys.exit(exit_code(rows))
+        return f"Replay it: {replay}"
+    flags = [("--combo", row["combo"]), ("--page-size", block["page_size"])]
+    flags.append(("--chunk-size", block["chunked_prefill_size"]))
+    for flag, key in (
+        ("--swa-window", "swa_window"),
+        ("--max-prefill-tokens", "max_prefill_tokens"),
+        ("--min-swa-pool", "min_swa_pool_tokens"),
+    ):
+        if block.get(key) is not None:
+            flags.append((flag, block[key]))
+    flags += [
+        ("--rounds", block["rounds"]),
+        ("--requests", block["requests"]),
+        ("--granule", block["granule"]),
+        ("--pool-cap", block["pool_cap_tokens"]),
+        ("--rlimit", block["rlimit"]),
+        ("--export-counterexample", folder),
+    ]
+    check = " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags)
+    return f"Replay it: policykit check {check} && {replay}"
+
+
+def _print_shortfalls(console: Console, rows: list[dict[str, Any]]) -> None:
+    """Every verdict that reached less than was asked, or is unknown, with the reason in
+    words (the table's glyph alone would hide it)."""
+    from policykit.spec.report import shortfall_words
+
+    for r in rows:
+        words = shortfall_words(r)
+        if words and r["verdict"] != "refused":
+            style = _STYLE.get(r["verdict"], "")
+            console.print(Text(f"{r['combo']} {r['property']}: {words}", style=style))
 
 
 def exit_code(rows: list[dict[str, Any]]) -> int:
     """The documented exit code of a set of verdicts (see the module docstring)."""
     present = {r["verdict"] for r in rows}
     return next((code for verdict, code in EXIT_CODES.items() if verdict in present), 0)
-
-
-def summary_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
-    counts = Counter(r["verdict"] for r in rows)
-    return {v: counts.get(v, 0) for v in VERDICT_ORDER}
-
-
-def summary_line(rows: list[dict[str, Any]], combos: int) -> str:
-    """``36 combos: 170 proved (160 unbounded), 10 violated, 0 unknown, 0 refused``."""
-    counts = summary_counts(rows)
-    unbounded = sum(r["verdict"] == "proved" and r["bound"] == "unbounded" for r in rows)
-    parts = [f"{counts['proved']} proved ({unbounded} unbounded)"]
-    parts += [f"{counts[v]} {v}" for v in VERDICT_ORDER[1:]]
-    return f"{combos} combos: {', '.join(parts)}"
 
 
 def _check_pool(
@@ -312,40 +335,32 @@ def _check_pool(
     jobs: int,
     *,
     quiet: bool,
-) -> list:
-    """Every combo here: in this process, or on ``jobs`` forked processes."""
-    from policykit.spec import check_or_refuse
+) -> list[dict[str, Any]]:
+    """Every combo in a fresh process of its own, ``jobs`` at a time
+    (:mod:`policykit.spec.isolation`: the same verdicts whatever ``--jobs`` and the order)."""
+    from policykit.spec.isolation import run_isolated
+    from policykit.spec.report import verdict_rows
+
+    def job(i: int) -> list[dict[str, Any]]:
+        return verdict_rows(chosen[i], config, options, registry.sources(chosen[i]))
 
     console = Console(stderr=True)
-    verdicts: list = []
-    # z3 is single-threaded: separate processes use the cores; each re-resolves its combo
-    # from the installed plugins (policies themselves are not sent across). The workers are
-    # forked before the progress threads start, so that no child inherits a lock they hold.
-    pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
-    futures = (
-        [pool.submit(_check_in_worker, combo.as_dict(), config, options) for combo in chosen]
-        if pool is not None
-        else []
-    )
-    try:
-        with (
-            Progress(console=console, transient=True, disable=quiet or len(chosen) < 2) as bar,
-            Heartbeat("check", len(chosen), enabled=len(chosen) > 1) as beat,
-        ):
-            task = bar.add_task("checking", total=len(chosen))
-            for i, combo in enumerate(chosen):
-                bar.update(task, description=str(combo))
-                beat.describe(str(combo))
-                if pool is None:
-                    verdicts += check_or_refuse(combo, config, options, registry.sources(combo))
-                else:
-                    verdicts += futures[i].result()
-                bar.advance(task)
-                beat.advance()
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
-    return verdicts
+    rows: dict[int, list[dict[str, Any]]] = {}
+    # the zygote is forked here, before the progress threads start, so that no child inherits
+    # a lock they hold
+    finished = run_isolated(len(chosen), job, jobs)
+    with (
+        Progress(console=console, transient=True, disable=quiet or len(chosen) < 2) as bar,
+        Heartbeat("check", len(chosen), enabled=len(chosen) > 1) as beat,
+    ):
+        task = bar.add_task("checking", total=len(chosen))
+        for i, found in finished:
+            rows[i] = found
+            bar.update(task, description=str(chosen[i]))
+            beat.describe(str(chosen[i]))
+            bar.advance(task)
+            beat.advance()
+    return [row for i in range(len(chosen)) for row in rows[i]]
 
 
 def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None, int | None, int]:
@@ -376,17 +391,10 @@ def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None
     )
 
 
-def _check_in_worker(combo: dict[str, str], config, options) -> list:
-    from policykit.spec import check_or_refuse
-
-    _, registry = load_registry()
-    chosen = registry.resolve(combo)
-    return check_or_refuse(chosen, config, options, registry.sources(chosen))
-
-
 def _check_units(
     chosen: list[Combo],
-    unit_args: dict,
+    config: Any,
+    options: Any,
     executor: str,
     workers: int | None,
     ray_address: str | None,
@@ -394,20 +402,15 @@ def _check_units(
     """One ``check_unit`` per combo on the executor seam; verdicts as dicts, in combo order.
 
     A refused combo comes back as ``refused`` verdicts (the unit itself succeeds). A unit that
-    failed (the check itself could not run: a lost worker, a timeout) becomes ``unknown``
-    verdicts saying why, so it is never reported as passing.
+    failed (the check itself could not run: a lost worker, a timeout) becomes an ``unknown``
+    row saying why, so it is never reported as passing.
     """
     from policykit.executor import Status, SweepProgress, Unit, open_executor, run_units
+    from policykit.spec.report import failed_unit_row, unit_args
 
-    units = [
-        Unit(
-            f"check/{c}",
-            "check",
-            "policykit.executor.units:check_unit",
-            {**unit_args, "combo": str(c)},
-        )
-        for c in chosen
-    ]
+    args = unit_args(config, options)
+    target = "policykit.executor.units:check_unit"
+    units = [Unit(f"check/{c}", "check", target, {**args, "combo": str(c)}) for c in chosen]
     with (
         open_executor(executor, workers=workers, ray_address=ray_address) as pool,
         SweepProgress(len(units), label="check") as progress,
@@ -420,23 +423,8 @@ def _check_units(
                 {**v, "executor": r.executor, "node": r.node} for v in r.result["verdicts"]
             ]
         else:
-            verdicts.append(
-                {
-                    "combo": r.unit.args["combo"],
-                    "property": "*",
-                    "verdict": "unknown",
-                    "bound": "-",
-                    "seconds": 0.0,
-                    "note": f"unit {r.status.value}: {r.error}",
-                    "counterexample": None,
-                }
-            )
+            verdicts.append(failed_unit_row(r.unit.args["combo"], r.status.value, r.error))
     return verdicts, results.executor
-
-
-def _as_dict(v: object) -> dict:
-    """A verdict as JSON-able data, whether checked here (``Verdict``) or on an executor."""
-    return v if isinstance(v, dict) else v.to_dict()  # type: ignore[attr-defined]
 
 
 def _verdict_text(v: dict[str, Any]) -> Text:
@@ -499,12 +487,14 @@ def _print_refusals(console: Console, rows: list[dict[str, Any]]) -> None:
 
 
 def _export(folder: Path, rows: list[dict[str, Any]]) -> None:
+    from policykit.spec.counterexample import export_name
+
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for v in rows:
             # only counterexamples that replay to their failure (``simulate`` exits non-zero)
             if v["counterexample"] is not None and v["counterexample"].get("failure"):
-                path = folder / f"{_slug(v['combo'])}.{v['property']}.json"
+                path = folder / export_name(v["combo"], v["property"])
                 path.write_text(json.dumps(v["counterexample"]["scenario"], indent=2) + "\n")
     except OSError as exc:
         raise PolicykitError(f"Cannot write counterexamples to {str(folder)!r}: {exc}.") from None
