@@ -251,7 +251,7 @@ def export_name(combo: str, prop: str) -> str:
     return f"{re.sub(r'[^A-Za-z0-9.+-]+', '_', combo.replace('/', '+'))}.{prop}.json"
 
 
-def start_table(scenario: dict[str, Any], title: str) -> Table:
+def start_table(scenario: dict[str, Any]) -> Table:
     """The counterexample's starting state: the pool, the page, and each request's prompt,
     cached prefixes and arrival, as the exported scenario file has them."""
     pool = scenario["pool"]
@@ -267,7 +267,7 @@ def start_table(scenario: dict[str, Any], title: str) -> Table:
         parts.append(f"max_prefill_tokens {scenario['max_prefill_tokens']}")
     release = scenario.get("kv_release_rounds")
     parts.append("held KV never released" if release is None else f"KV released after {release}")
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = Table(header_style="bold")
     table.caption = "Pool: " + ", ".join(parts)
     table.caption_justify = "left"
     for col in ("request", "prompt", "device\nprefix", "host\nprefix", "arrives\nround"):

@@ -21,7 +21,7 @@ from policykit.registry import Combo
 from policykit.spec.bmc import Bounds
 from policykit.spec.checkable import check_or_refuse
 from policykit.spec.checker import CheckOptions, Verdict, scope_text
-from policykit.spec.isolation import run_isolated
+from policykit.spec.isolation import Task, check_isolated
 from policykit.spec.model import ModelConfig
 
 SCHEMA = "policykit.check/1"
@@ -38,20 +38,16 @@ def verdict_rows(
 
 def isolated_rows(
     combos: list[Combo],
-    sources: Callable[[Combo], dict[str, str]],
     config: ModelConfig,
     options: CheckOptions,
     jobs: int = 1,
     on_done: Callable[[int, Combo], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """:func:`verdict_rows` of every combo, each in a fresh process
+    """:func:`verdict_rows` of every combo (installed plugins), each in a fresh process
     (:mod:`policykit.spec.isolation`), in the order given; ``on_done`` hears of each."""
-
-    def job(i: int) -> list[dict[str, Any]]:
-        return verdict_rows(combos[i], config, options, sources(combos[i]))
-
+    tasks = [Task(c.as_dict(), config, options) for c in combos]
     rows: dict[int, list[dict[str, Any]]] = {}
-    for i, found in run_isolated(len(combos), job, jobs):
+    for i, found in check_isolated(tasks, jobs):
         rows[i] = found
         if on_done is not None:
             on_done(i, combos[i])

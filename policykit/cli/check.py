@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,26 @@ def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineCon
     "says so; raise --rlimit, not this, to let the solver try harder.",
 )
 @click.option(
+    "--page-sizes",
+    default=None,
+    metavar="LIST",
+    help="Check every combo at each of these page sizes (comma-separated) in one run and one "
+    "table, e.g. 1,16,64,256.",
+)
+@click.option(
+    "--swa-windows",
+    default=None,
+    metavar="LIST",
+    help="Check every combo without (0) and with each of these sliding windows, e.g. 0,4096. "
+    "With --page-sizes, every pair. Sliding-window pools SGLang 0.5.23 refuses to start with "
+    "(at most window + page) are left out unless --min-swa-pool says otherwise.",
+)
+@click.option(
+    "--matrix",
+    is_flag=True,
+    help="The whole matrix as one gate: --page-sizes 1,16,64,256 --swa-windows 0,4096.",
+)
+@click.option(
     "--export-counterexample",
     "export_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -178,6 +199,9 @@ def check(
     config_scenario: str | None,
     rlimit: int | None,
     timeout: float,
+    page_sizes: str | None,
+    swa_windows: str | None,
+    matrix: bool,
     export_dir: Path | None,
     jobs: int | None,
     executor: str,
@@ -198,45 +222,169 @@ def check(
     checker will not vouch for a policy outside its contract); 3: a timeout or unknown.
     Precedence when several apply: 1, then 2, then 3.
     """
-    from policykit.spec.bmc import Bounds
-    from policykit.spec.checker import CheckOptions
-    from policykit.spec.model import ModelConfig
-    from policykit.spec.report import check_document, config_block, row_of, wall_deadline
-    from policykit.spec.solver import QUERY_RLIMIT
+    from policykit.spec.report import check_document, config_block, row_of
 
     if config_scenario is not None:
         page_size, chunk_size, swa_window, max_prefill_tokens, pool_cap = _from_scenario(
             config_scenario, pool_cap
         )
-    pool_cap = pool_cap or Bounds.max_pool_tokens
-    _refuse_bad_bounds(page_size, swa_window, pool_cap, min_swa_pool)
+    pages, windows = _matrix_axes(page_size, swa_window, page_sizes, swa_windows, matrix)
     check_out_path(out)
     _, registry = load_registry()
-    engine = EngineConfig(page_size, chunk_size, hybrid_swa=swa_window is not None)
-    chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
-    config = ModelConfig(page_size, chunk_size, swa_window, max_prefill_tokens)
-    bounds = Bounds(max_pool_tokens=pool_cap, granule=granule, min_swa_pool_tokens=min_swa_pool)
-    options = CheckOptions(
-        rounds, requests, rlimit or QUERY_RLIMIT, bounds, deadline=wall_deadline(timeout)
-    )
-    jobs = min(jobs or os.cpu_count() or 1, len(chosen))
+    texts = combo_texts(combos, combo_list, check_all)
+    budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool)
+    plans = [
+        _plan(
+            registry,
+            texts,
+            page,
+            chunk_size,
+            window,
+            max_prefill_tokens,
+            budget,
+            len(pages) * len(windows) > 1,
+        )
+        for page in pages
+        for window in windows
+    ]
+    count = sum(len(p.combos) for p in plans)
+    jobs = min(jobs or os.cpu_count() or 1, count)
     if executor != "pool":
-        verdicts, ran_on = _check_units(chosen, config, options, executor, jobs, ray_address)
+        verdicts, ran_on = _check_units(plans, executor, jobs, ray_address)
     else:
-        verdicts = _check_pool(registry, chosen, config, options, jobs, quiet=as_json)
+        verdicts = _check_pool(registry, plans, jobs, quiet=as_json)
         ran_on = {"name": "pool", "jobs": jobs}
     rows = [row_of(v) for v in verdicts]
     if export_dir is not None:
         _export(export_dir, rows)
-    data = check_document(rows, config_block(config, options, timeout), ran_on)
+    blocks = [config_block(p.config, p.options, timeout) for p in plans]
+    extra = {"configs": blocks} if len(blocks) > 1 else {}
+    data = check_document(
+        rows, blocks[0] if len(blocks) == 1 else _matrix_block(blocks), ran_on, **extra
+    )
     if out is not None:
         write_json(out, data)
     if as_json:
         echo_json(data)
     else:
-        detailed = verbose or (not check_all and len(chosen) <= _COMPACT_ABOVE)
-        _print_text(data, detailed, export_dir, len(chosen))
+        detailed = verbose or (not check_all and count <= _COMPACT_ABOVE)
+        _print_text(data, detailed, export_dir, count)
     sys.exit(exit_code(rows))
+
+
+#: ``--matrix``: the page sizes and sliding windows (None: no SWA) of the whole gate
+MATRIX_PAGES = (1, 16, 64, 256)
+MATRIX_WINDOWS: tuple[int | None, ...] = (None, 4096)
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """The bounds and budget options, the same for every configuration of a run."""
+
+    rounds: int
+    requests: int
+    rlimit: int | None
+    timeout: float
+    granule: int | None
+    pool_cap: int | None
+    min_swa_pool: int | None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One configuration of a run and the combos checked under it."""
+
+    config: Any
+    options: Any
+    combos: list[Combo]
+
+
+def _plan(
+    registry: PolicyRegistry,
+    texts: list[str] | None,
+    page: int,
+    chunk: int,
+    window: int | None,
+    max_prefill_tokens: int | None,
+    b: _Budget,
+    matrix: bool,
+) -> _Plan:
+    """The combos, configuration and options of one (page size, window) of a run. In a matrix,
+    sliding-window pools SGLang refuses to start with are left out unless asked for."""
+    from policykit.spec.bmc import Bounds
+    from policykit.spec.checker import CheckOptions
+    from policykit.spec.model import ModelConfig
+    from policykit.spec.report import wall_deadline
+    from policykit.spec.solver import QUERY_RLIMIT
+
+    pool_cap = b.pool_cap or Bounds.max_pool_tokens
+    _refuse_bad_bounds(page, window, pool_cap, b.min_swa_pool)
+    floor = b.min_swa_pool
+    if matrix and window is not None and floor is None:
+        floor = window + page + 1
+    engine = EngineConfig(page, chunk, hybrid_swa=window is not None)
+    bounds = Bounds(max_pool_tokens=pool_cap, granule=b.granule, min_swa_pool_tokens=floor)
+    options = CheckOptions(
+        b.rounds, b.requests, b.rlimit or QUERY_RLIMIT, bounds, deadline=wall_deadline(b.timeout)
+    )
+    config = ModelConfig(page, chunk, window, max_prefill_tokens)
+    return _Plan(config, options, _combos(registry, texts, engine))
+
+
+def _matrix_axes(
+    page_size: int,
+    swa_window: int | None,
+    page_sizes: str | None,
+    swa_windows: str | None,
+    matrix: bool,
+) -> tuple[list[int], list[int | None]]:
+    """The page sizes and windows a run covers: one of each, or the lists asked for."""
+    ctx = click.get_current_context()
+    for flag, given in (("--page-sizes", page_sizes), ("--swa-windows", swa_windows)):
+        single = "page_size" if flag == "--page-sizes" else "swa_window"
+        explicit = ctx.get_parameter_source(single) is not click.core.ParameterSource.DEFAULT
+        if (given is not None or matrix) and explicit:
+            raise ComboError(
+                f"{flag} (or --matrix) and --{single.replace('_', '-')} both set the "
+                "configuration: give one."
+            )
+    pages = list(MATRIX_PAGES) if matrix else [page_size]
+    windows = list(MATRIX_WINDOWS) if matrix else [swa_window]
+    if page_sizes is not None:
+        pages = [_positive(x, "--page-sizes") for x in _items(page_sizes, "--page-sizes")]
+    if swa_windows is not None:
+        windows = [
+            _positive(x, "--swa-windows", zero=True) or None
+            for x in _items(swa_windows, "--swa-windows")
+        ]
+    return pages, windows
+
+
+def _items(text: str, flag: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ComboError(f"{flag} needs a comma-separated list of numbers, e.g. 1,16,64,256.")
+    return list(dict.fromkeys(items))
+
+
+def _positive(text: str, flag: str, *, zero: bool = False) -> int:
+    if not text.isdigit() or (int(text) == 0 and not zero):
+        allowed = "whole numbers (0: no sliding window)" if zero else "positive whole numbers"
+        raise ComboError(f"{flag}: {text!r} is not a size; give {allowed}, comma-separated.")
+    return int(text)
+
+
+def _matrix_block(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The document's ``config`` for a run over several configurations: what they share, the
+    axes, and each one's scope (``configs`` has each block in full)."""
+    first = blocks[0]
+    shared = ("chunked_prefill_size", "max_prefill_tokens", "rounds", "requests", "rlimit")
+    return {
+        **{k: first[k] for k in (*shared, "timeout_s", "pool_cap_tokens")},
+        "page_sizes": list(dict.fromkeys(b["page_size"] for b in blocks)),
+        "swa_windows": list(dict.fromkeys(b["swa_window"] for b in blocks)),
+        "scope": " | ".join(b["scope"] for b in blocks),
+    }
 
 
 def _refuse_bad_bounds(
@@ -260,9 +408,12 @@ def _print_text(data: dict[str, Any], detailed: bool, export_dir: Path | None, c
     from policykit.spec.report import summary_line
 
     rows = data["verdicts"]
+    configs = data.get("configs") or [data["config"]]
+    blocks = {(b["page_size"], b["swa_window"]): b for b in configs}
     console = default_console()
     console.print(_table(rows) if detailed else _matrix(rows))
-    console.print(Text(f"Verdicts {data['config']['scope']}.", style="dim"))
+    for block in configs:
+        console.print(Text(f"Verdicts {block['scope']}.", style="dim"))
     _print_shortfalls(console, rows)
     _print_refusals(console, rows)
     if detailed:
@@ -271,9 +422,13 @@ def _print_text(data: dict[str, Any], detailed: bool, export_dir: Path | None, c
             if cx is None or not cx.get("rounds"):
                 continue
             title = f"{v['combo']}: {v['property']} violated"
-            console.print(fold(start_table(cx["scenario"], f"{title}: starting state")))
+            console.print(Text(f"{title}: starting state", style="bold"))
+            console.print(fold(start_table(cx["scenario"])))
             console.print(fold(trace_table(cx, title)))
-            console.print(Text(_replay_hint(v, data["config"], export_dir), style="cyan"))
+            c = v.get("config") or {}
+            block = blocks.get((c.get("page_size"), c.get("swa_window")), data["config"])
+            hint = _replay_hint(v, block, export_dir)
+            console.print(Text(hint, style="cyan"), soft_wrap=True)
     click.echo(summary_line(rows, combos))
 
 
@@ -314,11 +469,12 @@ def _print_shortfalls(console: Console, rows: list[dict[str, Any]]) -> None:
     words (the table's glyph alone would hide it)."""
     from policykit.spec.report import shortfall_words
 
+    several = _several_configs(rows)
     for r in rows:
         words = shortfall_words(r)
         if words and r["verdict"] != "refused":
             style = _STYLE.get(r["verdict"], "")
-            console.print(Text(f"{r['combo']} {r['property']}: {words}", style=style))
+            console.print(Text(f"{_who(r, several)} {r['property']}: {words}", style=style))
 
 
 def exit_code(rows: list[dict[str, Any]]) -> int:
@@ -328,27 +484,19 @@ def exit_code(rows: list[dict[str, Any]]) -> int:
 
 
 def _check_pool(
-    registry: PolicyRegistry,
-    chosen: list[Combo],
-    config: Any,
-    options: Any,
-    jobs: int,
-    *,
-    quiet: bool,
+    registry: PolicyRegistry, plans: list[_Plan], jobs: int, *, quiet: bool
 ) -> list[dict[str, Any]]:
     """Every combo in a fresh process of its own, ``jobs`` at a time
     (:mod:`policykit.spec.isolation`: the same verdicts whatever ``--jobs`` and the order)."""
-    from policykit.spec.isolation import run_isolated
-    from policykit.spec.report import verdict_rows
+    from policykit.spec.isolation import Task, check_isolated
 
-    def job(i: int) -> list[dict[str, Any]]:
-        return verdict_rows(chosen[i], config, options, registry.sources(chosen[i]))
-
+    tasks = [Task(c.as_dict(), p.config, p.options) for p in plans for c in p.combos]
+    chosen = [c for p in plans for c in p.combos]
     console = Console(stderr=True)
     rows: dict[int, list[dict[str, Any]]] = {}
     # the zygote is forked here, before the progress threads start, so that no child inherits
     # a lock they hold
-    finished = run_isolated(len(chosen), job, jobs)
+    finished = check_isolated(tasks, jobs, registry if _pm_injected() else None)
     with (
         Progress(console=console, transient=True, disable=quiet or len(chosen) < 2) as bar,
         Heartbeat("check", len(chosen), enabled=len(chosen) > 1) as beat,
@@ -361,6 +509,21 @@ def _check_pool(
             bar.advance(task)
             beat.advance()
     return [row for i in range(len(chosen)) for row in rows[i]]
+
+
+def _prefix(plan: _Plan, plans: list[_Plan]) -> str:
+    """A unit id's configuration part, where a run has several."""
+    if len(plans) == 1:
+        return ""
+    return f"page{plan.config.page_size}/swa{plan.config.swa_window or 0}/"
+
+
+def _pm_injected() -> bool:
+    """A plugin manager handed in by the caller (``main(obj={"pm": pm})``): its policies may
+    exist in this process only, so the checking processes are forked from it."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return isinstance(obj, dict) and obj.get("pm") is not None
 
 
 def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None, int | None, int]:
@@ -392,9 +555,7 @@ def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None
 
 
 def _check_units(
-    chosen: list[Combo],
-    config: Any,
-    options: Any,
+    plans: list[_Plan],
     executor: str,
     workers: int | None,
     ray_address: str | None,
@@ -408,9 +569,17 @@ def _check_units(
     from policykit.executor import Status, SweepProgress, Unit, open_executor, run_units
     from policykit.spec.report import failed_unit_row, unit_args
 
-    args = unit_args(config, options)
     target = "policykit.executor.units:check_unit"
-    units = [Unit(f"check/{c}", "check", target, {**args, "combo": str(c)}) for c in chosen]
+    units = [
+        Unit(
+            f"check/{_prefix(p, plans)}{c}",
+            "check",
+            target,
+            {**unit_args(p.config, p.options), "combo": str(c)},
+        )
+        for p in plans
+        for c in p.combos
+    ]
     with (
         open_executor(executor, workers=workers, ray_address=ray_address) as pool,
         SweepProgress(len(units), label="check") as progress,
@@ -440,18 +609,37 @@ def _table(rows: list[dict[str, Any]]) -> Table:
     table.add_column("verdict")
     table.add_column("bound")
     table.add_column("s", justify="right")
+    several = _several_configs(rows)
     for v in rows:
         seconds = f"{v['seconds']:.2f}"
-        table.add_row(v["combo"], v["property"], _verdict_text(v), v["bound"], seconds)
+        table.add_row(_who(v, several), v["property"], _verdict_text(v), v["bound"], seconds)
     return fold(table)
+
+
+def _config_label(row: dict[str, Any]) -> str:
+    """``page 64`` or ``page 64, SWA 4096``: a row's configuration, for runs over several."""
+    c = row.get("config") or {}
+    if "page_size" not in c:
+        return ""
+    return f"page {c['page_size']}" + (f", SWA {c['swa_window']}" if c.get("swa_window") else "")
+
+
+def _several_configs(rows: list[dict[str, Any]]) -> bool:
+    return len({_config_label(r) for r in rows}) > 1
+
+
+def _who(row: dict[str, Any], several: bool) -> str:
+    """The combo, with its configuration where a run has several."""
+    return f"{_config_label(row)}: {row['combo']}" if several else row["combo"]
 
 
 def _matrix(rows: list[dict[str, Any]]) -> Group:
     """One row per combo, one glyph per property: readable at 80 columns for 80 combos."""
     props = list(dict.fromkeys(r["property"] for r in rows if r["property"] != "*"))
+    several = _several_configs(rows)
     by_combo: dict[str, dict[str, dict[str, Any]]] = {}
     for r in rows:
-        by_combo.setdefault(r["combo"], {})[r["property"]] = r
+        by_combo.setdefault(_who(r, several), {})[r["property"]] = r
     legend = "  ".join(f"{g} {v}" for v, g in _GLYPH.items()) + "  (b: proved bounded only)"
     keys = "  ".join(f"{chr(ord('A') + i)} {p}" for i, p in enumerate(props))
     table = Table(title="policykit check", title_justify="left", header_style="bold")

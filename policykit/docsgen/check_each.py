@@ -46,7 +46,7 @@ def check_each(
         if on_combo is not None:
             on_combo(next(done), len(chosen), combo)
 
-    rows = isolated_rows(chosen, registry.sources, config, options, on_done=next_combo)
+    rows = isolated_rows(chosen, config, options, on_done=next_combo)
     return check_document(
         rows,
         config_block(config, options, None),

@@ -123,5 +123,5 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
     engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
     combo = registry.resolve(args["combo"], config=engine)
-    rows = isolated_rows([combo], registry.sources, config, options)
+    rows = isolated_rows([combo], config, options)
     return {"combo": args["combo"], "verdicts": rows}

@@ -32,7 +32,8 @@ def _check(combo: str, timeout_s: float, folder: Path) -> tuple[list[dict], dict
     args += ["--timeout", str(timeout_s), "--export-counterexample", str(folder)]
     out = CliRunner().invoke(main, args)
     assert out.exit_code in (0, 1, 3), out.output
-    rows = [{k: v for k, v in r.items() if k != "seconds"} for r in json.loads(out.stdout)["verdicts"]]
+    verdicts = json.loads(out.stdout)["verdicts"]
+    rows = [{k: v for k, v in r.items() if k != "seconds"} for r in verdicts]
     files = {p.name: p.read_bytes() for p in sorted(folder.glob("*.json"))}
     return rows, files
 
@@ -49,10 +50,7 @@ def test_wall_clock_allowance_does_not_change_verdicts_or_counterexamples(combo,
 
 
 def test_the_budget_and_the_safety_net_are_in_the_json(tmp_path):
-    out = CliRunner().invoke(
-        main,
-        ["check", "--combo", "reserve-tail/sglang/page", "--rounds", "1", "--requests", "1"]
-        + ["--rlimit", "5000000", "--timeout", "900", "--json"],
-    )
+    args = ["check", "--combo", "reserve-tail/sglang/page", "--rounds", "1", "--requests", "1"]
+    out = CliRunner().invoke(main, [*args, "--rlimit", "5000000", "--timeout", "900", "--json"])
     config = json.loads(out.stdout)["config"]
     assert (config["rlimit"], config["timeout_s"]) == (5_000_000, 900.0)
