@@ -222,7 +222,7 @@ def check(
     checker will not vouch for a policy outside its contract); 3: a timeout or unknown.
     Precedence when several apply: 1, then 2, then 3.
     """
-    from policykit.spec.report import check_document, config_block, row_of
+    from policykit.spec.report import row_of
 
     if config_scenario is not None:
         page_size, chunk_size, swa_window, max_prefill_tokens, pool_cap = _from_scenario(
@@ -233,17 +233,9 @@ def check(
     _, registry = load_registry()
     texts = combo_texts(combos, combo_list, check_all)
     budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool)
+    several = len(pages) * len(windows) > 1
     plans = [
-        _plan(
-            registry,
-            texts,
-            page,
-            chunk_size,
-            window,
-            max_prefill_tokens,
-            budget,
-            len(pages) * len(windows) > 1,
-        )
+        _plan(registry, texts, (page, chunk_size, window, max_prefill_tokens), budget, several)
         for page in pages
         for window in windows
     ]
@@ -257,11 +249,7 @@ def check(
     rows = [row_of(v) for v in verdicts]
     if export_dir is not None:
         _export(export_dir, rows)
-    blocks = [config_block(p.config, p.options, timeout) for p in plans]
-    extra = {"configs": blocks} if len(blocks) > 1 else {}
-    data = check_document(
-        rows, blocks[0] if len(blocks) == 1 else _matrix_block(blocks), ran_on, **extra
-    )
+    data = _document(rows, plans, timeout, ran_on)
     if out is not None:
         write_json(out, data)
     if as_json:
@@ -270,6 +258,19 @@ def check(
         detailed = verbose or (not check_all and count <= _COMPACT_ABOVE)
         _print_text(data, detailed, export_dir, count)
     sys.exit(exit_code(rows))
+
+
+def _document(
+    rows: list[dict[str, Any]], plans: list[_Plan], timeout: float, ran_on: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``policykit.check/1`` document; a run over several configurations has each one's
+    block under ``configs`` and what they share under ``config``."""
+    from policykit.spec.report import check_document, config_block
+
+    blocks = [config_block(p.config, p.options, timeout) for p in plans]
+    if len(blocks) == 1:
+        return check_document(rows, blocks[0], ran_on)
+    return check_document(rows, _matrix_block(blocks), ran_on, configs=blocks)
 
 
 #: ``--matrix``: the page sizes and sliding windows (None: no SWA) of the whole gate
@@ -302,14 +303,12 @@ class _Plan:
 def _plan(
     registry: PolicyRegistry,
     texts: list[str] | None,
-    page: int,
-    chunk: int,
-    window: int | None,
-    max_prefill_tokens: int | None,
+    engine_numbers: tuple[int, int, int | None, int | None],
     b: _Budget,
     matrix: bool,
 ) -> _Plan:
-    """The combos, configuration and options of one (page size, window) of a run. In a matrix,
+    """The combos, configuration and options of one (page size, chunk size, window,
+    max_prefill_tokens) of a run. In a matrix,
     sliding-window pools SGLang refuses to start with are left out unless asked for."""
     from policykit.spec.bmc import Bounds
     from policykit.spec.checker import CheckOptions
@@ -317,6 +316,7 @@ def _plan(
     from policykit.spec.report import wall_deadline
     from policykit.spec.solver import QUERY_RLIMIT
 
+    page, chunk, window, max_prefill_tokens = engine_numbers
     pool_cap = b.pool_cap or Bounds.max_pool_tokens
     _refuse_bad_bounds(page, window, pool_cap, b.min_swa_pool)
     floor = b.min_swa_pool
