@@ -218,8 +218,10 @@ def check_combo(
         v.bounds = None if v.verdict == PROVED and v.bound == "unbounded" else bounds
         if v.reached is not None:
             v.bounds = {**bounds, "rounds": v.reached, "rounds_asked": options.rounds}
-        if ob.cut_by_wall_clock and v.bounds is not None:
+        if ob.cut_by_wall_clock and v.bounds is not None and v.verdict != VIOLATED:
+            # bounded only because the safety net stopped the induction: say so in the table
             v.note = f"{v.note}; the induction was {WALL_CLOCK}".lstrip("; ")
+            v.shortfall = v.shortfall or f"the induction was {WALL_CLOCK}"
     return [verdicts[p] for p in props]
 
 

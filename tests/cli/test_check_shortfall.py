@@ -50,3 +50,13 @@ def test_the_json_has_the_rounds_reached_and_asked(cli, unpinned_search_gives_up
     row = next(v for v in json.loads(out.stdout)["verdicts"] if v["property"] == "no-oom")
     assert (row["bounds"]["rounds"], row["bounds"]["rounds_asked"]) == (1, 2)
     assert row["shortfall"].startswith("round 2 with unpinned device prefixes")
+
+
+def test_a_verdict_the_wall_clock_net_cut_short_says_so_in_the_text(cli):
+    """A one-second safety net is spent before the first query: every verdict the induction
+    did not settle is ``unknown``, and the text says the net stopped it, not the budget."""
+    out = cli("check", "--combo", "reserve-tail/sglang/page", "--timeout", "1", "--jobs", "1")
+    assert out.exit_code == 3, out.output
+    lines = [x for x in out.stdout.splitlines() if x.startswith("reserve-tail/sglang/page ")]
+    assert lines and all("stopped by the wall-clock safety net" in x for x in lines)
+    assert all("unknown at round 1" in x for x in lines)
