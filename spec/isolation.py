@@ -93,6 +93,9 @@ def serve() -> None:  # pragma: no cover - the spawned zygote's entry point
     from policykit.registry import PolicyRegistry
 
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
+    # the checker's modules once, here, rather than in every child (about a second each)
+    import policykit.spec.report  # noqa: F401
+
     sys.stdout.flush()
     _zygote_main(
         request["tasks"], request["jobs"], Path(request["folder"]), sys.stdout.fileno(), registry
