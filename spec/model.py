@@ -164,6 +164,7 @@ class Encoder:
         fork = Encoder(facts=list(self.facts), counter=self.counter)
         fork.divisions.cache = dict(self.divisions.cache)
         fork.divisions.quotients = list(self.divisions.quotients)
+        fork.divisions.names = self.divisions.names
         return fork
 
     def var(self, name: str) -> Sym:

@@ -71,6 +71,8 @@ class Verdict:
     #: the trace's steps as given (a step may hold a list of entries), for the trace page
     steps: tuple[dict[str, Any], ...] = ()
     round: int | None = None  #: the round the property broke in
+    #: a verdict that reached less than was asked, in words (``proved to round 2 of 4: ...``)
+    shortfall: str = ""
 
     @property
     def unbounded(self) -> bool:
@@ -294,6 +296,16 @@ def _failure(value: Any) -> tuple[str, int | None]:
     return ("" if value is None else str(value)), None
 
 
+def _shortfall(item: Mapping[str, Any]) -> str:
+    """How far short of the asked bounds a verdict fell, in the words ``check`` prints."""
+    from policykit.spec.report import shortfall_words
+
+    if not isinstance(item.get("shortfall"), str) or "verdict" not in item:
+        return ""
+    bounds = item.get("bounds")
+    return shortfall_words({**item, "bounds": bounds if isinstance(bounds, dict) else {}})
+
+
 def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
     where = path.name
     verdicts = []
@@ -323,6 +335,7 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
                 if isinstance(trace, list)
                 else (),
                 round=_int(item, at, "round", "counterexample.round") or failed_in,
+                shortfall=_shortfall(item),
             )
         )
     config = top.get("config") if isinstance(top.get("config"), dict) else {}

@@ -59,6 +59,8 @@ def mark_html(v: Verdict | None, prop: str) -> str:
         "refused": "refused",
         "missing": "not checked",
     }[kind]
+    if v is not None and v.shortfall:
+        words = v.shortfall
     note = f" — {v.note}" if v is not None and v.note else ""
     title = html.escape(f"{prop}: {words}{note}", quote=True)
     glyph = MARKS[kind]
@@ -81,6 +83,8 @@ def verdict_cell(v: Verdict | None) -> str:
         "unknown": "unknown",
         "refused": "refused",
     }[kind]
+    if v.shortfall and kind in ("bounded", "unknown"):
+        text = html.escape(v.shortfall)  # "proved to round 2 of 4: <reason>", in the cell
     title = f' title="{html.escape(v.note, quote=True)}"' if v.note else ""
     return f'<span class="pk-{kind}"{title}>{MARKS[kind]} {text}</span>'
 
