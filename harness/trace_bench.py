@@ -22,8 +22,8 @@ from policykit.harness.roofline import GPU
 from policykit.harness.trace_groups import behaviour_key, group_identical
 from policykit.harness.trace_replay import DEFAULT_MAX_ROUNDS, Progress, ReplayConfig, replay
 from policykit.harness.traces import Trace
-from policykit.memory.plan import default_chunked_prefill_size, plan_kv
 from policykit.memory.model_shapes import PRESETS as SHAPES
+from policykit.memory.plan import default_chunked_prefill_size, plan_kv
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
 
