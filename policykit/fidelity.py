@@ -37,6 +37,11 @@ class Holds:
         )
 
     @classmethod
+    def of_checker(cls, sliding_window: bool) -> Holds:
+        """``policykit check``'s model: any request may have a host-tier prefix."""
+        return cls(sliding_window=sliding_window, host_tier=True)
+
+    @classmethod
     def of_bench_input(cls, sliding_window: int | None, source: str | None) -> Holds:
         """A bench input: without a sliding window nothing more is needed; with one (only a
         scenario file brings one) the scenario says whether any request has a host prefix."""

@@ -39,6 +39,7 @@ from policykit.cli.common import (
     write_json,
 )
 from policykit.errors import ComboError, PolicykitError
+from policykit.fidelity import Holds, approximation_lines
 from policykit.heartbeat import Heartbeat
 from policykit.policy import EngineConfig
 from policykit.registry import Combo, PolicyRegistry
@@ -242,6 +243,7 @@ def check(
         verdicts = _check_pool(registry, chosen, config, options, jobs, quiet=as_json)
         ran_on = {"name": "pool", "jobs": jobs}
     rows = [_as_dict(v) for v in verdicts]
+    notes = approximation_lines(chosen, Holds.of_checker(swa_window is not None))
     if export_dir is not None:
         _export(export_dir, rows)
     data = document(
@@ -262,6 +264,7 @@ def check(
             },
             "summary": summary_counts(rows),
             "verdicts": rows,
+            "approximations": notes,
         },
         "policykit.check/1",
     )
@@ -274,6 +277,8 @@ def check(
         detailed = verbose or (not check_all and len(chosen) <= _COMPACT_ABOVE)
         console.print(_table(rows) if detailed else _matrix(rows))
         console.print(Text(f"Verdicts {scope_text(config, options)}.", style="dim"))
+        for line in notes:
+            console.print(Text(line, style="yellow"))
         _print_refusals(console, rows)
         if detailed:
             for v in verdicts:
@@ -467,7 +472,7 @@ def _matrix(rows: list[dict[str, Any]]) -> Group:
     legend = "  ".join(f"{g} {v}" for v, g in _GLYPH.items()) + "  (b: proved bounded only)"
     keys = "  ".join(f"{chr(ord('A') + i)} {p}" for i, p in enumerate(props))
     table = Table(title="policykit check", title_justify="left", header_style="bold")
-    table.add_column("combo (admission/chunking/alignment)", overflow="fold")
+    table.add_column("combo (admission/chunking/alignment[/phase/queue])", overflow="fold")
     for i in range(len(props)):
         table.add_column(f"{chr(ord('A') + i)}", justify="center", no_wrap=True)
     for combo, cells in by_combo.items():
