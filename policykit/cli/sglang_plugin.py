@@ -69,6 +69,8 @@ def sglang_plugin(
                 "verdicts": [
                     {"property": v.property, "verdict": v.verdict, "label": v.label} for v in proofs
                 ],
+                # True when the queue's skip was taken out, as SGLang cannot take it
+                "checked_as_sglang_runs": chosen.queue.skips_never_fitting,
             }
         )
     else:
