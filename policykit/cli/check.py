@@ -472,7 +472,8 @@ def _matrix(rows: list[dict[str, Any]]) -> Group:
     legend = "  ".join(f"{g} {v}" for v, g in _GLYPH.items()) + "  (b: proved bounded only)"
     keys = "  ".join(f"{chr(ord('A') + i)} {p}" for i, p in enumerate(props))
     table = Table(title="policykit check", title_justify="left", header_style="bold")
-    table.add_column("combo (admission/chunking/alignment[/phase/queue])", overflow="fold")
+    # the backslash keeps rich from reading "[/phase/queue]" as a closing markup tag
+    table.add_column("combo (admission/chunking/alignment\\[/phase/queue])", overflow="fold")
     for i in range(len(props)):
         table.add_column(f"{chr(ord('A') + i)}", justify="center", no_wrap=True)
     for combo, cells in by_combo.items():
