@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from policykit.registry import Combo
+from policykit.scenario import Scenario, load_scenario
 
 
 @dataclass(frozen=True)
@@ -28,12 +29,11 @@ class Holds:
     host_tier: bool
 
     @classmethod
-    def of_scenario(cls, scenario: object) -> Holds:
-        """What a :class:`~policykit.scenario.Scenario` holds."""
-        requests = getattr(scenario, "requests", ())
+    def of_scenario(cls, scenario: Scenario) -> Holds:
+        """What a scenario holds."""
         return cls(
-            sliding_window=getattr(scenario, "sliding_window", None) is not None,
-            host_tier=any(r.host_prefix_tokens for r in requests),
+            sliding_window=scenario.sliding_window is not None,
+            host_tier=any(r.host_prefix_tokens for r in scenario.requests),
         )
 
     @classmethod
@@ -43,15 +43,12 @@ class Holds:
 
     @classmethod
     def of_bench_input(cls, sliding_window: int | None, source: str | None) -> Holds:
-        """A bench input: without a sliding window nothing more is needed; with one (only a
-        scenario file brings one) the scenario says whether any request has a host prefix."""
-        if sliding_window is None:
-            return cls(sliding_window=False, host_tier=False)
-        from policykit.scenario import load_scenario
-
-        if source is None or not Path(source).is_file():
-            return cls(sliding_window=True, host_tier=True)  # unknown: assume it may
-        return cls.of_scenario(load_scenario(Path(source)))
+        """A bench input: a scenario file says what it holds; a generated workload or a trace
+        may have host-tier prefixes (and has the sliding window its config says)."""
+        path = Path(source) if source else None
+        if path is not None and path.suffix == ".json" and path.is_file():
+            return cls.of_scenario(load_scenario(path))
+        return cls(sliding_window=sliding_window is not None, host_tier=True)
 
 
 @dataclass(frozen=True)
