@@ -32,6 +32,7 @@ from policykit.cli.common import (
     write_json,
 )
 from policykit.errors import PolicykitError
+from policykit.fidelity import Holds, approximation_lines
 from policykit.heartbeat import Heartbeat
 from policykit.registry import Combo, PolicyRegistry, format_combo
 from policykit.render import default_console, fold
@@ -283,6 +284,9 @@ def bench(
         result = _bench_inline(
             bench_input, shape, dev, chosen, pm, seed, max_rounds, console, repeats, priced
         )
+    source = bench_input.summary.get("source")
+    holds = Holds.of_bench_input(bench_input.config.sliding_window, source)
+    result["approximations"] = approximation_lines(chosen, holds)
     _report(document(result, "policykit.bench/1"), as_json, out, console)
 
 
@@ -412,3 +416,5 @@ def _report(
         return
     # a table this wide is hard to read folded to 80 columns when the output is a log file
     default_console(piped_width=200).print(table(result))
+    for line in result.get("approximations", ()):
+        default_console(piped_width=200).print(Text(line, style="yellow"))

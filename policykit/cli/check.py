@@ -36,6 +36,7 @@ from policykit.cli.common import (
     write_json,
 )
 from policykit.errors import ComboError, PolicykitError
+from policykit.fidelity import Holds, approximation_lines
 from policykit.heartbeat import Heartbeat
 from policykit.policy import EngineConfig
 from policykit.registry import Combo, PolicyRegistry
@@ -250,6 +251,10 @@ def check(
     if export_dir is not None:
         _export(export_dir, rows)
     data = _document(rows, plans, timeout, ran_on)
+    hybrid = any(w is not None for w in windows)
+    data["approximations"] = approximation_lines(
+        [c for p in plans for c in p.combos], Holds.of_checker(hybrid)
+    )
     if out is not None:
         write_json(out, data)
     if as_json:
@@ -414,6 +419,8 @@ def _print_text(data: dict[str, Any], detailed: bool, export_dir: Path | None, c
     console.print(_table(rows) if detailed else _matrix(rows))
     for block in configs:
         console.print(Text(f"Verdicts {block['scope']}.", style="dim"))
+    for line in data.get("approximations", ()):
+        console.print(Text(line, style="yellow"))
     _print_shortfalls(console, rows)
     _print_refusals(console, rows)
     if detailed:
@@ -643,7 +650,8 @@ def _matrix(rows: list[dict[str, Any]]) -> Group:
     legend = "  ".join(f"{g} {v}" for v, g in _GLYPH.items()) + "  (b: proved bounded only)"
     keys = "  ".join(f"{chr(ord('A') + i)} {p}" for i, p in enumerate(props))
     table = Table(title="policykit check", title_justify="left", header_style="bold")
-    table.add_column("combo (admission/chunking/alignment)", overflow="fold")
+    # the backslash keeps rich from reading "[/phase/queue]" as a closing markup tag
+    table.add_column("combo (admission/chunking/alignment\\[/phase/queue])", overflow="fold")
     for i in range(len(props)):
         table.add_column(f"{chr(ord('A') + i)}", justify="center", no_wrap=True)
     for combo, cells in by_combo.items():

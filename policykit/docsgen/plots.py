@@ -216,18 +216,21 @@ def pool_small_multiples(path: Path, trajectories: Sequence[Trajectory], *, titl
     rows = -(-max(panels, 1) // cols)
     longest = max((len(t.values) for t in trajectories), default=1)
     with matplotlib.rc_context({**_RC, "font.size": 8}):
-        height = 2.1 * rows + 0.5
+        lines = max((_title_lines(t) for t in shown), default=2)
+        height = (1.8 + 0.15 * lines) * rows + 0.5
         fig = Figure(figsize=(3.3 * cols, height))
-        # fixed spacing (room for two-line panel titles); constrained layout would re-render
-        # the text several times
-        fig.subplots_adjust(hspace=0.6, wspace=0.1, top=1 - 0.75 / height)
+        # fixed spacing (room for the tallest panel title, never cut); constrained layout would
+        # re-render the text several times
+        fig.subplots_adjust(
+            hspace=0.3 + 0.15 * lines, wspace=0.1, top=1 - (0.45 + 0.13 * lines) / height
+        )
         grid = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
         axes = [ax for row in grid for ax in row]
         for ax, t in zip(axes, shown, strict=False):
             colour = CRASHED if t.crash_round is not None else FINE
             xs = range(1, len(t.values) + 1)
             ax.plot(xs, [100 * v for v in t.values], color=colour, lw=1.4)
-            name = t.title if len(t.title) <= 44 else t.title[:43] + "…"
+            name = wrap_title(t.title)
             if t.crash_round is not None:
                 ax.plot([t.crash_round], [100], marker="X", color=CRASHED, markersize=8)
                 name += f"\ncrashed in round {t.crash_round}"
@@ -247,6 +250,34 @@ def pool_small_multiples(path: Path, trajectories: Sequence[Trajectory], *, titl
             ax.set_xlabel("round")
         fig.suptitle(title, x=0.01, ha="left", fontsize=9)
         return _save(fig, path)
+
+
+#: characters per line of a panel title (a 3.3-inch panel at 7.5 pt)
+TITLE_CHARS = 44
+
+
+def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
+    """``title`` on as many lines as it needs, broken after a ``/`` or a space where it can
+    (a combo stays readable), never cut short."""
+    lines: list[str] = []
+    line = ""
+    for piece in re.findall(r"[^/ ]*(?:/|\s+|$)", title):
+        if not piece:
+            continue
+        if line and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        while len(piece.rstrip()) > width:  # one word longer than a line: split it
+            lines.append(piece[:width])
+            piece = piece[width:]
+        line += piece
+    if line.strip():
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def _title_lines(t: Trajectory) -> int:
+    return wrap_title(t.title).count("\n") + 1 + (t.crash_round is not None)
 
 
 def _summary_panel(ax, rest: Sequence[Trajectory], longest: int) -> None:

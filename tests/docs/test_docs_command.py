@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from policykit.cli import COMMANDS, main
 from policykit.cli.docs import command_line
 from policykit.docsgen import comparisons, site
+from policykit.docsgen.results import combo_parts
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
 
@@ -46,12 +47,13 @@ def test_built_comparison_page_rows_match_registered_combinations(
     built_site: Path, example_registry: PolicyRegistry
 ):
     """With the example plugin installed the registry enumerates its watermark combinations
-    too; the matrix has one row per admission × chunking and one cell per combination."""
+    too; the matrix has one row per admission × queue × chunking and one cell per combination."""
     html = (built_site / "site" / "generated" / "comparisons" / "index.html").read_text()
     verdicts = html.split('id="formal-verdicts"', 1)[1].split('id="scenario-replays"', 1)[0]
     body = verdicts.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
     combos = comparisons.registered_combos(example_registry)
-    assert body.count("<tr>") == len({tuple(c.split(",")[:2]) for c in combos})
+    rows = {(p["admission"], p["queue"], p["chunking"]) for p in map(combo_parts, combos)}
+    assert body.count("<tr>") == len(rows)
     assert body.count('<span class="pk-cell">') == len(combos)
     assert 'href="#admission-watermark"' not in body  # rows name policies, not anchors
     assert "<code>watermark:1024</code>" in body

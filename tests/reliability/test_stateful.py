@@ -67,9 +67,12 @@ class NodeMachine(RuleBasedStateMachine):
         self.pool = FlakyPool(pages * page, page, layout=KV)
         swa = None if window is None else TokenPool(swa_pages * page, 1, name="swa")
         self.node = BrokenHostCopyNode(config, self.pool, swa_pool=swa)
+        # with policykit's skipping queue: the liveness claim of the teardown (no request waits
+        # forever) is the skip's; SGLang's fcfs lets a never-fitting head block the queue
+        kinds = ("admission", "chunking", "alignment")
         self.combos = [
-            str(c)
-            for c in REGISTRY.all_combos(config.engine)
+            f"{c}/default/fcfs-skip"
+            for c in REGISTRY.all_combos(config.engine, kinds=kinds)
             if c.admission.source == "built-in" and c.alignment.source == "built-in"
         ]
         combo = data.draw(st.sampled_from(self.combos), label="combo")

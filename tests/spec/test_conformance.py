@@ -28,10 +28,12 @@ ROUNDS = 4
 #: (page, chunk, sliding window, max_prefill_tokens): each is one encoding per combo, so few
 #: and varied
 CONFIGS = [(16, 256, None, None), (64, 4096, None, 512), (64, 256, 128, None)]
+#: every admission, chunking and alignment with the default queue (``fcfs``); the other queues
+#: on a few combos below (``lpm`` needs scenarios listed in its order)
 COMBOS = [
     str(c)
     for c in PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False)).all_combos(
-        EngineConfig(64, 4096)
+        EngineConfig(64, 4096), kinds=("admission", "chunking", "alignment")
     )
 ]
 
@@ -304,7 +306,8 @@ def test_a_spent_input_budget_stops_the_queue_in_the_model_too(registry) -> None
 
 
 def test_never_fits_measures_the_idle_node_not_the_pool_or_what_is_free_now(registry) -> None:
-    combo = registry.resolve("admission=reserve-tail,chunking=defer,alignment=page")
+    # only a skipping queue rejects a request for good (NEVER); fcfs stops at it
+    combo = registry.resolve("admission=reserve-tail,chunking=defer,alignment=page,queue=fcfs-skip")
     concrete, _ = concrete_rounds(IDLE_NOT_NOW, combo, 2)
     rows = {row[0]: row[1] for row in concrete[1][0]}
     assert rows["B"] == "rejected NEVER"
@@ -341,10 +344,13 @@ def test_the_refresh_of_waiting_prefixes_keeps_them_over_idle_cache(registry) ->
     assert starts[0] == {"A": 256, "B": 128}
 
 
-#: the queue policies other than the default, on a few combos: SGLang's own ``fcfs`` (its head
-#: blocks the queue) on the scenarios above, and ``lpm``, whose order numbers the model's
-#: requests by priority, on scenarios listed in that order
-FCFS_COMBOS = ["sglang/sglang/none/default/fcfs", "reserve-tail/sglang/page/default/fcfs"]
+#: the queue policies other than the default (SGLang's own ``fcfs``, its head blocks the queue),
+#: on a few combos: policykit's ``fcfs-skip`` on the scenarios above, and ``lpm``, whose order
+#: numbers the model's requests by priority, on scenarios listed in that order
+SKIP_COMBOS = [
+    "sglang/sglang/none/default/fcfs-skip",
+    "reserve-tail/sglang/page/default/fcfs-skip",
+]
 LPM_COMBOS = ["sglang/sglang/page/default/lpm", "reserve-tail/defer/checkpoint:256/default/lpm"]
 
 
@@ -375,10 +381,10 @@ def in_lpm_order(draw: st.DrawFn) -> dict:
     return scenario
 
 
-@pytest.mark.parametrize("combo_text", FCFS_COMBOS)
+@pytest.mark.parametrize("combo_text", SKIP_COMBOS)
 @example(scenario=NEVER_FITS)
 @given(scenario=scenarios())
-def test_fcfs_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
+def test_fcfs_skip_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
     test_encoding_matches_the_scheduler.hypothesis.inner_test(registry, combo_text, scenario)
 
 

@@ -197,7 +197,8 @@ def _cli(*args: str, env: dict | None = None):
 
 @needs_sglang
 def test_cli_check_json():
-    result = _cli("--check", "--combo", "admission=reserve-tail", "--no-prove", "--json")
+    combo = "admission=reserve-tail,queue=fcfs-skip"
+    result = _cli("--check", "--combo", combo, "--no-prove", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["schema"] == "policykit.sglang-plugin-check/1" and data["created"]
@@ -228,7 +229,8 @@ def test_start_up_verdicts_are_about_the_queue_sglang_runs(monkeypatch, caplog):
     """``fcfs-skip`` is proved free of starvation in ``policykit simulate``, but SGLang stops
     its round at a refused request: the verdict logged in the engine is the blocking queue's,
     and says so."""
-    monkeypatch.setenv("POLICYKIT_COMBO", "admission=sglang,chunking=sglang,alignment=none")
+    combo = "admission=sglang,chunking=sglang,alignment=none,queue=fcfs-skip"
+    monkeypatch.setenv("POLICYKIT_COMBO", combo)
     _start_scheduler(caplog)
     [line] = [r.getMessage() for r in caplog.records if "no-starvation" in r.getMessage()]
     assert "no-starvation violated" in line and startup.AS_SGLANG_RUNS in line
