@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from policykit import kernel
 from policykit.errors import PolicyError
-from policykit.kernel import Ints, admit_view, ask, chunk_view, describe, truncate
+from policykit.kernel import Ints, admit_view, ask, chunk_view, describe
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import idle_admit_view, idle_capacity, idle_chunk_view, idle_swa_facts
 from policykit.node import FIRST_TOKENS, PrefillNode
@@ -245,12 +245,14 @@ class Planner:
             # No room to start it, or it would be a second in-progress request.
             ledger.baseline = saved
             return Budget.OTHER
-        start = cached + host_len
+        start, whole = cached + host_len, chunk == compute
+        placed, end, _ = kernel.place(
+            self.num, ledger, start, chunk, whole, req.prompt_tokens, req.id, placed=lambda: True
+        )
         locked.update(n.id for n in newly)
-        if chunk == compute:
-            ledger.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
+        ledger.become(placed)
+        if whole:
             return Entry(req.id, start, start + chunk, EntryKind.WHOLE, cached, host_len)
-        end, _ = truncate(self.num, ledger, start, start + chunk, req.prompt_tokens, req.id)
         return Entry(req.id, start, end, EntryKind.TRUNCATED, cached, host_len)
 
     # -- liveness --------------------------------------------------------------------------

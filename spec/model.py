@@ -28,7 +28,7 @@ import z3
 
 from policykit import kernel
 from policykit.host_tier import LOAD_BACK_THRESHOLD
-from policykit.kernel import admit_view, chunk_view, truncate
+from policykit.kernel import admit_view, chunk_view
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import idle_admit_view, idle_chunk_view, idle_swa_facts, owed_tokens
 from policykit.node import FIRST_TOKENS
@@ -383,18 +383,6 @@ class RoundModel:
     def budget(self, ledger: Ledger) -> Choice:
         return decide_all(ledger.budget_state)
 
-    def _ask(self, kind: str, method: str, view: Any) -> Any:
-        return self.num.ask(kind, method, view)
-
-    def _charge_truncated(
-        self, ledger: Ledger, start: Sym, end: Sym, prompt: Sym
-    ) -> tuple[Ledger, Sym, z3.BoolRef]:
-        """:func:`policykit.kernel.truncate` on a copy of ``ledger``; returns the copy, the
-        aligned end and whether a policy broke contract."""
-        out = dataclasses.replace(ledger)
-        aligned, bad = truncate(self.num, out, start, end, prompt, "")
-        return out, aligned, bad
-
     def _mark(self, state: RoundState, ledger: Ledger, placed: z3.BoolRef) -> tuple[Sym, Sym]:
         rem_total, cur_rem = ledger.rem_total_tokens, ledger.cur_rem_tokens
         state.bad_ledger = z3.Or(state.bad_ledger, z3.And(placed, cur_rem.t < rem_total.t))
@@ -534,16 +522,16 @@ class RoundModel:
         other = z3.Or(chunk.t == 0, z3.And(chunk.t < compute.t, state.has_chunked))
         whole = chunk.t == compute.t
         start = hit.cached + hit.host
-        whole_led = dataclasses.replace(loaded)
-        whole_led.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
-        trunc_led, end_t, bad_t = self._charge_truncated(loaded, start, start + chunk, req.prompt)
+        placed, end_t, bad_t = kernel.place(
+            self.num, loaded, start, chunk, whole, req.prompt, "", placed=lambda: True
+        )
         return Attempt(
             ok,
             other,
             bad_range,
             whole,
             bad_t,
-            _pick_ledger(whole, whole_led, trunc_led),
+            placed,
             hit.host,
             hit.lock,
             start,
@@ -608,7 +596,7 @@ class RoundModel:
             )
             self._idle[req.name] = (
                 self.num.admits(view, req.name, label="idle_admit"),
-                self.enc.bind("idle_chunk", self._ask("chunking", "new_chunk", chunk_view)),
+                self.enc.bind("idle_chunk", self.num.ask("chunking", "new_chunk", chunk_view)),
             )
         return self._idle[req.name]
 
@@ -619,7 +607,7 @@ class RoundModel:
         if self.combo.queue.arrival_order:
             return None
         view = QueueView(req.prompt, req.device, req.loadable, self.config.page_size)  # type: ignore[arg-type]
-        return self.enc.bind("priority", self._ask("queue", "priority", view))
+        return self.enc.bind("priority", self.num.ask("queue", "priority", view))
 
 
 @dataclass
