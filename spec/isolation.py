@@ -94,7 +94,7 @@ def serve() -> None:  # pragma: no cover - the spawned zygote's entry point
 
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
     # the checker's modules once, here, rather than in every child (about a second each)
-    import policykit.spec.report  # noqa: F401
+    import policykit.spec.checkable  # noqa: F401
 
     sys.stdout.flush()
     _zygote_main(
@@ -136,13 +136,14 @@ def _fork_each(
 
 def _child(task: Task, registry: PolicyRegistry, path: Path) -> int:  # pragma: no cover
     from policykit.policy import EngineConfig
-    from policykit.spec.report import verdict_rows
+    from policykit.spec.checkable import check_or_refuse
 
     config = task.config
     try:
         engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
         combo = registry.resolve(task.combo, config=engine)
-        result: Any = verdict_rows(combo, config, task.options, registry.sources(combo))
+        verdicts = check_or_refuse(combo, config, task.options, registry.sources(combo))
+        result: Any = [v.to_dict() for v in verdicts]
     except Exception as exc:  # reported as the combo's failure, never as a pass
         result = exc
     try:

@@ -19,21 +19,12 @@ import z3
 from policykit.documents import stamped
 from policykit.registry import Combo
 from policykit.spec.bmc import Bounds
-from policykit.spec.checkable import check_or_refuse
 from policykit.spec.checker import CheckOptions, Verdict, scope_text
 from policykit.spec.isolation import Task, check_isolated
 from policykit.spec.model import ModelConfig
 
 SCHEMA = "policykit.check/1"
 VERDICT_ORDER = ("proved", "violated", "unknown", "refused")
-
-
-def verdict_rows(
-    combo: Combo, config: ModelConfig, options: CheckOptions, sources: dict[str, str] | None
-) -> list[dict[str, Any]]:
-    """One combo's rows: its verdicts, or one ``refused`` row per property where the checker
-    cannot vouch for a policy (:func:`~policykit.spec.checkable.check_or_refuse`)."""
-    return [v.to_dict() for v in check_or_refuse(combo, config, options, sources)]
 
 
 def isolated_rows(
@@ -43,7 +34,8 @@ def isolated_rows(
     jobs: int = 1,
     on_done: Callable[[int, Combo], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """:func:`verdict_rows` of every combo (installed plugins), each in a fresh process
+    """Every combo's rows (its verdicts, or one ``refused`` row per property where the checker
+    cannot vouch for a policy), each combo in a fresh process
     (:mod:`policykit.spec.isolation`), in the order given; ``on_done`` hears of each."""
     tasks = [Task(c.as_dict(), config, options) for c in combos]
     rows: dict[int, list[dict[str, Any]]] = {}
