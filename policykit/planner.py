@@ -73,6 +73,15 @@ class Planner:
         self.node = node
         self.combo = combo
         self.observer = observer or Observer()
+
+    @property
+    def combo(self) -> Combo:
+        return self.num.combo
+
+    @combo.setter
+    def combo(self, combo: Combo) -> None:
+        """Switching policies between rounds (``Scheduler.use``) must reach the int domain,
+        which is what asks them."""
         self.num = Ints(combo)
 
     def open_ledger(self) -> Ledger:

@@ -247,8 +247,9 @@ def replay(cx: Counterexample, combo: Combo, extra_rounds: int = 8) -> Counterex
 
 
 def export_name(combo: str, prop: str) -> str:
-    """The file ``--export-counterexample`` writes a counterexample to, in its folder."""
-    return f"{re.sub(r'[^A-Za-z0-9.+-]+', '_', combo.replace('/', '+'))}.{prop}.json"
+    """The file ``--export-counterexample`` writes a counterexample to, in its folder: the
+    combo with every separator as ``_`` (``+`` would print an older spelling of the combo)."""
+    return f"{re.sub(r'[^A-Za-z0-9.-]+', '_', combo)}.{prop}.json"
 
 
 def start_table(scenario: dict[str, Any]) -> Table:

@@ -449,7 +449,7 @@ def _replay_hint(row: dict[str, Any], block: dict[str, Any], export_dir: Path | 
     path = shlex.quote(f"{folder.rstrip('/')}/{export_name(row['combo'], row['property'])}")
     replay = f"policykit simulate {path}"
     if export_dir is not None:
-        return f"Replay it: {replay}"
+        return f"Replay it:\n  {replay}"
     flags = [("--combo", row["combo"]), ("--page-size", block["page_size"])]
     flags.append(("--chunk-size", block["chunked_prefill_size"]))
     for flag, key in (
@@ -467,8 +467,25 @@ def _replay_hint(row: dict[str, Any], block: dict[str, Any], export_dir: Path | 
         ("--rlimit", block["rlimit"]),
         ("--export-counterexample", folder),
     ]
-    check = " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags)
-    return f"Replay it: policykit check {check} && {replay}"
+    words = ["policykit check", *(f"{f} {shlex.quote(str(v))}" for f, v in flags)]
+    words += ["&&", "policykit simulate", path]
+    return "Replay it:\n" + _shell_lines(words)
+
+
+def _shell_lines(words: list[str], width: int = 76) -> str:
+    """``words`` as a shell command folded with ``\\`` continuations, each line within
+    ``width`` where a word allows: copied whole, it runs as one command; a terminal of 80
+    columns shows it without breaking a flag from its value."""
+    lines: list[str] = []
+    line = ""
+    for word in words:
+        if line and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line)
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else "  " + word
+    lines.append(line)
+    return " \\\n".join(lines)
 
 
 def _print_shortfalls(console: Console, rows: list[dict[str, Any]]) -> None:
