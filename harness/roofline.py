@@ -37,20 +37,26 @@ class GPU:
     peak_flops: float  #: dense bf16 tensor-core FLOP/s
     hbm_bytes_per_s: float
     source: str
+    #: HBM capacity in GB (10^9 bytes) as the datasheet gives it; sizes the default KV pool
+    memory_gb: float = 0.0
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_gb * 1e9 / 2**30
 
 
 #: Vendor spec sheets. NVIDIA lists bf16 tensor-core throughput *with* 2:4 sparsity; the dense
 #: figure used here is half of it.
-#: * H100 SXM5: 1,979 TFLOPS sparse -> 989 dense; HBM3 3.35 TB/s (NVIDIA H100 Tensor Core GPU
-#:   datasheet, https://www.nvidia.com/en-us/data-center/h100/).
-#: * H200 SXM: 1,979 TFLOPS sparse -> 989 dense (same compute as H100); HBM3e 4.8 TB/s (NVIDIA
-#:   H200 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h200/).
-#: * B200 (HGX B200, per GPU): 4.5 PFLOPS sparse -> 2.25 dense; HBM3e 8 TB/s (NVIDIA HGX B200
-#:   datasheet, https://www.nvidia.com/en-us/data-center/hgx/).
+#: * H100 SXM5: 1,979 TFLOPS sparse -> 989 dense; HBM3 3.35 TB/s, 80 GB (NVIDIA H100 Tensor
+#:   Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h100/).
+#: * H200 SXM: 1,979 TFLOPS sparse -> 989 dense (same compute as H100); HBM3e 4.8 TB/s, 141 GB
+#:   (NVIDIA H200 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h200/).
+#: * B200 (HGX B200, per GPU): 4.5 PFLOPS sparse -> 2.25 dense; HBM3e 8 TB/s, 180 GB (NVIDIA
+#:   HGX B200 datasheet, https://www.nvidia.com/en-us/data-center/hgx/).
 GPUS: dict[str, GPU] = {
-    "H100": GPU("H100", 989e12, 3.35e12, "NVIDIA H100 SXM5 datasheet"),
-    "H200": GPU("H200", 989e12, 4.8e12, "NVIDIA H200 SXM datasheet"),
-    "B200": GPU("B200", 2.25e15, 8.0e12, "NVIDIA HGX B200 datasheet"),
+    "H100": GPU("H100", 989e12, 3.35e12, "NVIDIA H100 SXM5 datasheet", 80),
+    "H200": GPU("H200", 989e12, 4.8e12, "NVIDIA H200 SXM datasheet", 141),
+    "B200": GPU("B200", 2.25e15, 8.0e12, "NVIDIA HGX B200 datasheet", 180),
 }
 
 

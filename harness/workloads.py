@@ -325,7 +325,9 @@ def generate(name: str, pool_tokens: int, seed: int = 0) -> Workload:
     except KeyError:
         raise WorkloadError(
             f"There is no workload named {name!r}. Named workloads: {', '.join(GENERATORS)}; "
-            "or give the path of a JSONL trace (.jsonl) or a scenario file (.json)."
+            "production traces: mooncake-conversation, mooncake-synthetic, azure-code, "
+            "azure-conv; or give the path of a trace file (Mooncake .jsonl, Azure .csv, "
+            "policykit-trace .jsonl) or a scenario file (.json)."
         ) from None
     least = MIN_POOL_TOKENS.get(name, _DEFAULT_MIN_POOL)
     if pool < least:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from policykit.tokens import TokenRuns
+
 Tokens = Sequence[int]
 
 #: SGLang 0.5.23 (HiCache's ``load_back_threshold``): shorter host hits are recomputed
@@ -22,8 +24,8 @@ LOAD_BACK_THRESHOLD = 10
 class HostEntry:
     """Host copy of the KV of ``tokens[start:end]`` for sequences that begin with ``head``."""
 
-    head: tuple[int, ...]
-    run: tuple[int, ...]
+    head: Tokens
+    run: Tokens
     kv: list[tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, repr=False)
 
     @property
@@ -36,10 +38,17 @@ class HostEntry:
 
 
 class HostTier:
-    """Host-resident KV runs, looked up by the token prefix they continue."""
+    """Host-resident KV runs, looked up by the token prefix they continue.
+
+    Indexed by where a run starts and its first token, so a lookup looks only at the runs that
+    could continue this very prompt (normally one) instead of every run on the host: its cost
+    does not grow with the number of requests the host tier has seen.
+    """
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[int, ...], list[HostEntry]] = {}
+        #: (start, first token of the run, or None for an empty run) -> entries, in put order
+        self._index: dict[tuple[int, int | None], list[HostEntry]] = {}
+        self._count = 0
 
     def put(
         self,
@@ -48,17 +57,24 @@ class HostTier:
         kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> HostEntry:
         """Hold ``tokens[start:]``; ``kv`` (per layer, ``[len, heads, dim]``) when data is kept."""
-        entry = HostEntry(tuple(tokens[:start]), tuple(tokens[start:]), kv)
-        self._entries.setdefault(entry.head, []).append(entry)
+        entry = HostEntry(_frozen(tokens[:start]), _frozen(tokens[start:]), kv)
+        self._index.setdefault(_slot(tokens, start), []).append(entry)
+        self._count += 1
         return entry
 
     def lookup(self, tokens: Tokens, start: int) -> HostEntry | None:
-        """The longest host run that continues ``tokens[:start]`` and matches what follows."""
+        """The longest host run that continues ``tokens[:start]`` and matches what follows
+        (the first one held, among equals)."""
         best: HostEntry | None = None
-        for entry in self._entries.get(tuple(tokens[:start]), ()):
-            fits = entry.end <= len(tokens) and tuple(tokens[start : entry.end]) == entry.run
-            if fits and (best is None or entry.end > best.end):
-                best = entry
+        head: Tokens | None = None
+        slot = _slot(tokens, start)
+        for key in dict.fromkeys(((start, None), slot)):
+            for entry in self._index.get(key, ()):
+                if entry.end > len(tokens) or (best is not None and entry.end <= best.end):
+                    continue
+                head = _frozen(tokens[:start]) if head is None else head
+                if entry.head == head and _frozen(tokens[start : entry.end]) == entry.run:
+                    best = entry
         return best
 
     def loadable(self, tokens: Tokens, start: int, page_size: int) -> int:
@@ -75,4 +91,13 @@ class HostTier:
         return hit if hit >= LOAD_BACK_THRESHOLD else 0
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self._entries.values())
+        return self._count
+
+
+def _slot(tokens: Tokens, start: int) -> tuple[int, int | None]:
+    return (start, tokens[start] if start < len(tokens) else None)
+
+
+def _frozen(tokens: Tokens) -> Tokens:
+    """An immutable copy of a slice (a :class:`TokenRuns` slice already is one)."""
+    return tokens if isinstance(tokens, TokenRuns | tuple) else tuple(tokens)

@@ -22,6 +22,7 @@ window-capped estimate of :func:`swa_estimate`, not its raw length.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,14 @@ class Ledger:
     def reserve(self, tokens: int) -> None:
         """Promise ``tokens`` to a later round (a truncated request's tail)."""
         self.rem_total_token_offset += tokens
+
+    def copy(self) -> Ledger:
+        """A copy to decide a step on (the round model keeps both sides of a choice)."""
+        return dataclasses.replace(self)
+
+    def become(self, other: Ledger) -> None:
+        """Take ``other``'s budgets: a step decided on a copy is taken."""
+        self.__dict__.update(other.__dict__)
 
     def lower_baseline(self, tokens: int) -> None:
         """Memory taken at admission: a host load-back, or a lock making cache unevictable."""

@@ -19,7 +19,7 @@ from policykit.plan import Entry, EntryKind, Plan
 from policykit.policy import EngineConfig
 from policykit.pool import TokenPool, extend_pages, pages_for
 from policykit.prefix_cache import Node, PrefixCache
-from policykit.request import Request, State
+from policykit.request import NO_PAGES, Request, State
 
 #: KV a prefill node keeps per request for generated tokens: the first token only
 FIRST_TOKENS = 1
@@ -46,9 +46,6 @@ class NodeConfig:
         )
 
 
-_NO_PAGES = torch.empty(0, dtype=torch.int64)
-
-
 @dataclass
 class _Staged:
     """What a commit took for one entry, held apart from the request until nothing can fail."""
@@ -56,10 +53,10 @@ class _Staged:
     req: Request
     entry: Entry
     prefix_node: Node | None = None
-    prefix_pages: torch.Tensor = _NO_PAGES
-    load_pages: torch.Tensor = _NO_PAGES
+    prefix_pages: torch.Tensor = NO_PAGES
+    load_pages: torch.Tensor = NO_PAGES
     host_entry: HostEntry | None = None
-    extend_pages: torch.Tensor = _NO_PAGES
+    extend_pages: torch.Tensor = NO_PAGES
     swa_pages: torch.Tensor | None = None
 
 
@@ -70,6 +67,18 @@ def _concat(head: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
     if not head.numel():
         return tail
     return torch.cat([head, tail])
+
+
+def eviction_demand(extend_tokens: int, requests: int, page_size: int) -> int:
+    """The free tokens SGLang 0.5.23 evicts for before it allocates a prefill batch.
+
+    ``alloc_paged_token_slots_extend`` sizes it conservatively, as if every request started a
+    new page: the batch's extend tokens plus one page per request (``alloc_token_slots``, for
+    one-token pages, asks for the extend tokens alone). Eviction takes whole least recently
+    used leaves until the shortfall is covered, so it may free more than the exact pages the
+    allocation then takes.
+    """
+    return extend_tokens + (requests * page_size if page_size > 1 else 0)
 
 
 def _first_over(needs: list[tuple[Entry, int]], available: int) -> str | None:
@@ -106,6 +115,8 @@ class PrefillNode:
         self.waiting: deque[Request] = deque()
         self.chunked: Request | None = None
         self.held: deque[Request] = deque()
+        #: where each admitted request's chunks began (page floor): its tree nodes once cached
+        self._checkpoints: dict[str, list[int]] = {}
         #: whether a held request's KV has reached the decode node; the harness replaces this
         #: with a check of its real copy, so slots are never freed under an in-flight transfer
         self.transfer_done: Callable[[Request], bool] = lambda req: True
@@ -316,9 +327,9 @@ class PrefillNode:
                     pool="swa",
                     request=_first_over(swa_need, self.swa_pool.free_tokens),
                 )
-        short = total_pages - self.pool.free_pages
+        short = eviction_demand(extend_tokens, len(staged), page) - self.pool.free_tokens
         if short > 0:
-            self._evict(short * page, undo)
+            self._evict(short, undo)
         if total_pages > self.pool.free_pages:
             raise PrefillOutOfMemory(
                 tokens=extend_tokens,
@@ -337,6 +348,9 @@ class PrefillNode:
     def _apply(self, s: _Staged, round_no: int) -> None:
         """Record a staged entry on its request (nothing here can fail)."""
         req, entry = s.req, s.entry
+        cut = entry.start // self.config.page_size * self.config.page_size
+        if cut:
+            self._checkpoints.setdefault(req.id, []).append(cut)
         if entry.kind.is_new:
             self.waiting.remove(req)
             req.prefix_node, req.prefix_pages = s.prefix_node, s.prefix_pages
@@ -399,22 +413,39 @@ class PrefillNode:
         page = self.config.page_size
         aligned = req.seq_len // page * page
         table = req.pages
-        already = self.cache.insert(req.tokens[:aligned], table) if aligned else 0
+        already = self._insert_by_checkpoint(req, aligned, table) if aligned else 0
         own_start = req.cached_len // page
         dup_end = max(already // page, own_start)
         self.pool.free(_concat(table[own_start:dup_end], table[aligned // page :]))
         self._drop_kv(req)
         req.state = State.DONE
 
+    def _insert_by_checkpoint(self, req: Request, aligned: int, table: torch.Tensor) -> int:
+        """Cache ``req``'s first ``aligned`` tokens as SGLang 0.5.23's tree holds them: one node
+        per chunk, cut where each chunk began (page floor). The engine checkpoints a chunked
+        request into its tree before every round (``checkpoint_kv_cache``), so eviction later
+        takes the last chunk first and may stop part-way through the request's KV.
+
+        Returns how many leading tokens were cached already (by someone else): the caller
+        frees its duplicate pages.
+        """
+        cuts = {b for b in self._checkpoints.get(req.id, ()) if 0 < b < aligned}
+        already = prev = 0
+        for end in (*sorted(cuts), aligned):
+            got = self.cache.insert(req.tokens[:end], table)
+            if got > prev:
+                already = got
+            prev = end
+        return already
+
     def _drop_kv(self, req: Request) -> None:
         """Unlock the request's prefix and forget its pages (already returned or cached)."""
+        self._checkpoints.pop(req.id, None)
         if req.prefix_node is not None:
             self.cache.unlock(req.prefix_node)
         if self.swa_pool is not None:
             self.swa_pool.free(req.swa_pages)
-        req.own_pages = req.own_pages[:0]
-        req.prefix_pages = req.prefix_pages[:0]
-        req.swa_pages = req.swa_pages[:0]
+        req.own_pages = req.prefix_pages = req.swa_pages = NO_PAGES
         req.prefix_node = None
         req.host_entry = None
 

@@ -19,22 +19,16 @@ engine's real ones would lower its baseline; :meth:`PrefillNode.commit` performs
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from policykit import kernel
 from policykit.errors import PolicyError
+from policykit.kernel import Ints, admit_view, ask, chunk_view, describe
 from policykit.ledger import Budget, Ledger
-from policykit.liveness import (
-    idle_admit_view,
-    idle_capacity,
-    idle_chunk_view,
-    idle_swa_facts,
-    swa_facts,
-)
+from policykit.liveness import idle_admit_view, idle_capacity, idle_chunk_view, idle_swa_facts
 from policykit.node import FIRST_TOKENS, PrefillNode
 from policykit.plan import NEVER, Entry, EntryKind, LedgerMark, Plan, Rejection
-from policykit.policy import AdmitView, AlignView, ChunkView, Policy, QueueView, TailView
+from policykit.policy import QueueView
 from policykit.pool import pages_for
 from policykit.registry import Combo
 from policykit.request import Request
@@ -67,48 +61,6 @@ class Observer:
     def reject(self, request_id: str, verdict: str, ledger: Ledger) -> None: ...
 
 
-def describe(policy: Policy) -> str:
-    """``The chunking policy 'defer' (built-in)``: who to blame, for error messages."""
-    return f"The {policy.kind} policy {policy.spec!r} ({policy.source})"
-
-
-def ask(policy: Policy, method: Callable[..., Any], view: Any, request_id: str) -> Any:
-    """Call a policy, turning its exceptions into a :class:`PolicyError` that names it, its
-    distribution and the request it was deciding on."""
-    try:
-        return method(view)
-    except PolicyError:
-        raise
-    except Exception as exc:
-        raise PolicyError(
-            f"{describe(policy)} raised {type(exc).__name__}: {exc} "
-            f"(while deciding on request {request_id!r}: {view}).",
-            request_id=request_id,
-        ) from exc
-
-
-def _check_chunk(policy: Policy, chunk: Any, remaining: int, request_id: str) -> int:
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 0 <= chunk <= remaining:
-        raise PolicyError(
-            f"{describe(policy)} returned the chunk length {chunk!r} for request "
-            f"{request_id!r} with {remaining} tokens left; a chunk length is an int in "
-            f"[0, {remaining}].",
-            request_id=request_id,
-        )
-    return chunk
-
-
-def _admits(policy: Policy, view: AdmitView, request_id: str) -> bool:
-    verdict = ask(policy, policy.admit, view, request_id)
-    if not isinstance(verdict, bool):
-        raise PolicyError(
-            f"{describe(policy)} answered {verdict!r} to whether request "
-            f"{request_id!r} may enter; an admission verdict is True or False.",
-            request_id=request_id,
-        )
-    return verdict
-
-
 class Planner:
     """Plans rounds on one node with one combo."""
 
@@ -121,6 +73,16 @@ class Planner:
         self.node = node
         self.combo = combo
         self.observer = observer or Observer()
+
+    @property
+    def combo(self) -> Combo:
+        return self.num.combo
+
+    @combo.setter
+    def combo(self, combo: Combo) -> None:
+        """Switching policies between rounds (``Scheduler.use``) must reach the int domain,
+        which is what asks them."""
+        self.num = Ints(combo)
 
     def open_ledger(self) -> Ledger:
         node, cfg = self.node, self.node.config
@@ -210,22 +172,14 @@ class Planner:
 
     # -- the in-progress request -----------------------------------------------------------
     def _resume(self, req: Request, ledger: Ledger) -> Entry:
-        combo, page = self.combo, ledger.page_size
-        view = self._chunk_view(req.remaining, ledger)
-        chunking = combo.chunking
-        chunk = _check_chunk(
-            chunking, ask(chunking, chunking.resume_chunk, view, req.id), req.remaining, req.id
-        )
         start = req.seq_len
-        if chunk == 0:
+        r = kernel.resume(self.num, ledger, req.prompt_tokens, start, self._swa_pool, req.id)
+        if r.deferred:
             return Entry(req.id, start, start, EntryKind.DEFERRED)
-        if chunk == req.remaining:
-            ledger.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
-            return Entry(req.id, start, start + chunk, EntryKind.FINAL)
-        end = self._align(req.id, start, start + chunk, page)
-        ledger.charge_chunk(end - start, first_tokens=0)
-        self._reserve_tail(req.id, req.prompt_tokens - end, ledger)
-        return Entry(req.id, start, end, EntryKind.RESUMED)
+        ledger.become(r.ledger)
+        if r.final:
+            return Entry(req.id, start, start + r.chunk, EntryKind.FINAL)
+        return Entry(req.id, start, r.end, EntryKind.RESUMED)
 
     # -- a waiting request -----------------------------------------------------------------
     def _admit(
@@ -267,7 +221,7 @@ class Planner:
         *,
         reuse: bool,
     ) -> Entry | Budget | object:
-        node, combo, page = self.node, self.combo, ledger.page_size
+        node, page = self.node, ledger.page_size
         if reuse:
             cached, last, _ = node.cache.match(req.tokens, loads.gone)
         else:
@@ -275,29 +229,18 @@ class Planner:
         host_len = node.host.loadable(req.tokens, cached, page)
         remaining = req.prompt_tokens - cached
 
-        def admit_view() -> AdmitView:
-            return AdmitView(
-                prompt_tokens=req.prompt_tokens,
-                remaining_tokens=remaining,
-                host_prefix_tokens=host_len,
-                first_tokens=FIRST_TOKENS,
-                page_size=page,
-                rem_total_tokens=ledger.rem_total_tokens,
-                cur_rem_tokens=ledger.cur_rem_tokens,
-                hybrid_swa=ledger.hybrid_swa,
-                rem_swa_tokens=ledger.rem_swa_tokens,
-                **self._swa_facts(remaining - host_len, ledger),
-            )
+        def admits() -> bool:
+            view = admit_view(req.prompt_tokens, remaining, host_len, ledger, self._swa_pool)
+            return self.num.admits(view, req.id)
 
-        adm = combo.admission
-        if not _admits(adm, admit_view(), req.id):
+        if not admits():
             return Budget.NO_TOKEN
         # Locking the matched prefix takes it out of the evictable pool: check again.
         newly = [n for n in node.cache.unlocked_on_path(last) if n.id not in locked]
         lock_cost = sum(len(n) for n in newly)
         saved = ledger.baseline
         ledger.lower_baseline(lock_cost)
-        if lock_cost and not _admits(adm, admit_view(), req.id):
+        if lock_cost and not admits():
             ledger.baseline = saved
             return _LOCK_REFUSED
         ledger.lower_baseline(pages_for(host_len, page) * page)  # load-back allocates now
@@ -305,23 +248,20 @@ class Planner:
         # reaches ``rem_input_tokens`` only with chunked prefill disabled, and a policykit node
         # always chunks; the budget still ends admission once spent (``Budget.OTHER``).
         compute = remaining - host_len
-        view = self._chunk_view(compute, ledger)
-        chunking = combo.chunking
-        chunk = _check_chunk(
-            chunking, ask(chunking, chunking.new_chunk, view, req.id), compute, req.id
-        )
+        view = chunk_view(compute, ledger, self._swa_pool)
+        chunk, _ = kernel.chunk(self.num, "new_chunk", view, req.id, label="new_chunk")
         if chunk == 0 or (chunk < compute and self._has_chunked(entries)):
             # No room to start it, or it would be a second in-progress request.
             ledger.baseline = saved
             return Budget.OTHER
-        start = cached + host_len
+        start, whole = cached + host_len, chunk == compute
+        placed, end, _ = kernel.place(
+            self.num, ledger, start, chunk, whole, req.prompt_tokens, req.id, placed=lambda: True
+        )
         locked.update(n.id for n in newly)
-        if chunk == compute:
-            ledger.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
+        ledger.become(placed)
+        if whole:
             return Entry(req.id, start, start + chunk, EntryKind.WHOLE, cached, host_len)
-        end = self._align(req.id, start, start + chunk, page)
-        ledger.charge_chunk(end - start, first_tokens=0)
-        self._reserve_tail(req.id, req.prompt_tokens - end, ledger)
         return Entry(req.id, start, end, EntryKind.TRUNCATED, cached, host_len)
 
     # -- liveness --------------------------------------------------------------------------
@@ -355,64 +295,23 @@ class Planner:
         )
         where = f"even on an idle node ({capacity} tokens could ever be free"
         where += f", {pinned} of its prompt cached and pinned)" if pinned else ")"
-        adm = self.combo.admission
-        if not _admits(adm, idle, req.id):
-            return f"{describe(adm)} refuses its {req.prompt_tokens}-token prompt {where}."
+        if not self.num.admits(idle, req.id):
+            adm = describe(self.combo.admission)
+            return f"{adm} refuses its {req.prompt_tokens}-token prompt {where}."
         view = idle_chunk_view(
             remaining - host_len, host_len, page, cfg.chunked_prefill_size, capacity, swa_total, swa
         )
-        chunking = self.combo.chunking
-        chunk = ask(chunking, chunking.new_chunk, view, req.id)
-        if _check_chunk(chunking, chunk, view.remaining_tokens, req.id) == 0:
-            return f"{describe(chunking)} never gives it a first chunk {where}."
+        chunk, _ = kernel.chunk(self.num, "new_chunk", view, req.id, label="idle_chunk")
+        if chunk == 0:
+            return f"{describe(self.combo.chunking)} never gives it a first chunk {where}."
         return None
 
     # -- shared ----------------------------------------------------------------------------
-    def _align(self, request_id: str, start: int, end: int, page: int) -> int:
-        policy = self.combo.alignment
-        view = AlignView(start=start, end=end, page_size=page)
-        aligned = ask(policy, policy.align_end, view, request_id)
-        if isinstance(aligned, bool) or not isinstance(aligned, int) or not start < aligned <= end:
-            raise PolicyError(
-                f"{describe(policy)} moved the end of the chunk [{start}, {end}) of request "
-                f"{request_id!r} to {aligned!r}; an aligned end must be an int in "
-                f"({start}, {end}].",
-                request_id=request_id,
-            )
-        return aligned
-
-    def _reserve_tail(self, request_id: str, tail: int, ledger: Ledger) -> None:
-        policy = self.combo.admission
-        view = TailView(tail_tokens=tail, first_tokens=FIRST_TOKENS, page_size=ledger.page_size)
-        reserve = ask(policy, policy.tail_reserve, view, request_id)
-        if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
-            raise PolicyError(
-                f"{describe(policy)} reserved {reserve!r} tokens for the {tail}-token tail of "
-                f"request {request_id!r}; a reservation is a non-negative int.",
-                request_id=request_id,
-            )
-        ledger.reserve(reserve)
-
-    def _chunk_view(self, remaining: int, ledger: Ledger) -> ChunkView:
-        """The chunking question for a request with ``remaining`` tokens to compute, on the
-        ledger as it stands."""
-        return ChunkView(
-            remaining_tokens=remaining,
-            rem_chunk_tokens=ledger.rem_chunk_tokens,
-            rem_total_tokens=ledger.rem_total_tokens,
-            rem_swa_tokens=ledger.rem_swa_tokens,
-            page_size=ledger.page_size,
-            hybrid_swa=ledger.hybrid_swa,
-            **self._swa_facts(remaining, ledger),
-        )
-
-    def _swa_facts(self, compute: int, ledger: Ledger) -> dict[str, int]:
-        """The sliding-window fields of a view for a request with ``compute`` tokens to go
-        (zeros without hybrid SWA)."""
+    @property
+    def _swa_pool(self) -> int | None:
+        """The sliding-window pool's size (hybrid SWA), which the views' SWA fields need."""
         swa = self.node.swa_pool
-        if swa is None:
-            return {}
-        return swa_facts(ledger, compute, FIRST_TOKENS, swa.total_tokens)
+        return None if swa is None else swa.total_tokens
 
     @staticmethod
     def _has_chunked(entries: list[Entry]) -> bool:

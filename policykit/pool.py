@@ -5,6 +5,12 @@ A slot holds the KV of one token; slots are handed out a *page* at a time, so a 
 torch tensor of page ids on the pool's device, as in the engines, so the pool's bookkeeping
 lives where its memory does. When a model is attached (the harness does this) the pool also
 owns the K and V buffers, indexed by the same slots: the pool *is* the KV cache.
+
+Memory: the bookkeeping is the free list, 8 bytes per page, whatever the pool's size (a 1 Mi-token
+pool of 64-token pages: 128 KiB), so a pool sized for a real GPU from a trace costs nothing on
+the CPU. K and V exist only when a model's :class:`KVLayout` is given, and then they are real:
+zero-filled tensors of exactly ``tokens x kv_heads x head_dim`` per layer, 2 per layer, on the
+pool's device. Whoever attaches a model (the harness) sizes that pool for the model it runs.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ Keys are matched a whole page at a time, as in the engines: a partly filled page
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Collection, Iterator, Sequence
 
@@ -62,6 +63,10 @@ class PrefixCache:
         #: tokens locked for good by :meth:`pin`: the pool can never pay with them
         self.pinned_tokens = 0
         self._clock = itertools.count(1)
+        #: every node in the tree by id (what ``gone`` names), and the childless ones: eviction
+        #: starts from leaves, so it need not walk a tree that grows with the pool
+        self._by_id: dict[int, Node] = {}
+        self._leaves: dict[int, Node] = {}
 
     # -- lookup ----------------------------------------------------------------------------
     def match(self, tokens: Tokens, gone: Collection[int] = ()) -> tuple[int, Node, torch.Tensor]:
@@ -107,6 +112,7 @@ class PrefixCache:
         upper.lock_ref = child.lock_ref
         upper.pins = child.pins
         upper.last_access = child.last_access
+        self._by_id[upper.id] = upper
         parent.children[child.key[: self.page_size]] = upper
         child.key = child.key[at:]
         child.pages = child.pages[at // self.page_size :]
@@ -177,7 +183,7 @@ class PrefixCache:
             key = tuple(tokens[matched:length])
             leaf = Node(key, pages[matched // page : length // page].clone(), node)
             leaf.last_access = next(self._clock)
-            node.children[key[:page]] = leaf
+            self._attach(leaf)
             self.evictable_tokens += len(leaf)
         return matched
 
@@ -189,9 +195,7 @@ class PrefixCache:
         """
         freed = 0
         for leaf in self.victims(tokens):
-            parent = leaf.parent
-            assert parent is not None
-            del parent.children[leaf.key[: self.page_size]]
+            self._detach(leaf)
             self.pool.free(leaf.pages)
             self.evictable_tokens -= len(leaf)
             freed += len(leaf)
@@ -217,28 +221,52 @@ class PrefixCache:
                 and all(c.id in taken for c in n.children.values())
             )
 
-        leaves = [n for n in self._nodes() if free_leaf(n)]
+        # Candidates: childless nodes, and nodes whose children are all ``gone`` (parents of
+        # gone nodes). Ordered by (last access, the order found): equal access times only ever
+        # lie on one root path, of which at most one node is a candidate at a time.
+        found = itertools.count()
+        starts: dict[int, Node] = dict(self._leaves)
+        for i in taken:
+            parent = self._by_id[i].parent if i in self._by_id else None
+            if parent is not None and parent is not self.root:
+                starts[parent.id] = parent
+        heap = [(n.last_access, next(found), n) for n in starts.values() if free_leaf(n)]
+        heapq.heapify(heap)
         out: list[Node] = []
         freed = 0
-        while freed < tokens and leaves:
-            leaves.sort(key=lambda n: n.last_access)
-            leaf = leaves.pop(0)
+        while freed < tokens and heap:
+            leaf = heapq.heappop(heap)[2]
             taken.add(leaf.id)
             out.append(leaf)
             freed += len(leaf)
             parent = leaf.parent
             assert parent is not None
             if parent is not self.root and free_leaf(parent):
-                leaves.append(parent)
+                heapq.heappush(heap, (parent.last_access, next(found), parent))
         return out
 
     def unevict(self, leaf: Node) -> None:
         """Undo the eviction of ``leaf`` (the most recent one not yet undone)."""
+        self.pool.reclaim(leaf.pages)
+        self._attach(leaf)
+        self.evictable_tokens += len(leaf)
+
+    def _attach(self, leaf: Node) -> None:
+        """Hang a childless node under its parent, keeping the indexes."""
         parent = leaf.parent
         assert parent is not None
-        self.pool.reclaim(leaf.pages)
         parent.children[leaf.key[: self.page_size]] = leaf
-        self.evictable_tokens += len(leaf)
+        self._leaves.pop(parent.id, None)
+        self._by_id[leaf.id] = self._leaves[leaf.id] = leaf
+
+    def _detach(self, leaf: Node) -> None:
+        """Take a childless node out of the tree, keeping the indexes."""
+        parent = leaf.parent
+        assert parent is not None
+        del parent.children[leaf.key[: self.page_size]]
+        del self._by_id[leaf.id], self._leaves[leaf.id]
+        if not parent.children and parent is not self.root:
+            self._leaves[parent.id] = parent
 
     def _nodes(self) -> Iterator[Node]:
         stack = list(self.root.children.values())

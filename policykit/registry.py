@@ -7,6 +7,13 @@ not the default. ``--combo`` accepts that
 form back, the explicit ``admission=reserve-tail,alignment=checkpoint:256`` form (kinds left
 out keep the defaults in :data:`DEFAULT_COMBO`, or a scenario's own choice), and the older
 printed spellings ``sglang+sglang+page`` and ``sglang · sglang · page`` (:func:`parse_combo`).
+
+The default queue is ``fcfs``, what SGLang 0.5.23 runs (``--schedule-policy fcfs``): a combo
+printed in three parts is then one an engine can run as printed, and ``policykit check`` and
+``policykit sglang-plugin --check`` answer the same for it. policykit's ``fcfs-skip`` extension
+(reject a request that can never fit) is a verdict-changing choice, so it is always printed
+(``reserve-tail/sglang/page/default/fcfs-skip``). Versions before this one defaulted to
+``fcfs-skip``: a three-part combo they printed still parses, but now means the ``fcfs`` queue.
 """
 
 from __future__ import annotations
@@ -33,8 +40,16 @@ DEFAULT_COMBO: dict[str, str] = {
     "chunking": "sglang",
     "alignment": "page",
     "allocator-phase": "default",
-    "queue": "fcfs-skip",
+    "queue": "fcfs",
 }
+
+#: the kinds whose choice can change a ``policykit check`` verdict, so the kinds ``--all``
+#: enumerates; the allocator phase only picks when torch's allocator switches modes, which the
+#: checker's token-level model does not see
+VERDICT_KINDS: tuple[str, ...] = ("admission", "chunking", "alignment", "queue")
+
+#: the printed form, for help texts and table headers
+COMBO_FORM = "ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE[/QUEUE]]"
 
 #: parameter values ``--all`` tries for policies that require one
 SAMPLE_ARGS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -148,7 +163,7 @@ def _parse_positional(text: str) -> dict[str, str]:
     if not 3 <= len(parts) <= len(KINDS) or not all(parts):
         raise ComboError(
             f"The combo {quote(text)} has {len(parts)} part(s); the short form is "
-            "ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE[/QUEUE]], for example "
+            f"{COMBO_FORM}, for example "
             "reserve-tail/sglang/checkpoint:256 (or write admission=reserve-tail,...)."
         )
     defaults = [DEFAULT_COMBO[k] for k in KINDS[len(parts) :]]
@@ -293,10 +308,11 @@ class PolicyRegistry:
         )
 
     def all_combos(
-        self, config: EngineConfig | None = None, *, kinds: tuple[str, ...] = KINDS[:3]
+        self, config: EngineConfig | None = None, *, kinds: tuple[str, ...] = VERDICT_KINDS
     ) -> Iterator[Combo]:
-        """The cartesian product over ``kinds`` (others at their defaults), skipping pairs a
-        policy declares unsupported through ``validate``."""
+        """Every registered combination of ``kinds`` (others at their defaults), skipping those
+        a policy declares unsupported on ``config`` through ``validate`` (``sglang-pre-swa-fix``
+        without a sliding window, say: it is ``sglang`` there)."""
         choices = []
         for kind in kinds:
             specs = []
@@ -323,8 +339,10 @@ def registry_from(pm: PolicykitPluginManager | None = None) -> PolicyRegistry:
 
 
 __all__ = [
+    "COMBO_FORM",
     "COMBO_SEPARATOR",
     "DEFAULT_COMBO",
+    "VERDICT_KINDS",
     "Combo",
     "PolicyEntry",
     "PolicyRegistry",

@@ -10,8 +10,8 @@ import os
 import re
 
 from rich import box
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.table import Column, Table
 from rich.text import Text
 
 from policykit.plan import EntryKind
@@ -56,14 +56,50 @@ def rest_text(text: str) -> Text:
 
 def fold(table: Table) -> Table:
     """``table`` made to fit a narrow terminal: cells wrap (``fold``), never end in ``…``, and
-    the lighter box spends two columns per cell instead of three."""
+    the lighter box spends two columns per cell instead of three.
+
+    A column whose every cell is one word (a number, a ``[start,end)`` range, a combo) keeps
+    its values whole where the width allows: the columns with prose give up the room, since a
+    number folded mid-value (``[86784,89280`` / ``)``) reads as another number."""
     table.box = box.SIMPLE_HEAD
     table.pad_edge = False
     table.padding = (0, 1, 0, 0)
     for column in table.columns:
         column.overflow = "fold"
         column.no_wrap = False
+    table.__class__ = _FoldedTable
     return table
+
+
+class _FoldedTable(Table):
+    """A :class:`Table` whose one-word columns are as wide as their longest value, unless that
+    would not fit the width at all (then everything folds, rather than be cut off)."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        words = {i: w for i, c in enumerate(self.columns) if (w := _widest_word(c)) is not None}
+        kept = [c.min_width for c in self.columns]
+        for i, width in words.items():
+            self.columns[i].min_width = max(kept[i] or 0, width)
+        if self.__rich_measure__(console, options).minimum > options.max_width:
+            for column, width in zip(self.columns, kept, strict=True):
+                column.min_width = width
+        try:
+            yield from super().__rich_console__(console, options)
+        finally:
+            for column, width in zip(self.columns, kept, strict=True):
+                column.min_width = width
+
+
+def _widest_word(column: Column) -> int | None:
+    """The length of the longest cell of ``column`` when every cell is a single word, else
+    None (a cell with a space in it, or one that is not text, may wrap)."""
+    widest = 0
+    for cell in column.cells:
+        text = cell.plain if isinstance(cell, Text) else cell
+        if not isinstance(text, str) or any(ch.isspace() for ch in text.strip()):
+            return None
+        widest = max(widest, len(text.strip()))
+    return widest or None
 
 
 def rounds_table(result: RunResult, title: str) -> Table:

@@ -9,6 +9,7 @@ admission looked fine.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,12 @@ import torch
 if TYPE_CHECKING:
     from policykit.host_tier import HostEntry
     from policykit.prefix_cache import Node
+
+
+#: the page table of a request that holds no pages: one tensor shared by every such request (a
+#: page table is replaced, never changed in place), so a trace of thousands of requests does
+#: not keep thousands of empty tensors alive for the garbage collector to walk
+NO_PAGES = torch.empty(0, dtype=torch.int64)
 
 
 class State(enum.Enum):
@@ -36,7 +43,9 @@ class Request:
     """One prompt to prefill, and the KV it holds on the node."""
 
     id: str
-    tokens: tuple[int, ...]
+    #: the prompt's token ids: a tuple, or :class:`~policykit.tokens.TokenRuns` (runs of
+    #: consecutive ids, whose memory does not grow with the prompt: what scenarios and traces use)
+    tokens: Sequence[int]
     arrival_round: int = 0
     state: State = State.FUTURE
     #: tokens whose KV is on the device for this request (cached prefix + own pages)
@@ -44,10 +53,10 @@ class Request:
     #: length of the locked cached prefix (page-aligned); KV in ``prefix_node``'s path
     cached_len: int = 0
     prefix_node: Node | None = field(default=None, repr=False)
-    prefix_pages: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+    prefix_pages: torch.Tensor = field(default_factory=lambda: NO_PAGES)
     #: pages this request owns: host load-back first, then computed chunks
-    own_pages: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
-    swa_pages: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+    own_pages: torch.Tensor = field(default_factory=lambda: NO_PAGES)
+    swa_pages: torch.Tensor = field(default_factory=lambda: NO_PAGES)
     host_entry: HostEntry | None = field(default=None, repr=False)
     finished_round: int | None = None
     first_scheduled_round: int | None = None

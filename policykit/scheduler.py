@@ -16,11 +16,17 @@ from policykit.errors import PolicyError, PrefillOutOfMemory, RequestFault
 from policykit.ledger import Ledger
 from policykit.liveness import never_completes, owed_tokens
 from policykit.node import PrefillNode
-from policykit.plan import NEVER, Entry, EntryKind, Plan
+from policykit.plan import NEVER, Entry, EntryKind, Plan, Rejection
 from policykit.planner import Observer, Planner, describe
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
 from policykit.request import State
+
+#: SGLang 0.5.23's ``WAITING_PREFIX_REFRESH_INTERVAL``: sorts of a non-empty queue between two
+#: refreshes of the waiting requests' prefixes (:meth:`Scheduler._refresh_waiting_prefixes`)
+WAITING_PREFIX_REFRESH_INTERVAL = 32
+#: SGLang 0.5.23's ``WAITING_QUEUE_PREFIX_MATCH_MAX``: a refresh touches this many, from the head
+WAITING_PREFIX_REFRESH_MAX = 128
 
 #: called after a plan is committed, with the plan and the node: the harness runs the model here
 Forward = Callable[[Plan, PrefillNode], None]
@@ -134,6 +140,9 @@ class RunResult:
     pending: list[str] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    #: requests failed because a policy raised, answered with the wrong type or broke its
+    #: contract (a subset of ``failed``; a load-back fault is the runtime's, not listed here)
+    policy_faults: dict[str, str] = field(default_factory=dict)
     starved: dict[str, int] = field(default_factory=dict)
     stopped_by: str = "idle"
 
@@ -150,6 +159,7 @@ class RunResult:
             "pending": self.pending,
             "rejected": [{"id": k, "reason": v} for k, v in self.rejected.items()],
             "failed": [{"id": k, "reason": v} for k, v in self.failed.items()],
+            "policy_faults": [{"id": k, "reason": v} for k, v in self.policy_faults.items()],
             "starved": [{"id": k, "waited_rounds": v} for k, v in self.starved.items()],
             "stopped_by": self.stopped_by,
         }
@@ -202,6 +212,8 @@ class Scheduler:
         self._observer = _HookObserver(pm)
         self.planner = Planner(node, combo, self._observer)
         self.round_no = 0
+        #: rounds that sorted a non-empty waiting queue (:meth:`_refresh_waiting_prefixes`)
+        self._queue_sorts = 0
         self.result = RunResult(combo)
         self._serving = False
 
@@ -235,6 +247,7 @@ class Scheduler:
         t0 = time.perf_counter()
         released = [q.id for q in node.release_due(r)]
         arrived = [q.id for q in node.arrive(r)]
+        self._refresh_waiting_prefixes()
         failed: list[str] = []
         while True:
             ledger = self.planner.open_ledger()
@@ -273,6 +286,24 @@ class Scheduler:
             self.pm.hook.policykit_round_end(round_no=r, plan=plan)
         return record
 
+    def _refresh_waiting_prefixes(self) -> None:
+        """SGLang 0.5.23's ``SchedulePolicy._touch_waiting_prefixes``, on by default.
+
+        A queue that keeps arrival order matches no prefix while it sorts, so on its first sort
+        of a non-empty queue, and on every :data:`WAITING_PREFIX_REFRESH_INTERVAL`-th after,
+        the engine touches the waiting requests' cached prefixes, the head last: they become
+        the most recently used, so eviction takes idle cache before a waiting request's prefix
+        (and the tail's before the head's). A sorting queue touches them as it matches.
+        """
+        waiting = self.node.waiting
+        if not self.combo.queue.arrival_order or not waiting:
+            return
+        refresh = self._queue_sorts % WAITING_PREFIX_REFRESH_INTERVAL == 0
+        self._queue_sorts += 1
+        if refresh:
+            for req in reversed(list(waiting)[:WAITING_PREFIX_REFRESH_MAX]):
+                self.node.cache.match(req.tokens)
+
     def _fail(self, err: PolicyError | RequestFault, failed: list[str]) -> None:
         """Fail the request a fault names, or re-raise a fault that names none."""
         req = self.node.requests.get(err.request_id) if err.request_id is not None else None
@@ -284,6 +315,8 @@ class Scheduler:
             self._never_completes(req.id, "policy-error", owed, self.reclaimable(), str(err))
         self.node.fail(req, str(err))
         failed.append(req.id)
+        if isinstance(err, PolicyError):
+            self.result.policy_faults[req.id] = str(err)
 
     def _record(self, record: RoundRecord, t0: float) -> None:
         node = self.node
@@ -339,14 +372,18 @@ class Scheduler:
         owed = owed_tokens(req.prompt_tokens, req.seq_len, self.node.config.page_size)
         reclaimable = self.reclaimable()
         if never_completes(owed, reclaimable):
+            # its own pages are not counted: they come back only when it is failed, which the
+            # trace then shows as a jump in free memory
+            held = req.own_pages.numel() * self.node.config.page_size
             self._never_completes(
                 req.id,
                 "memory",
                 owed,
                 reclaimable,
                 f"it still needs {owed} KV slots to finish its {req.remaining} remaining tokens, "
-                f"but the node can never have more than {reclaimable} free again (free + "
-                "evictable + held KV still due back).",
+                f"but while it runs the node can never have more than {reclaimable} free for it "
+                f"(free + evictable + held KV still due back; the {held} slots it holds itself "
+                "come back only if it is failed).",
             )
 
     def _check_starvation(self, record: RoundRecord) -> None:
@@ -367,16 +404,34 @@ class Scheduler:
             if self.planner.never_fits(req) is None:
                 refused = record.plan.rejected
                 head = refused[-1].request_id if refused else None
-                why = f"the queue stops at {head}" if head else "nothing admits it"
                 self.result.starvation = Starvation(
                     self.round_no,
                     req.id,
                     head,
                     f"an idle node would admit it, but in round {self.round_no} the node is "
-                    f"drained and {why} (the {self.combo.queue.spec!r} queue policy does not "
-                    "skip a request that can never fit), so it waits behind it.",
+                    f"drained and {self._why_stopped(refused[-1] if refused else None)}, so "
+                    "it waits behind it.",
                 )
                 return
+
+    def _why_stopped(self, refusal: Rejection | None) -> str:
+        """Why the queue stopped in front of a starving request, true to the queue policy: a
+        skipping queue never stops at a request that can never fit, so its stop is the
+        combo's refusal of one that could."""
+        if refusal is None:
+            return "nothing admits it"
+        head = self.node.requests.get(refusal.request_id)
+        queue = self.combo.queue.spec
+        if head is not None and self.planner.never_fits(head) is not None:
+            return (
+                f"the queue stops at {head.id}, which can never fit (the {queue!r} queue "
+                "policy stops at such a request instead of skipping it)"
+            )
+        return (
+            f"the queue stops at {refusal.request_id}, which the combo would admit on an idle "
+            f"node (every unpinned cached prefix evicted) but refuses here every round "
+            f"({refusal.verdict}), and the {queue!r} queue policy stops at a refused request"
+        )
 
     def _never_completes(
         self, request: str, cause: str, owed: int, reclaimable: int, message: str

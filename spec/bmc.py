@@ -25,7 +25,15 @@ import z3
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
 from policykit.registry import Combo
-from policykit.spec.cache import Unit, evict, initial_units, release_tick, touch_tick
+from policykit.scheduler import WAITING_PREFIX_REFRESH_INTERVAL
+from policykit.spec.cache import (
+    Unit,
+    evict,
+    initial_units,
+    refresh_tick,
+    release_tick,
+    touch_tick,
+)
 from policykit.spec.model import (
     DEFERRED,
     FINAL,
@@ -286,6 +294,8 @@ class NodeState:
     cached: list[Sym]  #: device tokens the request was admitted with (before: its device prefix)
     #: its place in the plan of the round it finished in (releases run in that order)
     finish_pos: list[Sym]
+    #: rounds so far that sorted a non-empty waiting queue (``Scheduler._queue_sorts``)
+    sorts: Sym
 
 
 def initial_state(inp: Inputs, in_arrival_order: bool) -> NodeState:
@@ -307,6 +317,7 @@ def initial_state(inp: Inputs, in_arrival_order: bool) -> NodeState:
         units=initial_units([r.unpinned for r in inp.requests], inp.filler),
         cached=[r.device for r in inp.requests],
         finish_pos=[zero] * n,
+        sorts=zero,
     )
 
 
@@ -377,6 +388,7 @@ def unroll_round(
         progress_bad = z3.And(has, room, e.kind.t == DEFERRED)
         entries = [_combine(quiet_entry(), e, in_progress[i]) for i in range(n)]
     left, admitted = list(s.left), s.admitted
+    units, sorts = _refresh_waiting(enc, reqs, s, units, r, cache)
     rejected = list(s.rejected)
     cached = list(s.cached)
     idle = IdleNode(capacity=idle_capacity(inp.pool_total, inp.pinned), swa_total=inp.swa_free)
@@ -422,7 +434,8 @@ def unroll_round(
     if cache:
         locks = enc.bind("locks", sum((e.lock for e in entries), Sym(num(0))))
         free = enc.bind("free_loaded", free + freed - loaded)
-        units, taken = evict(enc, units, need - loaded - free)
+        demand = sum((_eviction_demand(e, page) for e in entries), Sym(num(0)))
+        units, taken = evict(enc, units, enc.bind("demand", demand) - free)
         free = enc.bind("free_after", free + taken - (need - loaded))
     oom_full = need.t > (baseline - locks).t
     if cfg.hybrid:
@@ -570,8 +583,39 @@ def unroll_round(
         units=units,
         cached=cached,
         finish_pos=finish_pos,
+        sorts=sorts,
     )
     return nxt, violations
+
+
+def _eviction_demand(entry: Entry, page: int) -> Sym:
+    """An entry's share of what the commit evicts for (``node.eviction_demand``): its extend
+    tokens plus a page (for pages over one token), when it computes."""
+    return ite(entry.end.t > entry.start.t, entry.tokens + (page if page > 1 else 0), 0)
+
+
+def _refresh_waiting(
+    enc: Encoder, reqs: list[Any], s: NodeState, units: list[Unit], r: int, cache: bool
+) -> tuple[list[Unit], Sym]:
+    """``Scheduler._refresh_waiting_prefixes``: on the first sort of a non-empty queue and on
+    every ``WAITING_PREFIX_REFRESH_INTERVAL``-th after, each waiting request's prefix is
+    touched, the head last. Modelled where the cache is (queues in arrival order)."""
+    if not cache:
+        return units, s.sorts
+    waiting = [
+        z3.And(z3.Not(s.left[j]) if s.admitted is None else s.admitted.t <= j, q.arrival.t <= r)
+        for j, q in enumerate(reqs)
+    ]
+    nonempty = z3.Or(*waiting)
+    due = z3.Or(*(s.sorts.t == k for k in range(0, r, WAITING_PREFIX_REFRESH_INTERVAL)))
+    refresh = z3.And(nonempty, due)
+    out = list(units)
+    for j, unit in enumerate(units[: len(reqs)]):
+        touched = z3.And(refresh, waiting[j], unit.top.t > 0)
+        out[j] = dataclasses.replace(
+            unit, stamp=enc.bind("stamp", ite(touched, refresh_tick(r, j), unit.stamp))
+        )
+    return out, enc.bind("sorts", s.sorts + ite(nonempty, 1, 0))
 
 
 def own_pages(seq: Sym, cached: Sym, page: int) -> Sym:

@@ -69,6 +69,13 @@ def touch_tick(round_no: int, position: int) -> int:
     return round_no * _ROUND + _PLAN + position
 
 
+def refresh_tick(round_no: int, position: int) -> int:
+    """The tick at which the round's refresh of the waiting prefixes touches the request at
+    ``position`` in the queue: after the round's releases, before its planning, the head last
+    (``Scheduler._refresh_waiting_prefixes``)."""
+    return round_no * _ROUND + _PLAN - 1 - position
+
+
 def release_tick(round_no: int, finished: Sym, position: Sym) -> Sym:
     """The tick of a release in ``round_no``: releases run in the order the requests finished
     (round, then place in that round's plan), before the round's planning matches anything."""

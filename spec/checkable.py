@@ -22,6 +22,7 @@ from policykit.spec.checker import (
     Verdict,
     check_combo,
     combo_label,
+    config_dict,
     properties_for,
 )
 from policykit.spec.crossval import check_policies
@@ -57,7 +58,8 @@ def check_or_refuse(
     except PolicykitError as exc:
         seconds = time.perf_counter() - t0
         reason = " ".join(str(exc).split())
+        scope = config_dict(config)
         return [
-            Verdict(combo_label(combo), prop, REFUSED, "-", seconds, note=reason)
+            Verdict(combo_label(combo), prop, REFUSED, "-", seconds, note=reason, config=scope)
             for prop in properties_for(config, options.properties)
         ]

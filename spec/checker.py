@@ -36,7 +36,7 @@ from policykit.spec.crossval import check_lifted, check_policies
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, ModelConfig, RoundModel
 from policykit.spec.shrink import shrunk_counterexample
-from policykit.spec.solver import solve, unrolled
+from policykit.spec.solver import QUERY_RLIMIT, WALL_CLOCK, solve, unrolled
 
 PROVED, VIOLATED, UNKNOWN = "proved", "violated", "unknown"
 
@@ -45,11 +45,16 @@ PROVED, VIOLATED, UNKNOWN = "proved", "violated", "unknown"
 class CheckOptions:
     rounds: int = 4
     requests: int = 3
-    timeout_s: float = 10.0
+    #: z3 resource units per solver query (:mod:`policykit.spec.solver`): the budget that
+    #: decides every verdict, the same on any machine and under any load
+    rlimit: int = QUERY_RLIMIT
     bounds: Bounds = field(default_factory=Bounds)
     #: shrink counterexamples by replaying smaller ones (:mod:`policykit.spec.shrink`)
     shrink: bool = True
     properties: tuple[str, ...] | None = None
+    #: the wall-clock safety net: a ``time.time()`` instant after which no query runs on (a
+    #: verdict it cuts short says so); None: no net
+    deadline: float | None = None
 
 
 @dataclass
@@ -68,6 +73,9 @@ class Verdict:
     bounds: dict[str, Any] | None = None
     #: the rounds a bounded proof reached, where fewer than asked (``_Deepening._unknown``)
     reached: int | None = None
+    #: why a bounded proof reached fewer rounds than asked, or why a verdict is unknown: in
+    #: words, for the text table as much as for ``--json``
+    shortfall: str = ""
 
     @property
     def label(self) -> str:
@@ -84,6 +92,7 @@ class Verdict:
             "bound": self.bound,
             "seconds": round(self.seconds, 3),
             "note": self.note,
+            "shortfall": self.shortfall,
             "config": self.config,
             "bounds": self.bounds,
             "counterexample": None
@@ -165,11 +174,11 @@ def check_combo(
     check_policies(combo, engine, sources)
     name = combo_label(combo)
     props = properties_for(config, options.properties)
-    timeout_ms = int(options.timeout_s * 1000)
     verdicts: dict[str, Verdict] = {}
     open_props: list[str] = []
     seconds: dict[str, float] = {}
-    ob = Obligations(combo, config, sources, timeout_ms, options.bounds.granule_for(config))
+    granule = options.bounds.granule_for(config)
+    ob = Obligations(combo, config, sources, options.rlimit, granule, options.deadline)
     for prop in props:
         t0 = time.perf_counter()
         outcome = ob.prove(prop)
@@ -208,7 +217,11 @@ def check_combo(
         v.config = scope
         v.bounds = None if v.verdict == PROVED and v.bound == "unbounded" else bounds
         if v.reached is not None:
-            v.bounds = {**bounds, "rounds": v.reached}
+            v.bounds = {**bounds, "rounds": v.reached, "rounds_asked": options.rounds}
+        if ob.cut_by_wall_clock and v.bounds is not None and v.verdict != VIOLATED:
+            # bounded only because the safety net stopped the induction: say so in the table
+            v.note = f"{v.note}; the induction was {WALL_CLOCK}".lstrip("; ")
+            v.shortfall = v.shortfall or f"the induction was {WALL_CLOCK}"
     return [verdicts[p] for p in props]
 
 
@@ -227,8 +240,9 @@ class _Deepening:
     pending: list[str]
     seconds: dict[str, float]
     verdicts: dict[str, Verdict]
-    #: what each property's last query took: the next round's is about three times harder
-    last_ms: dict[str, float] = field(default_factory=dict)
+    #: the resource units each property's last query spent: the next round's is about three
+    #: times harder
+    last_spent: dict[str, int] = field(default_factory=dict)
     #: the induction proved admitted-completes' memory half (``Obligations.owed_always_fits``),
     #: so only its stuck half is searched: the same verdicts, a smaller question (at window
     #: 512 the round-2 query of sglang/sglang/none took 2.1-4.6 s over five seeds, against
@@ -251,14 +265,15 @@ class _Deepening:
 
     def _decide(self, prop: str, k: int, violation: z3.BoolRef) -> None:
         t0 = time.perf_counter()
-        result, found, reason = solve(
+        outcome = solve(
             [*self.u.enc.facts, violation],
-            int(self.options.timeout_s * 1000),
-            unrolled(3 * self.last_ms.get(prop, 0.0)),
+            self.options.rlimit,
+            unrolled(3 * self.last_spent.get(prop, 0)),
+            self.options.deadline,
         )
-        took = time.perf_counter() - t0
-        self.last_ms[prop] = took * 1000
-        self.seconds[prop] += took
+        result, found, reason = outcome
+        self.last_spent[prop] = outcome.spent
+        self.seconds[prop] += time.perf_counter() - t0
         if result == z3.sat:
             self._violated(self.u, prop, k, violation, found)
         elif result != z3.unsat and not self._alone(prop, k):
@@ -270,15 +285,16 @@ class _Deepening:
         of sglang/sglang/none takes z3 0.3-1.1 s with one request, 6 s to over 15 s with three).
         A violation found so replays like any other; finding none proves nothing, and the
         verdict stays ``unknown`` at round ``k``. Each round is one query with its own
-        ``--timeout``: one budget shared by the rounds lost this very counterexample in a
-        ``check --all --swa-window 512`` on a loaded machine, and saved 25 s of 590."""
+        budget: one budget shared by the rounds lost this very counterexample in a
+        ``check --all --swa-window 512``."""
         if self.u.requests == 1:
             return False
         t0 = time.perf_counter()
-        timeout_ms = int(self.options.timeout_s * 1000)
         for r in range(k, self.options.rounds + 1):
             u, violation = self._lone_round(r, prop)
-            result, found, _ = solve([*u.enc.facts, violation], timeout_ms, unrolled(0))
+            result, found, _ = solve(
+                [*u.enc.facts, violation], self.options.rlimit, unrolled(0), self.options.deadline
+            )
             if result == z3.sat:
                 note = (
                     f"found with a single request: the search with {self.u.requests} gave up "
@@ -333,22 +349,34 @@ class _Deepening:
         self._close(Verdict(self.name, prop, VIOLATED, f"round {k}", self.seconds[prop], cx, note))
 
     def _unknown(self, prop: str, k: int, reason: str) -> None:
+        why = self._why(reason)
         if self.u.inputs.unpinned and k > 1:
             # the search with unpinned prefixes proved the rounds before: that is what it
             # proves (the search without them reached every round)
             n, k_max = self.u.requests, self.options.rounds
             note = (
                 "bounded only: the unbounded induction does not go through for this combo; "
-                f"to K={k - 1} with unpinned device prefixes (round {k}: solver {reason}), "
+                f"to K={k - 1} with unpinned device prefixes (round {k}: {why}), "
                 f"to K={k_max} with every device prefix pinned"
             )
+            shortfall = (
+                f"round {k} with unpinned device prefixes: {why} (every round to {k_max} "
+                "with every device prefix pinned)"
+            )
             verdict = Verdict(self.name, prop, PROVED, f"K={k - 1},N={n}", self.seconds[prop])
-            self._close(dataclasses.replace(verdict, note=note, reached=k - 1))
+            self._close(dataclasses.replace(verdict, note=note, reached=k - 1, shortfall=shortfall))
             return
-        note = f"solver: {reason}"
+        note = f"solver: {why}"
         if self.u.inputs.unpinned:
             note += f" with unpinned device prefixes (to K={self.options.rounds} without them)"
-        self._close(Verdict(self.name, prop, UNKNOWN, f"round {k}", self.seconds[prop], note=note))
+        verdict = Verdict(self.name, prop, UNKNOWN, f"round {k}", self.seconds[prop], note=note)
+        self._close(dataclasses.replace(verdict, shortfall=f"round {k}: {note}"))
+
+    def _why(self, reason: str) -> str:
+        """The solver's reason in words, with the budget it had."""
+        if reason == WALL_CLOCK:
+            return reason
+        return f"{reason} ({self.options.rlimit:,} z3 resource units per query)"
 
     def _close(self, verdict: Verdict) -> None:
         self.verdicts[verdict.property] = verdict

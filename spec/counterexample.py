@@ -9,6 +9,7 @@ table), after :mod:`policykit.spec.shrink` made it small, and written as a scena
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -245,11 +246,52 @@ def replay(cx: Counterexample, combo: Combo, extra_rounds: int = 8) -> Counterex
     return dataclasses.replace(cx, failure=failure)
 
 
-def trace_table(cx: Counterexample, title: str) -> Table:
-    """The counterexample as rows per round, like ``policykit simulate`` prints a run."""
+def export_name(combo: str, prop: str) -> str:
+    """The file ``--export-counterexample`` writes a counterexample to, in its folder: the
+    combo with every separator as ``_`` (``+`` would print an older spelling of the combo)."""
+    return f"{re.sub(r'[^A-Za-z0-9.-]+', '_', combo)}.{prop}.json"
+
+
+def start_table(scenario: dict[str, Any]) -> Table:
+    """The counterexample's starting state: the pool, the page, and each request's prompt,
+    cached prefixes and arrival, as the exported scenario file has them."""
+    pool = scenario["pool"]
+    parts = [
+        f"page {scenario['page_size']}",
+        f"chunk {scenario['chunked_prefill_size']}",
+        f"free {pool['free_tokens']}",
+        f"evictable {pool['evictable_tokens']}",
+    ]
+    if "swa_free_tokens" in pool:
+        parts.append(f"SWA free {pool['swa_free_tokens']} (window {pool['sliding_window']})")
+    if scenario.get("max_prefill_tokens") is not None:
+        parts.append(f"max_prefill_tokens {scenario['max_prefill_tokens']}")
+    release = scenario.get("kv_release_rounds")
+    parts.append("held KV never released" if release is None else f"KV released after {release}")
+    table = Table(header_style="bold")
+    table.caption = "Pool: " + ", ".join(parts)
+    table.caption_justify = "left"
+    for col in ("request", "prompt", "device\nprefix", "host\nprefix", "arrives\nround"):
+        table.add_column(col, justify="left" if col == "request" else "right", no_wrap=True)
+    for r in scenario["requests"]:
+        device = r.get("device_prefix_tokens", 0)
+        pinned = " pinned" if r.get("device_prefix_pinned") else ""
+        table.add_row(
+            r["id"],
+            str(r["prompt_tokens"]),
+            f"{device}{pinned}" if device else "",
+            str(r.get("host_prefix_tokens", "") or ""),
+            str(r.get("arrival_round", 1)),
+        )
+    return table
+
+
+def trace_table(cx: dict[str, Any], title: str) -> Table:
+    """The counterexample (as :meth:`Counterexample.to_dict` writes it) as rows per round,
+    like ``policykit simulate`` prints a run."""
     table = Table(title=title, title_justify="left", header_style="bold")
-    if cx.failure is not None:
-        table.caption = f"Replayed by the scheduler: {cx.failure.summary}"
+    if cx.get("failure"):
+        table.caption = f"Replayed by the scheduler: {cx['failure']['summary']}"
         table.caption_justify = "left"
     # two-line headers and unbroken cells: the table fits 80 columns without splitting words
     for col, justify in (
@@ -264,23 +306,26 @@ def trace_table(cx: Counterexample, title: str) -> Table:
         ("free\nafter", "right"),
     ):
         table.add_column(col, justify=justify, no_wrap=col != "request")  # type: ignore[arg-type]
-    for r in cx.rounds:
-        after: Text | str = Text(f"OOM ({r.oom})", style="bold red") if r.oom else str(r.free_after)
-        lead = f"{r.round}" + (f" (released {', '.join(r.released)})" if r.released else "")
-        if not r.rows:
+    for r in cx["rounds"]:
+        oom = r["oom"]
+        after: Text | str = Text(f"OOM ({oom})", style="bold red") if oom else str(r["free_after"])
+        released = r["released"]
+        lead = f"{r['round']}" + (f" (released {', '.join(released)})" if released else "")
+        rows = r["entries"]
+        if not rows:
             table.add_row(lead, Text("(nothing to do)", style="dim"), "", "", "", "", "", "", after)
-        for i, row in enumerate(r.rows):
-            computes = row.end > row.start
+        for i, row in enumerate(rows):
+            computes = row["end"] > row["start"]
             table.add_row(
                 lead if i == 0 else "",
-                row.request,
-                f"[{row.start},{row.end})" if computes else "-",
-                str(row.end - row.start) if computes else "",
-                row.kind,
-                str(row.load_back) if row.load_back else "",
-                "" if row.rem_total is None else str(row.rem_total),
-                "" if row.cur_rem is None else str(row.cur_rem),
-                after if i == len(r.rows) - 1 else "",
+                row["request"],
+                f"[{row['start']},{row['end']})" if computes else "-",
+                str(row["end"] - row["start"]) if computes else "",
+                row["kind"],
+                str(row["load_back"]) if row["load_back"] else "",
+                "" if row["rem_total"] is None else str(row["rem_total"]),
+                "" if row["cur_rem"] is None else str(row["cur_rem"]),
+                after if i == len(rows) - 1 else "",
             )
         table.add_section()
     return table

@@ -69,7 +69,7 @@ from policykit.spec.model import (
     owed,
     swa_need,
 )
-from policykit.spec.solver import solve
+from policykit.spec.solver import WALL_CLOCK, solve
 from policykit.spec.symbolic import Sym, num
 
 
@@ -93,11 +93,15 @@ class Obligations:
         combo: Combo,
         config: ModelConfig,
         sources: dict[str, str],
-        timeout_ms: int,
+        rlimit: int,
         granule: int = 1,
+        deadline: float | None = None,
     ) -> None:
         self.combo, self.config, self.sources = combo, config, sources
-        self.timeout_ms = timeout_ms
+        #: z3 resource units per obligation, and the wall-clock safety net (a ``time.time()``)
+        self.rlimit, self.deadline = rlimit, deadline
+        #: an obligation was cut short by the safety net, not answered within its budget
+        self.cut_by_wall_clock = False
         #: prompt and host-prefix lengths are multiples of this (the checked bounds)
         self.granule = granule
         self._full: str | None = None  # no-oom and admitted-completes share one induction
@@ -283,7 +287,8 @@ class Obligations:
     # -- obligations -----------------------------------------------------------------------
     def _valid(self, enc: Encoder, claim: z3.BoolRef) -> str:
         """'valid', 'invalid' or 'unknown' for ``facts => claim``."""
-        r, _, _ = solve([*enc.facts, z3.Not(claim)], self.timeout_ms)
+        r, _, reason = solve([*enc.facts, z3.Not(claim)], self.rlimit, deadline=self.deadline)
+        self.cut_by_wall_clock |= reason == WALL_CLOCK
         if r == z3.unsat:
             return "valid"
         return "invalid" if r == z3.sat else "unknown"

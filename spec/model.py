@@ -26,18 +26,14 @@ from typing import Any
 
 import z3
 
+from policykit import kernel
 from policykit.host_tier import LOAD_BACK_THRESHOLD
+from policykit.kernel import admit_view, chunk_view
 from policykit.ledger import Budget, Ledger
-from policykit.liveness import (
-    idle_admit_view,
-    idle_chunk_view,
-    idle_swa_facts,
-    owed_tokens,
-    swa_facts,
-)
+from policykit.liveness import idle_admit_view, idle_chunk_view, idle_swa_facts, owed_tokens
 from policykit.node import FIRST_TOKENS
 from policykit.plan import NEVER
-from policykit.policy import AdmitView, AlignView, ChunkView, QueueView, TailView
+from policykit.policy import AdmitView, QueueView
 from policykit.pool import extend_pages, pages_for
 from policykit.registry import Combo
 from policykit.spec.lifted import evaluate
@@ -164,6 +160,7 @@ class Encoder:
         fork = Encoder(facts=list(self.facts), counter=self.counter)
         fork.divisions.cache = dict(self.divisions.cache)
         fork.divisions.quotients = list(self.divisions.quotients)
+        fork.divisions.names = self.divisions.names
         return fork
 
     def var(self, name: str) -> Sym:
@@ -189,6 +186,60 @@ class Encoder:
         b = self.bool(name)
         self.facts.append(b == t(value))
         return b
+
+
+def _truth(x: Any) -> z3.BoolRef:
+    """The z3 term of a truth value (a ``SymBool``, a z3 term or a Python bool)."""
+    if isinstance(x, SymBool):
+        return x.t
+    return z3.BoolVal(x) if isinstance(x, bool) else x
+
+
+class Terms:
+    """The z3 domain of :mod:`policykit.kernel`: every answer is a named term, a broken one a
+    condition (the ``contract`` property), and every branch is built (``when``)."""
+
+    def __init__(self, enc: Encoder, combo: Combo, sources: dict[str, str]) -> None:
+        self.enc, self.combo, self.sources = enc, combo, sources
+
+    def ask(self, kind: str, method: str, view: Any) -> Any:
+        """The ``kind`` policy's ``method(view)``, evaluated symbolically."""
+        policy = getattr(self.combo, kind)
+        return evaluate(policy, method, view, source=self.sources.get(kind, "built-in"))
+
+    def all(self, *conds: Any) -> z3.BoolRef:
+        return z3.And(*(_truth(c) for c in conds))
+
+    def any(self, *conds: Any) -> z3.BoolRef:
+        return z3.Or(*(_truth(c) for c in conds))
+
+    def not_(self, cond: Any) -> z3.BoolRef:
+        return z3.Not(_truth(cond))
+
+    def choose(self, cond: Any, a: Any, b: Any) -> Any:
+        if isinstance(a, Ledger):
+            return _pick_ledger(_truth(cond), a, b)
+        return ite(cond, a, b)
+
+    def decide(
+        self,
+        kind: str,
+        method: str,
+        view: Any,
+        request_id: str,
+        *,
+        label: str,
+        bad: Any,
+        complaint: Any,
+    ) -> tuple[Sym, z3.BoolRef]:
+        answer = self.enc.bind(label, self.ask(kind, method, view))
+        return answer, _truth(bad(answer))
+
+    def admits(self, view: AdmitView, request_id: str, *, label: str = "admit") -> z3.BoolRef:
+        return self.enc.bind_bool(label, self.ask("admission", "admit", view))
+
+    def when(self, cond: Any, work: Any) -> Any:
+        return work()
 
 
 @dataclass
@@ -300,6 +351,7 @@ class RoundModel:
         self, combo: Combo, config: ModelConfig, enc: Encoder, sources: dict[str, str]
     ) -> None:
         self.combo, self.config, self.enc, self.sources = combo, config, enc, sources
+        self.num = Terms(enc, combo, sources)
         #: per request (by name): the idle node's answers, the same in every round
         self._idle: dict[str, tuple[z3.BoolRef, Sym]] = {}
 
@@ -332,56 +384,6 @@ class RoundModel:
     def budget(self, ledger: Ledger) -> Choice:
         return decide_all(ledger.budget_state)
 
-    def _ask(self, kind: str, method: str, view: Any) -> Any:
-        policy = getattr(self.combo, kind)
-        return evaluate(policy, method, view, source=self.sources.get(kind, "built-in"))
-
-    def _swa_facts(self, compute: Sym, ledger: Ledger, swa_pool: Sym | None) -> dict:
-        """A view's sliding-window fields (``Planner._swa_facts``), given the pool's size."""
-        if swa_pool is None:
-            return {}
-        return swa_facts(ledger, compute, FIRST_TOKENS, swa_pool)
-
-    def _chunk_view(self, remaining: Sym, ledger: Ledger, swa_pool: Sym | None = None) -> ChunkView:
-        return ChunkView(
-            remaining_tokens=remaining,  # type: ignore[arg-type]
-            rem_chunk_tokens=ledger.rem_chunk_tokens,
-            rem_total_tokens=ledger.rem_total_tokens,
-            rem_swa_tokens=ledger.rem_swa_tokens,
-            page_size=self.config.page_size,
-            hybrid_swa=self.config.hybrid,
-            **self._swa_facts(remaining, ledger, swa_pool),
-        )
-
-    def _align(self, start: Sym, end: Sym) -> tuple[Sym, z3.BoolRef]:
-        aligned = self.enc.bind(
-            "aligned",
-            self._ask(
-                "alignment",
-                "align_end",
-                AlignView(start, end, self.config.page_size),  # type: ignore[arg-type]
-            ),
-        )
-        bad = z3.Not(z3.And(start.t < aligned.t, aligned.t <= end.t))
-        return aligned, bad
-
-    def _tail(self, tail: Sym) -> tuple[Sym, z3.BoolRef]:
-        view = TailView(tail, FIRST_TOKENS, self.config.page_size)  # type: ignore[arg-type]
-        reserve = self.enc.bind("reserve", self._ask("admission", "tail_reserve", view))
-        return reserve, reserve.t < 0
-
-    def _charge_truncated(
-        self, ledger: Ledger, start: Sym, end: Sym, prompt: Sym
-    ) -> tuple[Ledger, Sym, z3.BoolRef]:
-        """Align a non-final chunk, charge it and reserve its tail (``Planner._resume``/
-        ``_admit``); returns the ledger, the aligned end and whether a policy broke contract."""
-        aligned, bad_align = self._align(start, end)
-        out = dataclasses.replace(ledger)
-        out.charge_chunk(aligned - start, first_tokens=0)
-        reserve, bad_reserve = self._tail(prompt - aligned)
-        out.reserve(reserve)
-        return out, aligned, z3.Or(bad_align, bad_reserve)
-
     def _mark(self, state: RoundState, ledger: Ledger, placed: z3.BoolRef) -> tuple[Sym, Sym]:
         rem_total, cur_rem = ledger.rem_total_tokens, ledger.cur_rem_tokens
         state.bad_ledger = z3.Or(state.bad_ledger, z3.And(placed, cur_rem.t < rem_total.t))
@@ -391,18 +393,13 @@ class RoundModel:
     def resume(self, state: RoundState, guard: z3.BoolRef, prompt: Sym, seq: Sym) -> Entry:
         """``Planner._resume`` for the in-progress request, where ``guard`` holds."""
         led = state.ledger
-        remaining = prompt - seq
-        chunk = self.enc.bind(
-            "resume_chunk", self._ask("chunking", "resume_chunk", self._chunk_view(remaining, led))
-        )
-        bad_range = z3.Or(chunk.t < 0, chunk.t > remaining.t)
-        deferred = chunk.t == 0
-        final = chunk.t == remaining.t
-        final_led = dataclasses.replace(led)
-        final_led.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
-        trunc_led, end_t, bad_t = self._charge_truncated(led, seq, seq + chunk, prompt)
+        # (the model's resume view has no sliding-window fields: no built-in resume_chunk
+        # reads them, and their terms would cost every round a quotient)
+        r = kernel.resume(self.num, led, prompt, seq, None, "")
+        chunk, bad_range, end_t, bad_t = r.chunk, r.bad_range, r.end, r.bad_truncation
+        deferred, final = t(r.deferred), t(r.final)
         placed = z3.And(guard, z3.Not(bad_range), z3.Not(deferred))
-        new_led = self.merge_ledger(placed, _pick_ledger(final, final_led, trunc_led), led)
+        new_led = self.merge_ledger(placed, r.ledger, led)
         state.ledger = new_led
         state.bad_contract = z3.Or(
             state.bad_contract,
@@ -521,24 +518,21 @@ class RoundModel:
         load_back = hit.slots
         loaded.lower_baseline(load_back)
         compute = req.prompt - hit.cached - hit.host
-        chunk = self.enc.bind(
-            "new_chunk",
-            self._ask("chunking", "new_chunk", self._chunk_view(compute, loaded, swa_pool)),
-        )
-        bad_range = z3.Or(chunk.t < 0, chunk.t > compute.t)
+        view = chunk_view(compute, loaded, swa_pool)
+        chunk, bad_range = kernel.chunk(self.num, "new_chunk", view, "", label="new_chunk")
         other = z3.Or(chunk.t == 0, z3.And(chunk.t < compute.t, state.has_chunked))
         whole = chunk.t == compute.t
         start = hit.cached + hit.host
-        whole_led = dataclasses.replace(loaded)
-        whole_led.charge_chunk(chunk, first_tokens=FIRST_TOKENS)
-        trunc_led, end_t, bad_t = self._charge_truncated(loaded, start, start + chunk, req.prompt)
+        placed, end_t, bad_t = kernel.place(
+            self.num, loaded, start, chunk, whole, req.prompt, "", placed=lambda: True
+        )
         return Attempt(
             ok,
             other,
             bad_range,
             whole,
             bad_t,
-            _pick_ledger(whole, whole_led, trunc_led),
+            placed,
             hit.host,
             hit.lock,
             start,
@@ -552,20 +546,8 @@ class RoundModel:
     ) -> z3.BoolRef:
         """The admission policy's answer about ``req`` with ``cached`` device and ``host``
         tokens of it cached, on ``led`` (``Planner._admit_with``'s ``admit_view``)."""
-        remaining = req.prompt - cached
-        view = AdmitView(
-            prompt_tokens=req.prompt,  # type: ignore[arg-type]
-            remaining_tokens=remaining,  # type: ignore[arg-type]
-            host_prefix_tokens=host,  # type: ignore[arg-type]
-            first_tokens=FIRST_TOKENS,
-            page_size=self.config.page_size,
-            rem_total_tokens=led.rem_total_tokens,
-            cur_rem_tokens=led.cur_rem_tokens,
-            hybrid_swa=self.config.hybrid,
-            rem_swa_tokens=led.rem_swa_tokens,
-            **self._swa_facts(remaining - host, led, swa_pool),
-        )
-        return self.enc.bind_bool("admit", self._ask("admission", "admit", view))
+        view = admit_view(req.prompt, req.prompt - cached, host, led, swa_pool)
+        return self.num.admits(view, req.name)
 
     def _never_fits(self, state: RoundState, req: Req, idle: IdleNode) -> Any:
         """``Planner.never_fits``, asked by the planner about a refused request: a policy that
@@ -614,8 +596,8 @@ class RoundModel:
                 swa,
             )
             self._idle[req.name] = (
-                self.enc.bind_bool("idle_admit", self._ask("admission", "admit", view)),
-                self.enc.bind("idle_chunk", self._ask("chunking", "new_chunk", chunk_view)),
+                self.num.admits(view, req.name, label="idle_admit"),
+                self.enc.bind("idle_chunk", self.num.ask("chunking", "new_chunk", chunk_view)),
             )
         return self._idle[req.name]
 
@@ -626,7 +608,7 @@ class RoundModel:
         if self.combo.queue.arrival_order:
             return None
         view = QueueView(req.prompt, req.device, req.loadable, self.config.page_size)  # type: ignore[arg-type]
-        return self.enc.bind("priority", self._ask("queue", "priority", view))
+        return self.enc.bind("priority", self.num.ask("queue", "priority", view))
 
 
 @dataclass

@@ -29,13 +29,16 @@ from policykit.registry import Combo
 from policykit.spec.bmc import Unrolling, value
 from policykit.spec.counterexample import Counterexample, extract, replay, scenario_of
 from policykit.spec.model import t
-from policykit.spec.solver import solve, unrolled
+from policykit.spec.solver import QUERY_RLIMIT, solve, unrolled
 from policykit.spec.symbolic import Sym
 
 #: replays one shrink may spend (each is a few milliseconds of the real scheduler)
 REPLAY_BUDGET = 160
 #: sweeps over the inputs at most (the second one rarely moves anything)
 SWEEPS = 2
+#: z3 resource units for reading the trace back with the shrunk inputs pinned (a small query:
+#: every input is fixed); a resource count, not seconds, so the result is the same everywhere
+PIN_RLIMIT = QUERY_RLIMIT // 4
 
 
 @dataclass
@@ -117,7 +120,7 @@ def shrink(
         return None
     pins = [x == v for x, v in search.pinned(search.values)]
     pins.append(u.inputs.release_never == never)
-    result, found, _ = solve([*u.enc.facts, violation, *pins], 10_000, unrolled(250))
+    result, found, _ = solve([*u.enc.facts, violation, *pins], PIN_RLIMIT, unrolled(0))
     return found if result == z3.sat else None
 
 

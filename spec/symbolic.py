@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import itertools
 import sys
 import traceback
 from collections.abc import Callable
@@ -146,12 +147,16 @@ class DivisionSink:
     cache: dict[tuple[int, int], z3.ArithRef] = field(default_factory=dict)
     #: every quotient in the order it was made: ``(x, d, q)``
     quotients: list[tuple[z3.ArithRef, int, z3.ArithRef]] = field(default_factory=list)
+    #: numbers the quotients in the order this sink (and its forks) made them: z3's FreshInt
+    #: numbers across the whole process, so the same check's formula would differ between a
+    #: first and a later run in one process, and so would z3's answer within a budget
+    names: itertools.count = field(default_factory=itertools.count)
 
     def quotient(self, x: z3.ArithRef, d: int) -> z3.ArithRef:
         key = (x.get_id(), d)
         q = self.cache.get(key)
         if q is None:
-            q = z3.FreshInt("q")
+            q = z3.Int(f"q#{next(self.names)}")
             self.facts += [d * q <= x, x < d * q + d]
             self.cache[key] = q
             self.quotients.append((x, d, q))

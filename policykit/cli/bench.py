@@ -7,6 +7,7 @@ ones cost in throughput and time to first token.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from policykit.cli.bench_trace import TraceArgs, bench_trace, is_trace, trace_options, trace_table
 from policykit.cli.common import (
     check_out_path,
     combo_options,
@@ -30,6 +32,7 @@ from policykit.cli.common import (
     write_json,
 )
 from policykit.errors import PolicykitError
+from policykit.fidelity import Holds, approximation_lines
 from policykit.heartbeat import Heartbeat
 from policykit.registry import Combo, PolicyRegistry, format_combo
 from policykit.render import default_console, fold
@@ -120,7 +123,9 @@ if TYPE_CHECKING:
     "--workload",
     required=True,
     help="A named workload (long-prompts, host-hit-heavy, shared-prefix, mixed, "
-    "seed-incident), a JSONL trace (.jsonl) or a scenario file / bundled scenario name.",
+    "seed-incident), a bundled production trace (mooncake-conversation, mooncake-synthetic, "
+    "azure-code, azure-conv), a trace file (Mooncake JSONL, Azure CSV, plain or .gz; or a "
+    "policykit-trace .jsonl) or a scenario file / bundled scenario name. See docs/traces.md.",
 )
 @combo_options
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
@@ -128,10 +133,10 @@ if TYPE_CHECKING:
 @click.option(
     "--pool-tokens",
     type=int,
-    default=DEFAULT_POOL_TOKENS,
-    show_default=True,
-    help="KV pool size in tokens (whole 64-token pages); named workloads and traces are sized "
-    "to it, scenario files bring their own.",
+    default=None,
+    help=f"KV pool size in tokens (whole 64-token pages); named workloads are sized to it "
+    f"(default {DEFAULT_POOL_TOKENS}); production traces default to what plan-memory gives "
+    "--predict-model on one --gpu; scenario files bring their own.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Workload and weight seed.")
 @click.option(
@@ -142,7 +147,13 @@ if TYPE_CHECKING:
     help="torch intra-op threads on the CPU. One by default: the tiny model's operations are "
     "too small to gain from more, and on a busy machine OpenMP spin-waits made a run 4x slower.",
 )
-@click.option("--max-rounds", type=click.IntRange(min=1), default=10_000, show_default=True)
+@click.option(
+    "--max-rounds",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop a run after this many rounds (default 10,000; a production trace runs until it "
+    "drains).",
+)
 @click.option(
     "--repeats",
     type=click.IntRange(min=1),
@@ -158,6 +169,7 @@ if TYPE_CHECKING:
     help="Model preset whose roofline-predicted time on H100/H200/B200 is reported for the "
     "same schedule (the schedule does not depend on the model: the pool is sized in tokens).",
 )
+@trace_options
 @click.option(
     "--executor",
     type=click.Choice(["inline", "local", "ray"]),
@@ -177,12 +189,17 @@ def bench(
     check_all: bool,
     device: str,
     preset: str,
-    pool_tokens: int,
+    pool_tokens: int | None,
     seed: int,
     cpu_threads: int,
-    max_rounds: int,
+    max_rounds: int | None,
     repeats: int,
     predict_model: str,
+    time_scale: float,
+    gpu: str,
+    host_tier: str,
+    requests: int | None,
+    forward_requests: int | None,
     executor: str,
     workers: int | None,
     ray_address: str | None,
@@ -213,6 +230,28 @@ def bench(
     dev = resolve_device(device)
     if dev.type == "cpu":
         torch.set_num_threads(cpu_threads)
+    trace_args = TraceArgs(time_scale, gpu, host_tier, requests, forward_requests)
+    if is_trace(workload):
+        result = bench_trace(
+            workload,
+            combo_texts(combos, combo_list, check_all),
+            shape,
+            priced,
+            dev,
+            seed,
+            pool_tokens,
+            max_rounds,
+            trace_args,
+            executor,
+            workers,
+            ray_address,
+            as_json,
+        )
+        _report(result, as_json, out, Console(stderr=True), trace_table)
+        return
+    trace_args.refuse_for(workload)
+    pool_tokens = DEFAULT_POOL_TOKENS if pool_tokens is None else pool_tokens
+    max_rounds = 10_000 if max_rounds is None else max_rounds
     bench_input = resolve_input(workload, pool_tokens, seed)
     pm, registry = load_registry()
     engine = bench_input.config.engine
@@ -245,6 +284,9 @@ def bench(
         result = _bench_inline(
             bench_input, shape, dev, chosen, pm, seed, max_rounds, console, repeats, priced
         )
+    source = bench_input.summary.get("source")
+    holds = Holds.of_bench_input(bench_input.config.sliding_window, source)
+    result["approximations"] = approximation_lines(chosen, holds)
     _report(document(result, "policykit.bench/1"), as_json, out, console)
 
 
@@ -359,12 +401,20 @@ def _bench_units(
     return doc
 
 
-def _report(result: dict[str, Any], as_json: bool, out: Path | None, console: Console) -> None:
+def _report(
+    result: dict[str, Any],
+    as_json: bool,
+    out: Path | None,
+    console: Console,
+    table: Callable[[dict[str, Any]], Any] = results_table,
+) -> None:
     if out is not None:
-        write_json(out, result)
+        write_json(out, result, result["schema"])
         console.print(f"results written to {out}")
     if as_json:
-        echo_json(result)
+        echo_json(result, result["schema"])
         return
     # a table this wide is hard to read folded to 80 columns when the output is a log file
-    default_console(piped_width=200).print(results_table(result))
+    default_console(piped_width=200).print(table(result))
+    for line in result.get("approximations", ()):
+        default_console(piped_width=200).print(Text(line, style="yellow"))

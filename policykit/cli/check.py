@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import shlex
 import sys
-from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
-import z3
 from rich.console import Console, Group
 from rich.progress import Progress
 from rich.table import Table
@@ -30,7 +28,6 @@ from policykit.cli.common import (
     check_out_path,
     combo_options,
     combo_texts,
-    document,
     echo_json,
     json_option,
     load_registry,
@@ -39,6 +36,7 @@ from policykit.cli.common import (
     write_json,
 )
 from policykit.errors import ComboError, PolicykitError
+from policykit.fidelity import Holds, approximation_lines
 from policykit.heartbeat import Heartbeat
 from policykit.policy import EngineConfig
 from policykit.registry import Combo, PolicyRegistry
@@ -53,7 +51,6 @@ EXIT_CODES: dict[str, int] = {
     "refused": EXIT_REFUSED,
     "unknown": EXIT_UNKNOWN,
 }
-VERDICT_ORDER = ("proved", "violated", "unknown", "refused")
 _STYLE = {"proved": "green", "violated": "bold red", "unknown": "yellow", "refused": "magenta"}
 #: one glyph per verdict in the compact matrix (plain symbols every terminal font has)
 _GLYPH = {"proved": "✓", "violated": "✗", "unknown": "?", "refused": "–"}
@@ -65,10 +62,6 @@ def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineCon
     if texts is None:
         return list(registry.all_combos(engine))
     return [registry.resolve(c, config=engine) for c in texts or [None]]
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text.replace("/", "+"))
 
 
 @click.command()
@@ -125,11 +118,40 @@ def _slug(text: str) -> str:
     "scenario file (or bundled scenario name) instead of the options that set them.",
 )
 @click.option(
+    "--rlimit",
+    type=click.IntRange(1000, 1 << 50),
+    default=None,
+    help="z3 resource units per solver query: the budget every verdict is decided within, "
+    "counted in z3's own steps, not seconds, so the answers do not depend on the machine's "
+    'speed or load [default: 60000000; docs/spec.md, "Solver budgets"].',
+)
+@click.option(
     "--timeout",
-    type=click.FloatRange(0.1, 3600),
-    default=10.0,
+    type=click.FloatRange(1, 7 * 24 * 3600),
+    default=3600.0,
     show_default=True,
-    help="Seconds per solver query.",
+    help="Wall-clock safety net for the whole command, in seconds. A verdict it cuts short "
+    "says so; raise --rlimit, not this, to let the solver try harder.",
+)
+@click.option(
+    "--page-sizes",
+    default=None,
+    metavar="LIST",
+    help="Check every combo at each of these page sizes (comma-separated) in one run and one "
+    "table, e.g. 1,16,64,256.",
+)
+@click.option(
+    "--swa-windows",
+    default=None,
+    metavar="LIST",
+    help="Check every combo without (0) and with each of these sliding windows, e.g. 0,4096. "
+    "With --page-sizes, every pair. Sliding-window pools SGLang 0.5.23 refuses to start with "
+    "(at most window + page) are left out unless --min-swa-pool says otherwise.",
+)
+@click.option(
+    "--matrix",
+    is_flag=True,
+    help="The whole matrix as one gate: --page-sizes 1,16,64,256 --swa-windows 0,4096.",
 )
 @click.option(
     "--export-counterexample",
@@ -176,7 +198,11 @@ def check(
     pool_cap: int | None,
     min_swa_pool: int | None,
     config_scenario: str | None,
+    rlimit: int | None,
     timeout: float,
+    page_sizes: str | None,
+    swa_windows: str | None,
+    matrix: bool,
     export_dir: Path | None,
     jobs: int | None,
     executor: str,
@@ -197,16 +223,178 @@ def check(
     checker will not vouch for a policy outside its contract); 3: a timeout or unknown.
     Precedence when several apply: 1, then 2, then 3.
     """
-    from policykit.spec.bmc import Bounds
-    from policykit.spec.checker import CheckOptions, scope_text
-    from policykit.spec.counterexample import trace_table
-    from policykit.spec.model import ModelConfig
+    from policykit.spec.report import row_of
 
     if config_scenario is not None:
         page_size, chunk_size, swa_window, max_prefill_tokens, pool_cap = _from_scenario(
             config_scenario, pool_cap
         )
-    pool_cap = pool_cap or Bounds.max_pool_tokens
+    pages, windows = _matrix_axes(page_size, swa_window, page_sizes, swa_windows, matrix)
+    check_out_path(out)
+    _, registry = load_registry()
+    texts = combo_texts(combos, combo_list, check_all)
+    budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool)
+    several = len(pages) * len(windows) > 1
+    plans = [
+        _plan(registry, texts, (page, chunk_size, window, max_prefill_tokens), budget, several)
+        for page in pages
+        for window in windows
+    ]
+    count = sum(len(p.combos) for p in plans)
+    jobs = min(jobs or os.cpu_count() or 1, count)
+    if executor != "pool":
+        verdicts, ran_on = _check_units(plans, executor, jobs, ray_address)
+    else:
+        verdicts = _check_pool(registry, plans, jobs, quiet=as_json)
+        ran_on = {"name": "pool", "jobs": jobs}
+    rows = [row_of(v) for v in verdicts]
+    if export_dir is not None:
+        _export(export_dir, rows)
+    data = _document(rows, plans, timeout, ran_on)
+    hybrid = any(w is not None for w in windows)
+    data["approximations"] = approximation_lines(
+        [c for p in plans for c in p.combos], Holds.of_checker(hybrid)
+    )
+    if out is not None:
+        write_json(out, data)
+    if as_json:
+        echo_json(data)
+    else:
+        detailed = verbose or (not check_all and count <= _COMPACT_ABOVE)
+        _print_text(data, detailed, export_dir, count)
+    sys.exit(exit_code(rows))
+
+
+def _document(
+    rows: list[dict[str, Any]], plans: list[_Plan], timeout: float, ran_on: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``policykit.check/1`` document; a run over several configurations has each one's
+    block under ``configs`` and what they share under ``config``."""
+    from policykit.spec.report import check_document, config_block
+
+    blocks = [config_block(p.config, p.options, timeout) for p in plans]
+    if len(blocks) == 1:
+        return check_document(rows, blocks[0], ran_on)
+    return check_document(rows, _matrix_block(blocks), ran_on, configs=blocks)
+
+
+#: ``--matrix``: the page sizes and sliding windows (None: no SWA) of the whole gate
+MATRIX_PAGES = (1, 16, 64, 256)
+MATRIX_WINDOWS: tuple[int | None, ...] = (None, 4096)
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """The bounds and budget options, the same for every configuration of a run."""
+
+    rounds: int
+    requests: int
+    rlimit: int | None
+    timeout: float
+    granule: int | None
+    pool_cap: int | None
+    min_swa_pool: int | None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One configuration of a run and the combos checked under it."""
+
+    config: Any
+    options: Any
+    combos: list[Combo]
+
+
+def _plan(
+    registry: PolicyRegistry,
+    texts: list[str] | None,
+    engine_numbers: tuple[int, int, int | None, int | None],
+    b: _Budget,
+    matrix: bool,
+) -> _Plan:
+    """The combos, configuration and options of one (page size, chunk size, window,
+    max_prefill_tokens) of a run. In a matrix,
+    sliding-window pools SGLang refuses to start with are left out unless asked for."""
+    from policykit.spec.bmc import Bounds
+    from policykit.spec.checker import CheckOptions
+    from policykit.spec.model import ModelConfig
+    from policykit.spec.report import wall_deadline
+    from policykit.spec.solver import QUERY_RLIMIT
+
+    page, chunk, window, max_prefill_tokens = engine_numbers
+    pool_cap = b.pool_cap or Bounds.max_pool_tokens
+    _refuse_bad_bounds(page, window, pool_cap, b.min_swa_pool)
+    floor = b.min_swa_pool
+    if matrix and window is not None and floor is None:
+        floor = window + page + 1
+    engine = EngineConfig(page, chunk, hybrid_swa=window is not None)
+    bounds = Bounds(max_pool_tokens=pool_cap, granule=b.granule, min_swa_pool_tokens=floor)
+    options = CheckOptions(
+        b.rounds, b.requests, b.rlimit or QUERY_RLIMIT, bounds, deadline=wall_deadline(b.timeout)
+    )
+    config = ModelConfig(page, chunk, window, max_prefill_tokens)
+    return _Plan(config, options, _combos(registry, texts, engine))
+
+
+def _matrix_axes(
+    page_size: int,
+    swa_window: int | None,
+    page_sizes: str | None,
+    swa_windows: str | None,
+    matrix: bool,
+) -> tuple[list[int], list[int | None]]:
+    """The page sizes and windows a run covers: one of each, or the lists asked for."""
+    ctx = click.get_current_context()
+    for flag, given in (("--page-sizes", page_sizes), ("--swa-windows", swa_windows)):
+        single = "page_size" if flag == "--page-sizes" else "swa_window"
+        explicit = ctx.get_parameter_source(single) is not click.core.ParameterSource.DEFAULT
+        if (given is not None or matrix) and explicit:
+            raise ComboError(
+                f"{flag} (or --matrix) and --{single.replace('_', '-')} both set the "
+                "configuration: give one."
+            )
+    pages = list(MATRIX_PAGES) if matrix else [page_size]
+    windows = list(MATRIX_WINDOWS) if matrix else [swa_window]
+    if page_sizes is not None:
+        pages = [_positive(x, "--page-sizes") for x in _items(page_sizes, "--page-sizes")]
+    if swa_windows is not None:
+        windows = [
+            _positive(x, "--swa-windows", zero=True) or None
+            for x in _items(swa_windows, "--swa-windows")
+        ]
+    return pages, windows
+
+
+def _items(text: str, flag: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ComboError(f"{flag} needs a comma-separated list of numbers, e.g. 1,16,64,256.")
+    return list(dict.fromkeys(items))
+
+
+def _positive(text: str, flag: str, *, zero: bool = False) -> int:
+    if not text.isdigit() or (int(text) == 0 and not zero):
+        allowed = "whole numbers (0: no sliding window)" if zero else "positive whole numbers"
+        raise ComboError(f"{flag}: {text!r} is not a size; give {allowed}, comma-separated.")
+    return int(text)
+
+
+def _matrix_block(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The document's ``config`` for a run over several configurations: what they share, the
+    axes, and each one's scope (``configs`` has each block in full)."""
+    first = blocks[0]
+    shared = ("chunked_prefill_size", "max_prefill_tokens", "rounds", "requests", "rlimit")
+    return {
+        **{k: first[k] for k in (*shared, "timeout_s", "pool_cap_tokens")},
+        "page_sizes": list(dict.fromkeys(b["page_size"] for b in blocks)),
+        "swa_windows": list(dict.fromkeys(b["swa_window"] for b in blocks)),
+        "scope": " | ".join(b["scope"] for b in blocks),
+    }
+
+
+def _refuse_bad_bounds(
+    page_size: int, swa_window: int | None, pool_cap: int, min_swa_pool: int | None
+) -> None:
     if pool_cap < page_size:
         raise ComboError(f"--pool-cap {pool_cap} is smaller than one {page_size}-token page.")
     if swa_window is not None and swa_window < page_size:
@@ -216,72 +404,101 @@ def check(
             "--min-swa-pool bounds the sliding-window pool, which only a hybrid-SWA check has: "
             "give --swa-window too (or a --config scenario with a sliding window)."
         )
-    check_out_path(out)
-    _, registry = load_registry()
-    engine = EngineConfig(page_size, chunk_size, hybrid_swa=swa_window is not None)
-    chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
-    config = ModelConfig(page_size, chunk_size, swa_window, max_prefill_tokens)
-    bounds = Bounds(max_pool_tokens=pool_cap, granule=granule, min_swa_pool_tokens=min_swa_pool)
-    options = CheckOptions(rounds, requests, timeout, bounds)
-    jobs = min(jobs or os.cpu_count() or 1, len(chosen))
-    if executor != "pool":
-        unit_args = {
-            "page_size": page_size,
-            "chunk_size": chunk_size,
-            "swa_window": swa_window,
-            "max_prefill_tokens": max_prefill_tokens,
-            "rounds": rounds,
-            "requests": requests,
-            "timeout": timeout,
-            "granule": granule,
-            "pool_cap": pool_cap,
-            "min_swa_pool": min_swa_pool,
-        }
-        verdicts, ran_on = _check_units(chosen, unit_args, executor, jobs, ray_address)
-    else:
-        verdicts = _check_pool(registry, chosen, config, options, jobs, quiet=as_json)
-        ran_on = {"name": "pool", "jobs": jobs}
-    rows = [_as_dict(v) for v in verdicts]
+
+
+def _print_text(data: dict[str, Any], detailed: bool, export_dir: Path | None, combos: int) -> None:
+    """The text report: the table, its scope, what was cut short and why, refusals, then each
+    counterexample (detailed view) with its starting state and how to replay it."""
+    from policykit.spec.counterexample import start_table, trace_table
+    from policykit.spec.report import summary_line
+
+    rows = data["verdicts"]
+    configs = data.get("configs") or [data["config"]]
+    blocks = {(b["page_size"], b["swa_window"]): b for b in configs}
+    console = default_console()
+    console.print(_table(rows) if detailed else _matrix(rows))
+    for block in configs:
+        console.print(Text(f"Verdicts {block['scope']}.", style="dim"))
+    for line in data.get("approximations", ()):
+        console.print(Text(line, style="yellow"))
+    _print_shortfalls(console, rows)
+    _print_refusals(console, rows)
+    if detailed:
+        for v in rows:
+            cx = v.get("counterexample")
+            if cx is None or not cx.get("rounds"):
+                continue
+            title = f"{v['combo']}: {v['property']} violated"
+            console.print(Text(f"{title}: starting state", style="bold"))
+            console.print(fold(start_table(cx["scenario"])))
+            console.print(fold(trace_table(cx, title)))
+            c = v.get("config") or {}
+            block = blocks.get((c.get("page_size"), c.get("swa_window")), data["config"])
+            hint = _replay_hint(v, block, export_dir)
+            console.print(Text(hint, style="cyan"), soft_wrap=True)
+    click.echo(summary_line(rows, combos))
+
+
+def _replay_hint(row: dict[str, Any], block: dict[str, Any], export_dir: Path | None) -> str:
+    """The commands that write this counterexample to a file and replay it in the scheduler:
+    the same check of this one combo (the same configuration, bounds and budget give the same
+    counterexample), then ``policykit simulate``."""
+    from policykit.spec.counterexample import export_name
+
+    folder = str(export_dir) if export_dir is not None else "counterexamples"
+    path = shlex.quote(f"{folder.rstrip('/')}/{export_name(row['combo'], row['property'])}")
+    replay = f"policykit simulate {path}"
     if export_dir is not None:
-        _export(export_dir, rows)
-    data = document(
-        {
-            "device": f"CPU (z3 {z3.get_version_string()})",
-            "executor": ran_on,
-            "config": {
-                "page_size": page_size,
-                "chunked_prefill_size": chunk_size,
-                "swa_window": swa_window,
-                "max_prefill_tokens": max_prefill_tokens,
-                "rounds": rounds,
-                "requests": requests,
-                "granule": granule or page_size,
-                "pool_cap_tokens": pool_cap,
-                "min_swa_pool_tokens": min_swa_pool,
-                "scope": scope_text(config, options),
-            },
-            "summary": summary_counts(rows),
-            "verdicts": rows,
-        },
-        "policykit.check/1",
-    )
-    if out is not None:
-        write_json(out, data)
-    if as_json:
-        echo_json(data)
-    else:
-        console = default_console()
-        detailed = verbose or (not check_all and len(chosen) <= _COMPACT_ABOVE)
-        console.print(_table(rows) if detailed else _matrix(rows))
-        console.print(Text(f"Verdicts {scope_text(config, options)}.", style="dim"))
-        _print_refusals(console, rows)
-        if detailed:
-            for v in verdicts:
-                if getattr(v, "counterexample", None) is not None:
-                    title = f"{v.combo}: {v.property} violated"
-                    console.print(fold(trace_table(v.counterexample, title)))
-        click.echo(summary_line(rows, len(chosen)))
-    sys.exit(exit_code(rows))
+        return f"Replay it:\n  {replay}"
+    flags = [("--combo", row["combo"]), ("--page-size", block["page_size"])]
+    flags.append(("--chunk-size", block["chunked_prefill_size"]))
+    for flag, key in (
+        ("--swa-window", "swa_window"),
+        ("--max-prefill-tokens", "max_prefill_tokens"),
+        ("--min-swa-pool", "min_swa_pool_tokens"),
+    ):
+        if block.get(key) is not None:
+            flags.append((flag, block[key]))
+    flags += [
+        ("--rounds", block["rounds"]),
+        ("--requests", block["requests"]),
+        ("--granule", block["granule"]),
+        ("--pool-cap", block["pool_cap_tokens"]),
+        ("--rlimit", block["rlimit"]),
+        ("--export-counterexample", folder),
+    ]
+    words = ["policykit check", *(f"{f} {shlex.quote(str(v))}" for f, v in flags)]
+    words += ["&&", "policykit simulate", path]
+    return "Replay it:\n" + _shell_lines(words)
+
+
+def _shell_lines(words: list[str], width: int = 76) -> str:
+    """``words`` as a shell command folded with ``\\`` continuations, each line within
+    ``width`` where a word allows: copied whole, it runs as one command; a terminal of 80
+    columns shows it without breaking a flag from its value."""
+    lines: list[str] = []
+    line = ""
+    for word in words:
+        if line and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line)
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else "  " + word
+    lines.append(line)
+    return " \\\n".join(lines)
+
+
+def _print_shortfalls(console: Console, rows: list[dict[str, Any]]) -> None:
+    """Every verdict that reached less than was asked, or is unknown, with the reason in
+    words (the table's glyph alone would hide it)."""
+    from policykit.spec.report import shortfall_words
+
+    several = _several_configs(rows)
+    for r in rows:
+        words = shortfall_words(r)
+        if words and r["verdict"] != "refused":
+            style = _STYLE.get(r["verdict"], "")
+            console.print(Text(f"{_who(r, several)} {r['property']}: {words}", style=style))
 
 
 def exit_code(rows: list[dict[str, Any]]) -> int:
@@ -290,62 +507,47 @@ def exit_code(rows: list[dict[str, Any]]) -> int:
     return next((code for verdict, code in EXIT_CODES.items() if verdict in present), 0)
 
 
-def summary_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
-    counts = Counter(r["verdict"] for r in rows)
-    return {v: counts.get(v, 0) for v in VERDICT_ORDER}
-
-
-def summary_line(rows: list[dict[str, Any]], combos: int) -> str:
-    """``36 combos: 170 proved (160 unbounded), 10 violated, 0 unknown, 0 refused``."""
-    counts = summary_counts(rows)
-    unbounded = sum(r["verdict"] == "proved" and r["bound"] == "unbounded" for r in rows)
-    parts = [f"{counts['proved']} proved ({unbounded} unbounded)"]
-    parts += [f"{counts[v]} {v}" for v in VERDICT_ORDER[1:]]
-    return f"{combos} combos: {', '.join(parts)}"
-
-
 def _check_pool(
-    registry: PolicyRegistry,
-    chosen: list[Combo],
-    config: Any,
-    options: Any,
-    jobs: int,
-    *,
-    quiet: bool,
-) -> list:
-    """Every combo here: in this process, or on ``jobs`` forked processes."""
-    from policykit.spec import check_or_refuse
+    registry: PolicyRegistry, plans: list[_Plan], jobs: int, *, quiet: bool
+) -> list[dict[str, Any]]:
+    """Every combo in a fresh process of its own, ``jobs`` at a time
+    (:mod:`policykit.spec.isolation`: the same verdicts whatever ``--jobs`` and the order)."""
+    from policykit.spec.isolation import Task, check_isolated
 
+    tasks = [Task(c.as_dict(), p.config, p.options) for p in plans for c in p.combos]
+    chosen = [c for p in plans for c in p.combos]
     console = Console(stderr=True)
-    verdicts: list = []
-    # z3 is single-threaded: separate processes use the cores; each re-resolves its combo
-    # from the installed plugins (policies themselves are not sent across). The workers are
-    # forked before the progress threads start, so that no child inherits a lock they hold.
-    pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
-    futures = (
-        [pool.submit(_check_in_worker, combo.as_dict(), config, options) for combo in chosen]
-        if pool is not None
-        else []
-    )
-    try:
-        with (
-            Progress(console=console, transient=True, disable=quiet or len(chosen) < 2) as bar,
-            Heartbeat("check", len(chosen), enabled=len(chosen) > 1) as beat,
-        ):
-            task = bar.add_task("checking", total=len(chosen))
-            for i, combo in enumerate(chosen):
-                bar.update(task, description=str(combo))
-                beat.describe(str(combo))
-                if pool is None:
-                    verdicts += check_or_refuse(combo, config, options, registry.sources(combo))
-                else:
-                    verdicts += futures[i].result()
-                bar.advance(task)
-                beat.advance()
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
-    return verdicts
+    rows: dict[int, list[dict[str, Any]]] = {}
+    # the zygote is forked here, before the progress threads start, so that no child inherits
+    # a lock they hold
+    finished = check_isolated(tasks, jobs, registry if _pm_injected() else None)
+    with (
+        Progress(console=console, transient=True, disable=quiet or len(chosen) < 2) as bar,
+        Heartbeat("check", len(chosen), enabled=len(chosen) > 1) as beat,
+    ):
+        task = bar.add_task("checking", total=len(chosen))
+        for i, found in finished:
+            rows[i] = found
+            bar.update(task, description=str(chosen[i]))
+            beat.describe(str(chosen[i]))
+            bar.advance(task)
+            beat.advance()
+    return [row for i in range(len(chosen)) for row in rows[i]]
+
+
+def _prefix(plan: _Plan, plans: list[_Plan]) -> str:
+    """A unit id's configuration part, where a run has several."""
+    if len(plans) == 1:
+        return ""
+    return f"page{plan.config.page_size}/swa{plan.config.swa_window or 0}/"
+
+
+def _pm_injected() -> bool:
+    """A plugin manager handed in by the caller (``main(obj={"pm": pm})``): its policies may
+    exist in this process only, so the checking processes are forked from it."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return isinstance(obj, dict) and obj.get("pm") is not None
 
 
 def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None, int | None, int]:
@@ -376,17 +578,8 @@ def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None
     )
 
 
-def _check_in_worker(combo: dict[str, str], config, options) -> list:
-    from policykit.spec import check_or_refuse
-
-    _, registry = load_registry()
-    chosen = registry.resolve(combo)
-    return check_or_refuse(chosen, config, options, registry.sources(chosen))
-
-
 def _check_units(
-    chosen: list[Combo],
-    unit_args: dict,
+    plans: list[_Plan],
     executor: str,
     workers: int | None,
     ray_address: str | None,
@@ -394,19 +587,22 @@ def _check_units(
     """One ``check_unit`` per combo on the executor seam; verdicts as dicts, in combo order.
 
     A refused combo comes back as ``refused`` verdicts (the unit itself succeeds). A unit that
-    failed (the check itself could not run: a lost worker, a timeout) becomes ``unknown``
-    verdicts saying why, so it is never reported as passing.
+    failed (the check itself could not run: a lost worker, a timeout) becomes an ``unknown``
+    row saying why, so it is never reported as passing.
     """
     from policykit.executor import Status, SweepProgress, Unit, open_executor, run_units
+    from policykit.spec.report import failed_unit_row, unit_args
 
+    target = "policykit.executor.units:check_unit"
     units = [
         Unit(
-            f"check/{c}",
+            f"check/{_prefix(p, plans)}{c}",
             "check",
-            "policykit.executor.units:check_unit",
-            {**unit_args, "combo": str(c)},
+            target,
+            {**unit_args(p.config, p.options), "combo": str(c)},
         )
-        for c in chosen
+        for p in plans
+        for c in p.combos
     ]
     with (
         open_executor(executor, workers=workers, ray_address=ray_address) as pool,
@@ -420,23 +616,8 @@ def _check_units(
                 {**v, "executor": r.executor, "node": r.node} for v in r.result["verdicts"]
             ]
         else:
-            verdicts.append(
-                {
-                    "combo": r.unit.args["combo"],
-                    "property": "*",
-                    "verdict": "unknown",
-                    "bound": "-",
-                    "seconds": 0.0,
-                    "note": f"unit {r.status.value}: {r.error}",
-                    "counterexample": None,
-                }
-            )
+            verdicts.append(failed_unit_row(r.unit.args["combo"], r.status.value, r.error))
     return verdicts, results.executor
-
-
-def _as_dict(v: object) -> dict:
-    """A verdict as JSON-able data, whether checked here (``Verdict``) or on an executor."""
-    return v if isinstance(v, dict) else v.to_dict()  # type: ignore[attr-defined]
 
 
 def _verdict_text(v: dict[str, Any]) -> Text:
@@ -452,22 +633,42 @@ def _table(rows: list[dict[str, Any]]) -> Table:
     table.add_column("verdict")
     table.add_column("bound")
     table.add_column("s", justify="right")
+    several = _several_configs(rows)
     for v in rows:
         seconds = f"{v['seconds']:.2f}"
-        table.add_row(v["combo"], v["property"], _verdict_text(v), v["bound"], seconds)
+        table.add_row(_who(v, several), v["property"], _verdict_text(v), v["bound"], seconds)
     return fold(table)
+
+
+def _config_label(row: dict[str, Any]) -> str:
+    """``page 64`` or ``page 64, SWA 4096``: a row's configuration, for runs over several."""
+    c = row.get("config") or {}
+    if "page_size" not in c:
+        return ""
+    return f"page {c['page_size']}" + (f", SWA {c['swa_window']}" if c.get("swa_window") else "")
+
+
+def _several_configs(rows: list[dict[str, Any]]) -> bool:
+    return len({_config_label(r) for r in rows}) > 1
+
+
+def _who(row: dict[str, Any], several: bool) -> str:
+    """The combo, with its configuration where a run has several."""
+    return f"{_config_label(row)}: {row['combo']}" if several else row["combo"]
 
 
 def _matrix(rows: list[dict[str, Any]]) -> Group:
     """One row per combo, one glyph per property: readable at 80 columns for 80 combos."""
     props = list(dict.fromkeys(r["property"] for r in rows if r["property"] != "*"))
+    several = _several_configs(rows)
     by_combo: dict[str, dict[str, dict[str, Any]]] = {}
     for r in rows:
-        by_combo.setdefault(r["combo"], {})[r["property"]] = r
+        by_combo.setdefault(_who(r, several), {})[r["property"]] = r
     legend = "  ".join(f"{g} {v}" for v, g in _GLYPH.items()) + "  (b: proved bounded only)"
     keys = "  ".join(f"{chr(ord('A') + i)} {p}" for i, p in enumerate(props))
     table = Table(title="policykit check", title_justify="left", header_style="bold")
-    table.add_column("combo (admission/chunking/alignment)", overflow="fold")
+    # the backslash keeps rich from reading "[/phase/queue]" as a closing markup tag
+    table.add_column("combo (admission/chunking/alignment\\[/phase/queue])", overflow="fold")
     for i in range(len(props)):
         table.add_column(f"{chr(ord('A') + i)}", justify="center", no_wrap=True)
     for combo, cells in by_combo.items():
@@ -499,12 +700,14 @@ def _print_refusals(console: Console, rows: list[dict[str, Any]]) -> None:
 
 
 def _export(folder: Path, rows: list[dict[str, Any]]) -> None:
+    from policykit.spec.counterexample import export_name
+
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for v in rows:
             # only counterexamples that replay to their failure (``simulate`` exits non-zero)
             if v["counterexample"] is not None and v["counterexample"].get("failure"):
-                path = folder / f"{_slug(v['combo'])}.{v['property']}.json"
+                path = folder / export_name(v["combo"], v["property"])
                 path.write_text(json.dumps(v["counterexample"]["scenario"], indent=2) + "\n")
     except OSError as exc:
         raise PolicykitError(f"Cannot write counterexamples to {str(folder)!r}: {exc}.") from None

@@ -14,7 +14,7 @@ from policykit.documents import stamped
 from policykit.errors import ComboError, PolicykitError
 from policykit.plugin_manager import PolicykitPluginManager, make_plugin_manager
 from policykit.policy import EngineConfig
-from policykit.registry import Combo, PolicyRegistry
+from policykit.registry import COMBO_FORM, Combo, PolicyRegistry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,9 +89,14 @@ def combo_options(func: F) -> F:
     The command receives ``combos`` (every combo text given, in order) and ``check_all``;
     :func:`combo_texts` turns them into the list to run.
     """
-    func = click.option("--all", "check_all", is_flag=True, help="Every registered combination.")(
-        func
-    )
+    func = click.option(
+        "--all",
+        "check_all",
+        is_flag=True,
+        help="Every registered combination of the kinds that change a verdict (admission, "
+        "chunking, alignment, queue) that runs on this engine configuration; the allocator "
+        "phase stays at its default.",
+    )(func)
     func = click.option(
         "--combos",
         "combo_list",
@@ -104,8 +109,8 @@ def combo_options(func: F) -> F:
         "combos",
         multiple=True,
         metavar="COMBO",
-        help="A combination, printed form ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE] or "
-        "KIND=POLICY[,KIND=POLICY...]; repeatable.",
+        help=f"A combination, printed form {COMBO_FORM} (the queue defaults to fcfs, as in "
+        "SGLang) or KIND=POLICY[,KIND=POLICY...]; repeatable.",
     )(func)
 
 
@@ -113,7 +118,7 @@ def combo_texts(
     combos: tuple[str, ...], combo_list: tuple[str, ...], check_all: bool
 ) -> list[str] | None:
     """The combos a command was given, or ``None`` for every registered combination."""
-    texts = list(combos)
+    texts = [named_combo(text) for text in combos]
     for item in combo_list:
         parts = [p.strip() for p in item.split(";") if p.strip()]
         if parts == ["all"]:
@@ -128,6 +133,18 @@ def combo_texts(
     if check_all and texts:
         raise ComboError("Give either --all or --combo, not both.")
     return None if check_all else texts
+
+
+def named_combo(text: str, option: str = "--combo") -> str:
+    """``text`` when it names something; a blank one is bad input, not "the defaults" (a shell
+    variable that expanded to nothing must not check a combo nobody asked for)."""
+    if not text.strip():
+        raise ComboError(
+            f"{option} {text!r} names no combination; write one such as "
+            "reserve-tail/sglang/checkpoint:256 or admission=reserve-tail, or leave the option "
+            "out."
+        )
+    return text
 
 
 def warn_if_uncheckable(

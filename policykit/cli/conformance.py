@@ -1,8 +1,10 @@
 """``policykit conformance sglang``: what SGLang 0.5.23's real scheduler does differently.
 
 Runs each scenario through policykit's upstream-faithful combo and through upstream's own
-``PrefillAdder`` (see :mod:`policykit.upstream.sglang`), and prints every difference. Exit 0 when
-all are identical, 1 when any differs, 2 on bad input or when SGLang is not installed.
+``PrefillAdder`` and storage (see :mod:`policykit.conformance.sglang.driver`), and prints every
+difference: per round the first differing field of the decisions, then of the storage.
+Exit 0 when all are identical, 1 when any differs, 2 on bad input or when SGLang is not
+installed.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from policykit.cli.common import echo_json, json_option
-from policykit.scenario import load_scenario, resolve_scenario_path
+from policykit.scenario import Scenario, load_scenario, resolve_scenario_path
+
+if TYPE_CHECKING:
+    from policykit.conformance.sglang.compare import Verdict
 
 EXIT_DIFFERENT = 1
 
@@ -50,9 +56,10 @@ def conformance() -> None:
 def sglang(
     scenarios: tuple[str, ...], random_count: int, seed: int, schedule_policy: str, as_json: bool
 ) -> None:
-    """Diff SCENARIO... (files or bundled names) against SGLang 0.5.23's PrefillAdder."""
-    from policykit.upstream.conformance import conform, random_scenario, upstream_combo
-    from policykit.upstream.sglang import SUPPORTED_VERSION, load
+    """Diff SCENARIO... (files or bundled names) against SGLang 0.5.23's PrefillAdder, and
+    (without hybrid SWA) against its own radix tree, allocator and allocation path."""
+    from policykit.conformance.sglang.compare import conform, random_scenario, upstream_combo
+    from policykit.conformance.sglang.driver import SUPPORTED_VERSION, load
 
     if not scenarios and not random_count:
         raise click.UsageError("give SCENARIO files or bundled names, or --random N")
@@ -64,9 +71,10 @@ def sglang(
     with _progress(len(loaded)) as advance:
         verdicts = []
         for sc in loaded:
-            verdicts.append(conform(sc, combo, schedule_policy=schedule_policy))
+            verdicts.append(conform(sc, combo, schedule_policy=schedule_policy, storage=True))
             advance()
     different = [v for v in verdicts if v.differences]
+    covered = _coverage(loaded, verdicts)
     if as_json:
         echo_json(
             {
@@ -80,6 +88,7 @@ def sglang(
                 "identical": sum(v.identical for v in verdicts),
                 "different": len(different),
                 "not_expressible": sum(v.not_expressible is not None for v in verdicts),
+                "coverage": covered,
             }
         )
     else:
@@ -98,8 +107,21 @@ def sglang(
             f"(--schedule-policy {schedule_policy}) with {combo}: {identical} identical, "
             f"{len(different)} different"
         )
+        click.echo(
+            "with host prefixes {host}, with an unpinned device prefix evicted while its "
+            "request waited {evicted_prefix}, with hybrid SWA {hybrid_swa}".format(**covered)
+        )
     if different:
         sys.exit(EXIT_DIFFERENT)
+
+
+def _coverage(scenarios: list[Scenario], verdicts: list[Verdict]) -> dict[str, int]:
+    """How many of the compared scenarios exercise each storage path."""
+    return {
+        "host": sum(any(r.host_prefix_tokens for r in sc.requests) for sc in scenarios),
+        "evicted_prefix": sum(v.evicted_prefix for v in verdicts),
+        "hybrid_swa": sum(sc.sliding_window is not None for sc in scenarios),
+    }
 
 
 @contextmanager

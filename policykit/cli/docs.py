@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from policykit.cli.common import echo_json, json_option, load_registry
+from policykit.cli.common import echo_json, json_option, load_registry, ray_address_option
 
 if TYPE_CHECKING:
     from policykit.docsgen.cli_reference import CommandLine
@@ -53,6 +53,21 @@ def command_line() -> CommandLine:
 @click.option(
     "--build/--no-build", default=True, show_default=True, help="Run mkdocs build --strict."
 )
+@click.option(
+    "--workloads",
+    default=None,
+    help="Comma-separated production traces the comparison page leads with [default: "
+    "mooncake-conversation]; 'none' for none. Bundled names or trace files.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where the traces' load sweep runs: a local process pool or a Ray cluster.",
+)
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local workers.")
+@ray_address_option
 @json_option
 def docs(
     results_dir: Path | None,
@@ -60,6 +75,10 @@ def docs(
     config: Path | None,
     site: Path | None,
     build: bool,
+    workloads: str | None,
+    executor: str,
+    workers: int | None,
+    ray_address: str | None,
     as_json: bool,
 ) -> None:
     """Regenerate the policy reference, CLI reference, concept tables and comparison pages,
@@ -74,9 +93,10 @@ def docs(
     Results files are read through a per-kind adapter (check, bench); their provisional shape is
     on the docs' "Results files" page. Exit code 0: built; 2: bad input or a failed build.
     """
-    from policykit.docsgen.site import make_docs
+    from policykit.docsgen.site import TRACE_WORKLOADS, make_docs
 
     _, registry = load_registry()
+    traces = TRACE_WORKLOADS if workloads is None else _workloads(workloads)
     report = make_docs(
         registry,
         cli=command_line(),
@@ -85,6 +105,8 @@ def docs(
         results_dir=results_dir,
         site=site,
         build=build,
+        workloads=traces,
+        executor={"executor": executor, "workers": workers, "ray_address": ray_address},
     )
     if as_json:
         echo_json(report.to_dict())
@@ -98,3 +120,21 @@ def docs(
     click.echo(f"wrote {len(report.pages)} generated files to {report.out}")
     if report.site is not None:
         click.echo(f"built the site in {report.site}; open {report.site / 'index.html'}")
+
+
+def _workloads(text: str) -> tuple[str, ...]:
+    """``--workloads a,b``: each a bundled trace or a trace file; ``none`` for none."""
+    from policykit.errors import PolicykitError
+    from policykit.harness.trace_formats import is_trace_workload
+
+    names = tuple(w.strip() for w in text.split(",") if w.strip())
+    if names == ("none",):
+        return ()
+    bad = [n for n in names if not is_trace_workload(n)]
+    if bad or not names:
+        raise PolicykitError(
+            f"--workloads {text!r}: {', '.join(map(repr, bad)) or 'nothing'} is not a production "
+            "trace; give bundled names (mooncake-conversation, mooncake-synthetic, azure-code, "
+            "azure-conv) or Mooncake/Azure trace files, comma-separated, or 'none'."
+        )
+    return names

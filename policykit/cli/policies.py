@@ -19,7 +19,8 @@ def policies(verbose: bool, as_json: bool) -> None:
     """List every registered policy by kind, with its source and what it does.
 
     A name written `NAME:<x>` takes a parameter after a colon (checkpoint:256). Combine one
-    policy per kind into a combo: ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE].
+    policy per kind into a combo: ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE[/QUEUE]] (the
+    queue defaults to fcfs, as in SGLang).
     """
     _, registry = load_registry()
     rows = []

@@ -7,8 +7,9 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
-from policykit.cli.common import echo_json, json_option
+from policykit.cli.common import echo_json, json_option, named_combo
 from policykit.errors import ComboError
 from policykit.integrations.sglang import check, settings, startup
 from policykit.integrations.sglang.check import Finding
@@ -25,7 +26,13 @@ EXIT_NOT_READY = 1
     help=f"Combo to check; default: ${settings.COMBO_ENV}, else the file ${settings.CONFIG_ENV}.",
 )
 @click.option("--page-size", default=64, show_default=True, type=click.IntRange(min=1))
-@click.option("--chunk-size", default=8192, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--chunk-size",
+    default=4096,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="chunked_prefill_size, as `policykit check` takes it (same default).",
+)
 @click.option("--prove/--no-prove", default=True, help="Run policykit check on the combo (z3).")
 @json_option
 def sglang_plugin(
@@ -38,8 +45,10 @@ def sglang_plugin(
     """
     if not do_check:
         raise ComboError("policykit sglang-plugin has one action: pass --check.")
-    text = combo or settings.combo_text()
-    findings = [check.version_finding(), *check.target_findings()]
+    text = settings.combo_text() if combo is None else named_combo(combo)
+    version = check.version_finding()
+    # without SGLang every hook target is missing too: one finding says it, not six
+    findings = [version, *check.target_findings()] if check.installed_version() else [version]
     config = EngineConfig(page_size, chunk_size)
     chosen, registry = _resolve(text, config)
     where = f"page size {page_size}, chunk size {chunk_size}"
@@ -60,13 +69,15 @@ def sglang_plugin(
                 "verdicts": [
                     {"property": v.property, "verdict": v.verdict, "label": v.label} for v in proofs
                 ],
+                # True when the queue's skip was taken out, as SGLang cannot take it
+                "checked_as_sglang_runs": chosen.queue.skips_never_fitting,
             }
         )
     else:
         out = Console()
         for f in findings:
             mark = "[green]ok[/]" if f.ok else "[red]FAIL[/]"
-            out.print(f"{mark}  {f.name}: {f.detail}", highlight=False)
+            out.print(f"{mark}  {escape(f.name)}: {escape(f.detail)}", highlight=False)
         note = f" {startup.AS_SGLANG_RUNS}" if chosen.queue.skips_never_fitting else ""
         for v in proofs:
             out.print(f"      policykit check: {v.property} {v.label}{note}", highlight=False)

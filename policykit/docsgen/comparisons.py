@@ -1,9 +1,12 @@
 """The comparison pages: combinations side by side.
 
-Three sections, each from its own source and each stating where and when it was measured:
+The page leads with production traces (:mod:`policykit.docsgen.trace_section`): every
+combination replayed through real traffic, identical ones grouped, with a load sweep. Then three
+sections, each from its own source and each stating where and when it was measured:
 
 * **formal verdicts** from ``policykit check`` results: a summary of which combinations are
-  safe for what, then a matrix (admission × chunking by alignment, one mark per property),
+  safe for what, then a matrix (admission × queue × chunking by alignment, one mark per
+  property),
   every violation linked to its rendered counterexample trace;
 * **scenario replays**: every registered combination run through the bundled scenarios by the
   real scheduler (computed here, so the page is never empty of measured behaviour);
@@ -12,6 +15,7 @@ Three sections, each from its own source and each stating where and when it was 
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,11 +27,20 @@ from policykit.docsgen.labels import (
     combo_cells,
     registered_combos,
     short_label,
+    sliding_window_only,
     trace_slug,
 )
 from policykit.docsgen.markdown import EVERY_PAGE, GENERATED_BANNER, Links, Provenance, table
 from policykit.docsgen.replay import Replay, replay, scenario_from
-from policykit.docsgen.results import BenchResults, CheckResults, Results, now_utc
+from policykit.docsgen.results import (
+    BenchResults,
+    CheckResults,
+    Results,
+    TraceBenchResults,
+    TraceSweepResults,
+    now_utc,
+)
+from policykit.docsgen.trace_section import trace_section
 from policykit.docsgen.traces import trace_page
 from policykit.docsgen.verdict_matrix import check_section, verdict_cell
 from policykit.errors import PolicykitError
@@ -65,7 +78,8 @@ def replay_all(registry: PolicyRegistry, combos: list[str]) -> list[ScenarioRepl
             try:
                 runs[combo] = replay(scenario, combo, registry)
             except PolicykitError as exc:
-                runs[combo] = f"not supported: {exc}"
+                why = html.escape(" ".join(str(exc).split()), quote=True)
+                runs[combo] = f'<span title="{why}">not supported here</span>'
         out.append(ScenarioReplays(scenario.name, runs))
     return out
 
@@ -95,7 +109,7 @@ def replay_section(
         for rep in all_replays:
             run = rep.runs[combo]
             if isinstance(run, Replay):
-                cells.append(f"**✗ {run.outcome}**" if run.result.oom else run.outcome)
+                cells.append(run.cell)
             else:
                 cells.append(run)
         rows.append(cells)
@@ -134,17 +148,22 @@ def write_comparisons(
     combos = registered_combos(registry)
     checks = [r for r in results if isinstance(r, CheckResults)]
     benches = [r for r in results if isinstance(r, BenchResults)]
+    traces = [r for r in results if isinstance(r, TraceBenchResults)]
+    sweeps = {r.trace.get("name"): r for r in results if isinstance(r, TraceSweepResults)}
     written: list[Path] = []
     parts = [
         GENERATED_BANNER,
         "# Comparisons\n\n",
-        f"{len(combos)} registered combinations (admission × chunking × alignment; allocator "
-        "phase at its default), side by side. Every figure below comes from a run: a results "
+        f"{len(combos)} registered combinations (admission × chunking × alignment × queue, the "
+        "kinds that change a verdict; the allocator phase, which no verdict depends on, at its "
+        "default), side by side. Every figure below comes from a run: a results "
         "file of `policykit check` or `policykit bench`, or a scheduler replay made while "
         "building this page. How the files look: "
         + links.to("Results files", "results-format.md", page=PAGE)
         + ".\n\n",
     ]
+    for bench in traces:
+        parts.append(trace_section(bench, sweeps.get(bench.trace.get("name")), plot_dir, links))
     if checks:
         for check in checks:
             parts.append(check_section(check, combos))
@@ -159,7 +178,9 @@ def write_comparisons(
             "to `policykit docs` and the `check` command is not available here, so there is no "
             "verdict matrix yet.\n\n"
         )
-    parts.append(replay_section(replay_all(registry, combos), combos, plot_dir, links))
+    # and the combinations that only run with a sliding window, for the hybrid-SWA scenario
+    shown = [*combos, *sliding_window_only(registry)]
+    parts.append(replay_section(replay_all(registry, shown), shown, plot_dir, links))
     parts.append("## Harness\n\n")
     if benches:
         parts.extend(bench_section(b, plot_dir, links) for b in benches)

@@ -1,28 +1,45 @@
 """How the comparison pages name combinations: short labels, table cells, grouped lists.
 
-A combination's canonical key (``admission=...,chunking=...,alignment=...,allocator-phase=...``)
-is what ``--combo`` accepts; the pages show the shorter printed form ``admission/chunking/
-alignment`` (the allocator phase only when it is not the default), which ``--combo`` accepts
-too, and link to traces by a slug of it.
+A combination's canonical key (``admission=...,chunking=...,alignment=...,allocator-phase=...,
+queue=...``) is what ``--combo`` accepts; the pages show the shorter printed form
+``admission/chunking/alignment[/allocator-phase[/queue]]``, which ``--combo`` accepts too, and
+link to traces by a slug of it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 
 from policykit.docsgen.results import Verdict, combo_key, combo_parts
 from policykit.policy import EngineConfig
-from policykit.registry import COMBO_SEPARATOR, DEFAULT_COMBO, PolicyRegistry, format_combo
+from policykit.registry import (
+    COMBO_SEPARATOR,
+    DEFAULT_COMBO,
+    VERDICT_KINDS,
+    PolicyRegistry,
+    format_combo,
+)
 
 #: the engine facts registered combinations are enumerated for (the bundled scenarios' page)
 ENUMERATION_CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
-SHOWN_KINDS = ("admission", "chunking", "alignment")
+#: the kinds a table gives a column each: those that change a verdict
+SHOWN_KINDS = VERDICT_KINDS
 
 
 def registered_combos(registry: PolicyRegistry) -> list[str]:
     """Canonical keys of every combination the registry enumerates, in registry order."""
     return [combo_key(c.as_dict()) for c in registry.all_combos(ENUMERATION_CONFIG)]
+
+
+def sliding_window_only(registry: PolicyRegistry) -> list[str]:
+    """Keys of the combinations that run only with a sliding window (``sglang-pre-swa-fix``
+    refuses a plain pool), which :func:`registered_combos` therefore leaves out."""
+    plain = set(registered_combos(registry))
+    swa = replace(ENUMERATION_CONFIG, hybrid_swa=True)
+    keys = [combo_key(c.as_dict()) for c in registry.all_combos(swa)]
+    return [k for k in keys if k not in plain]
 
 
 def short_label(key: str) -> str:
@@ -31,13 +48,12 @@ def short_label(key: str) -> str:
 
 
 def combo_cells(key: str) -> list[str]:
-    """One table cell per shown kind (the allocator phase and the queue, where not the
-    default, folded into the last one)."""
+    """One table cell per shown kind (the allocator phase, where not the default, folded into
+    the alignment's)."""
     parts = combo_parts(key)
     cells = [f"`{parts[k]}`" for k in SHOWN_KINDS]
-    for kind, word in (("allocator-phase", "allocator"), ("queue", "queue")):
-        if parts[kind] != DEFAULT_COMBO[kind]:
-            cells[-1] += f" ({word} `{parts[kind]}`)"
+    if parts["allocator-phase"] != DEFAULT_COMBO["allocator-phase"]:
+        cells[SHOWN_KINDS.index("alignment")] += f" (allocator `{parts['allocator-phase']}`)"
     return cells
 
 
@@ -62,7 +78,7 @@ def describe_set(keys: Iterable[str], universe: Iterable[str]) -> str:
     out = []
     for admission, members in groups.items():
         if set(members) >= set(by_admission.get(admission, [])):
-            out.append(f"`{admission}` with any chunking and alignment")
+            out.append(f"`{admission}` with any chunking, alignment and queue")
             continue
         rest = [COMBO_SEPARATOR.join(short_label(k).split(COMBO_SEPARATOR)[1:]) for k in members]
         out.append(f"`{admission}` with " + ", ".join(f"`{r}`" for r in rest))

@@ -21,7 +21,8 @@ from pathlib import Path
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
 _RC = {"svg.hashsalt": "policykit", "svg.fonttype": "none", "font.size": 9}
 CRASHED = "#c62828"
@@ -215,18 +216,21 @@ def pool_small_multiples(path: Path, trajectories: Sequence[Trajectory], *, titl
     rows = -(-max(panels, 1) // cols)
     longest = max((len(t.values) for t in trajectories), default=1)
     with matplotlib.rc_context({**_RC, "font.size": 8}):
-        height = 2.1 * rows + 0.5
+        lines = max((_title_lines(t) for t in shown), default=2)
+        height = (1.8 + 0.15 * lines) * rows + 0.5
         fig = Figure(figsize=(3.3 * cols, height))
-        # fixed spacing (room for two-line panel titles); constrained layout would re-render
-        # the text several times
-        fig.subplots_adjust(hspace=0.6, wspace=0.1, top=1 - 0.75 / height)
+        # fixed spacing (room for the tallest panel title, never cut); constrained layout would
+        # re-render the text several times
+        fig.subplots_adjust(
+            hspace=0.3 + 0.15 * lines, wspace=0.1, top=1 - (0.45 + 0.13 * lines) / height
+        )
         grid = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
         axes = [ax for row in grid for ax in row]
         for ax, t in zip(axes, shown, strict=False):
             colour = CRASHED if t.crash_round is not None else FINE
             xs = range(1, len(t.values) + 1)
             ax.plot(xs, [100 * v for v in t.values], color=colour, lw=1.4)
-            name = t.title if len(t.title) <= 44 else t.title[:43] + "…"
+            name = wrap_title(t.title)
             if t.crash_round is not None:
                 ax.plot([t.crash_round], [100], marker="X", color=CRASHED, markersize=8)
                 name += f"\ncrashed in round {t.crash_round}"
@@ -246,6 +250,34 @@ def pool_small_multiples(path: Path, trajectories: Sequence[Trajectory], *, titl
             ax.set_xlabel("round")
         fig.suptitle(title, x=0.01, ha="left", fontsize=9)
         return _save(fig, path)
+
+
+#: characters per line of a panel title (a 3.3-inch panel at 7.5 pt)
+TITLE_CHARS = 44
+
+
+def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
+    """``title`` on as many lines as it needs, broken after a ``/`` or a space where it can
+    (a combo stays readable), never cut short."""
+    lines: list[str] = []
+    line = ""
+    for piece in re.findall(r"[^/ ]*(?:/|\s+|$)", title):
+        if not piece:
+            continue
+        if line and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        while len(piece.rstrip()) > width:  # one word longer than a line: split it
+            lines.append(piece[:width])
+            piece = piece[width:]
+        line += piece
+    if line.strip():
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def _title_lines(t: Trajectory) -> int:
+    return wrap_title(t.title).count("\n") + 1 + (t.crash_round is not None)
 
 
 def _summary_panel(ax, rest: Sequence[Trajectory], longest: int) -> None:
@@ -269,3 +301,94 @@ def _summary_panel(ax, rest: Sequence[Trajectory], longest: int) -> None:
     ax.set_title(
         f"the other {combos} combinations:\nrange and median{note}", loc="left", fontsize=7.5
     )
+
+
+#: a load-sweep cell's colour and legend words, by verdict
+SWEEP_COLOURS = {
+    "ok": ("#2e7d32", "completes"),
+    "starved": ("#f9a825", "starves (a request waits > 1000 rounds)"),
+    "oom": (CRASHED, "runs out of memory"),
+    "failed": ("#9e9e9e", "unit failed"),
+}
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """Combinations with the same verdict at every load, and those verdicts."""
+
+    labels: tuple[str, ...]
+    verdicts: tuple[str, ...]
+    #: per load: the round it ran out of memory in, or None
+    crash_rounds: tuple[int | None, ...]
+
+    @property
+    def title(self) -> str:
+        more = f"  (+{len(self.labels) - 1} alike)" if len(self.labels) > 1 else ""
+        return self.labels[0] + more
+
+
+def load_sweep_chart(
+    path: Path, rows: Sequence[SweepRow], loads: Sequence[float], *, title: str
+) -> Layout:
+    """A grid: one row per group of combinations, one column per load; each cell says by its
+    colour whether the combination completes, starves or runs out of memory there, so the
+    first red or amber cell of a row is where that row stops coping."""
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(7.5, max(1.8, 0.34 * len(rows) + 1.4)))
+        ax = fig.add_subplot()
+        for y, row in enumerate(rows):
+            for x, (v, crash) in enumerate(zip(row.verdicts, row.crash_rounds, strict=True)):
+                colour = SWEEP_COLOURS.get(v, SWEEP_COLOURS["failed"])[0]
+                ax.add_patch(Rectangle((x - 0.45, y - 0.4), 0.9, 0.8, color=colour, lw=0))
+                if crash is not None:
+                    ax.text(x, y, f"OOM r{crash}", ha="center", va="center", color="white")
+        ax.set_xlim(-0.5, len(loads) - 0.5)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_xticks(range(len(loads)), labels=[f"×{load:g}" for load in loads])
+        ax.set_yticks(range(len(rows)), labels=[r.title for r in rows])
+        ax.set_xlabel("load (arrival rate × the trace's)")
+        ax.tick_params(length=0)
+        for side in ("top", "right", "bottom", "left"):
+            ax.spines[side].set_visible(False)
+        used = {v for r in rows for v in r.verdicts}
+        handles = [
+            Patch(color=c, label=words) for v, (c, words) in SWEEP_COLOURS.items() if v in used
+        ]
+        ax.legend(
+            handles=handles,
+            loc="upper left",
+            bbox_to_anchor=(0, -0.12 - 0.5 / (len(rows) + 2)),
+            ncol=len(handles),
+            frameon=False,
+        )
+        ax.set_title(title, loc="left")
+        return _save(fig, path)
+
+
+def ttft_by_load_chart(
+    path: Path,
+    series: Sequence[tuple[str, Sequence[float | None]]],
+    loads: Sequence[float],
+    *,
+    title: str,
+) -> Layout:
+    """TTFT p99 (predicted seconds) against load, one line per group of combinations. The
+    y axis is logarithmic and fitted to the data: the point is how far apart the lines are."""
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(7.5, 3.2))
+        ax = fig.add_subplot()
+        for i, (label, values) in enumerate(series):
+            xs = [x for x, v in zip(loads, values, strict=True) if v is not None]
+            ys = [v for v in values if v is not None]
+            ax.plot(xs, ys, marker="o", lw=1.4, label=label, zorder=3 + i)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.set_xticks(list(loads), labels=[f"×{load:g}" for load in loads])
+        ax.set_xlabel("load (arrival rate × the trace's)")
+        ax.set_ylabel("TTFT p99, predicted s")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(loc="upper left", fontsize=7)
+        ax.set_title(title, loc="left")
+        return _save(fig, path)

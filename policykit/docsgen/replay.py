@@ -42,14 +42,37 @@ class Replay:
 
     @property
     def outcome(self) -> str:
-        """One short phrase: how the run ended."""
+        """One short phrase: how the run ended, every request accounted for (a failed or
+        rejected one is named as such, not left out of "2/3 completed")."""
         r = self.result
         total = len(self.scenario.requests)
         if r.oom is not None:
             return f"OOM in round {r.oom.round}"
-        return f"{len(r.completed)}/{total} completed" + (
-            f", {len(r.pending)} pending" if r.pending else ""
-        )
+        parts = [f"{len(r.completed)}/{total} completed"]
+        for count, word in (
+            (len(r.failed), "failed"),
+            (len(r.rejected), "rejected"),
+            (len(r.pending), "pending"),
+        ):
+            if count:
+                parts.append(f"{count} {word}")
+        if r.never_completes is not None:
+            parts.append(f"{r.never_completes.request} can never complete")
+        if r.starvation is not None:
+            parts.append(f"{r.starvation.request} starves")
+        return ", ".join(parts) + f" in {len(r.rounds)} rounds"
+
+    @property
+    def failed(self) -> bool:
+        """The run went wrong: an OOM, a failed request, or one that can never run."""
+        r = self.result
+        stuck = r.never_completes is not None or r.starvation is not None
+        return r.oom is not None or bool(r.failed) or stuck
+
+    @property
+    def cell(self) -> str:
+        """The outcome as a table cell: marked and bold when the run went wrong."""
+        return f"**✗ {self.outcome}**" if self.failed else self.outcome
 
 
 def scenario_from(source: str | Path | dict) -> Scenario:

@@ -71,6 +71,8 @@ class Verdict:
     #: the trace's steps as given (a step may hold a list of entries), for the trace page
     steps: tuple[dict[str, Any], ...] = ()
     round: int | None = None  #: the round the property broke in
+    #: a verdict that reached less than was asked, in words (``proved to round 2 of 4: ...``)
+    shortfall: str = ""
 
     @property
     def unbounded(self) -> bool:
@@ -125,7 +127,37 @@ class BenchResults:
     kind = "bench"
 
 
-Results = CheckResults | BenchResults
+@dataclass(frozen=True)
+class TraceBenchResults:
+    """``policykit bench`` on a production trace (``policykit.trace-bench/1``): per combo
+    outcomes over the whole trace, groups of identical combos, the replay's settings."""
+
+    provenance: Provenance
+    trace: dict[str, Any]
+    replay: dict[str, Any]
+    rows: tuple[dict[str, Any], ...]
+    groups: tuple[dict[str, Any], ...]
+    coverage: dict[str, str]
+    source: Path
+    kind = "trace-bench"
+
+
+@dataclass(frozen=True)
+class TraceSweepResults:
+    """A load sweep of one trace (``policykit.trace-sweep/1``): per load point and combo, how
+    the replay ended."""
+
+    provenance: Provenance
+    trace: dict[str, Any]
+    axis: str
+    points: tuple[float, ...]
+    #: combo -> one summary per point, in the order of ``points``
+    combos: dict[str, tuple[dict[str, Any], ...]]
+    source: Path
+    kind = "trace-sweep"
+
+
+Results = CheckResults | BenchResults | TraceBenchResults | TraceSweepResults
 
 
 # --- field helpers ------------------------------------------------------------------------------
@@ -264,6 +296,16 @@ def _failure(value: Any) -> tuple[str, int | None]:
     return ("" if value is None else str(value)), None
 
 
+def _shortfall(item: Mapping[str, Any]) -> str:
+    """How far short of the asked bounds a verdict fell, in the words ``check`` prints."""
+    from policykit.spec.report import shortfall_words
+
+    if not isinstance(item.get("shortfall"), str) or "verdict" not in item:
+        return ""
+    bounds = item.get("bounds")
+    return shortfall_words({**item, "bounds": bounds if isinstance(bounds, dict) else {}})
+
+
 def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
     where = path.name
     verdicts = []
@@ -293,6 +335,7 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
                 if isinstance(trace, list)
                 else (),
                 round=_int(item, at, "round", "counterexample.round") or failed_in,
+                shortfall=_shortfall(item),
             )
         )
     config = top.get("config") if isinstance(top.get("config"), dict) else {}
@@ -364,9 +407,76 @@ def parse_bench(top: Mapping[str, Any], path: Path) -> list[BenchResults]:
     return out
 
 
+def _object(top: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
+    value = top.get(name)
+    if not isinstance(value, dict):
+        raise ResultsError(f"{where}: {name!r} must be an object.")
+    return value
+
+
+def parse_trace_bench(top: Mapping[str, Any], path: Path) -> list[TraceBenchResults]:
+    where = path.name
+    rows = _records(top, where, "combos")
+    for i, row in enumerate(rows):
+        for name in ("combo", "outcomes", "predicted"):
+            if name not in row:
+                raise ResultsError(f"{where}: combo row #{i + 1} has no {name!r}.")
+    groups = top.get("groups")
+    if not isinstance(groups, list):
+        raise ResultsError(f"{where}: 'groups' must be a list.")
+    trace = _object(top, "trace", where)
+    provenance = provenance_of(top, "bench")
+    replay = _object(top, "replay", where)
+    clock = replay.get("clock") or {}
+    provenance = Provenance(
+        device=f"scheduler-level replay; time predicted for {clock.get('gpu', '?')}",
+        model=clock.get("model"),
+        date=provenance.date,
+        produced_by=f"`policykit bench --workload {trace.get('name', '?')}`"
+        + provenance.produced_by.removeprefix("`policykit bench`"),
+    )
+    coverage = top.get("provenance") if isinstance(top.get("provenance"), dict) else {}
+    return [
+        TraceBenchResults(
+            provenance, trace, replay, tuple(rows), tuple(groups), dict(coverage), path
+        )
+    ]
+
+
+def parse_trace_sweep(top: Mapping[str, Any], path: Path) -> list[TraceSweepResults]:
+    where = path.name
+    points = top.get("points")
+    combos = top.get("combos")
+    if not isinstance(points, list) or not all(isinstance(p, int | float) for p in points):
+        raise ResultsError(f"{where}: 'points' must be a list of numbers.")
+    if not isinstance(combos, dict) or not all(
+        isinstance(v, list) and len(v) == len(points) for v in combos.values()
+    ):
+        raise ResultsError(f"{where}: 'combos' must map each combo to one result per point.")
+    base = provenance_of(top, "docs")
+    provenance = Provenance(
+        device="scheduler-level replay (predicted time, no model forward)",
+        model=_pick(top, "replay.clock.model"),
+        date=base.date,
+        produced_by="`policykit docs` (load sweep through the executor)",
+    )
+    return [
+        TraceSweepResults(
+            provenance,
+            _object(top, "trace", where),
+            str(top.get("axis", "time_scale")),
+            tuple(float(p) for p in points),
+            {str(k): tuple(v) for k, v in combos.items()},
+            path,
+        )
+    ]
+
+
 ADAPTERS: dict[str, Callable[[Mapping[str, Any], Path], list[Any]]] = {
     "check": parse_check,
     "bench": parse_bench,
+    "trace-bench": parse_trace_bench,
+    "trace-sweep": parse_trace_sweep,
 }
 
 

@@ -38,6 +38,7 @@ from policykit.docsgen.comparisons import write_comparisons
 from policykit.docsgen.concepts import write_concept_tables
 from policykit.docsgen.markdown import Links, Provenance
 from policykit.docsgen.policies import write_policies_page
+from policykit.docsgen.progress import Step
 from policykit.docsgen.results import (
     Results,
     ResultsError,
@@ -47,7 +48,6 @@ from policykit.docsgen.results import (
 )
 from policykit.docsgen.views import write_plugin_reference
 from policykit.errors import PolicykitError
-from policykit.heartbeat import Heartbeat
 from policykit.registry import PolicyRegistry
 
 MARKER = ".policykit-generated"
@@ -70,6 +70,17 @@ HARNESS_REPEATS = 3
 LABEL = "policykit docs"
 #: the model the harness's schedules are priced for (predicted time on H100/H200/B200)
 PREDICT_MODEL = "llama3-8b"
+#: the production traces the comparison page leads with (``policykit docs --workloads``)
+TRACE_WORKLOADS: tuple[str, ...] = ("mooncake-conversation",)
+#: the declared slice the docs replay (the first N requests): every combination at every
+#: sweep load has to fit the docs' 10-minute budget on a 2-core machine
+TRACE_REQUESTS = 500
+#: a pool the slice fills, so that the combinations' memory decisions matter (the plan-memory
+#: pool of llama3-8b on an H200, 849,920 tokens, is never under pressure on 500 requests)
+TRACE_POOL_TOKENS = 65_536
+#: the load sweep: arrival rate x the trace's (the first is the table's load)
+TRACE_LOADS: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+TRACE_GPU = "H200"
 
 
 class DocsError(PolicykitError):
@@ -81,7 +92,7 @@ Fallback = Callable[[PolicyRegistry], dict[str, Any]]
 
 
 def _check_each_fallback(registry: PolicyRegistry) -> dict[str, Any]:
-    with Heartbeat(f"{LABEL}: checking each combination on its own", 0) as beat:
+    with Step(f"{LABEL}: checking each combination on its own", 0) as beat:
 
         def on_combo(i: int, n: int, combo) -> None:
             beat.total, beat.done = n, i
@@ -233,7 +244,7 @@ def run_producers(
             continue
         target = folder / f"{producer.command}.json"
         args = [a.replace("{out}", str(target)) for a in producer.args]
-        with Heartbeat(f"{LABEL}: policykit {' '.join(args)}", 1) as beat:
+        with Step(f"{LABEL}: policykit {' '.join(args)}", 1) as beat:
             proc = subprocess.run(
                 [*cli.argv, *args],
                 capture_output=True,
@@ -287,7 +298,7 @@ def run_harness(folder: Path, report: DocsReport) -> list[Results]:
         bench = resolve_input(HARNESS_WORKLOAD, HARNESS_POOL_TOKENS)
         combos = list(Registry.from_plugins(pm).all_combos(bench.config.engine))
         label = f"{LABEL}: bench {HARNESS_WORKLOAD}, {HARNESS_REPEATS} runs per combination"
-        with Heartbeat(label, len(combos) * HARNESS_REPEATS) as beat:
+        with Step(label, len(combos) * HARNESS_REPEATS) as beat:
 
             def start(combo) -> None:
                 if beat.current:
@@ -311,6 +322,53 @@ def run_harness(folder: Path, report: DocsReport) -> list[Results]:
     target.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     report.ran.append("bench")
     return load_results_file(target)
+
+
+def run_traces(
+    folder: Path,
+    report: DocsReport,
+    workloads: tuple[str, ...] = TRACE_WORKLOADS,
+    **executor: Any,
+) -> list[Results]:
+    """Every combination through each production trace at every sweep load, one executor
+    unit each; the first load's rows make the trace's table (``trace-NAME.json``), all of
+    them the sweep (``sweep-NAME.json``)."""
+    from policykit.docsgen.trace_sweep import run_sweep
+    from policykit.harness.presets import get_preset
+    from policykit.harness.roofline import get_gpu
+    from policykit.harness.trace_bench import replay_config, trace_document
+    from policykit.harness.trace_formats import resolve_trace
+    from policykit.plugin_manager import make_plugin_manager
+    from policykit.registry import PolicyRegistry as Registry
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out: list[Results] = []
+    for name in workloads:
+        trace = resolve_trace(name).head(TRACE_REQUESTS)
+        config, source = replay_config(
+            get_preset(PREDICT_MODEL), get_gpu(TRACE_GPU), pool_tokens=TRACE_POOL_TOKENS
+        )
+        engine = config.node_config().engine
+        combos = [str(c) for c in Registry.from_plugins(make_plugin_manager()).all_combos(engine)]
+        base = {
+            "requests": TRACE_REQUESTS,
+            "model": PREDICT_MODEL,
+            "gpu": TRACE_GPU,
+            "pool_tokens": TRACE_POOL_TOKENS,
+        }
+        sweep, rows = run_sweep(
+            name, combos, TRACE_LOADS, base, label=f"{LABEL}: {name} load sweep", **executor
+        )
+        headline = trace_document(
+            trace, config, rows[0], source, sweep["created"], sweep["wall_seconds"]
+        )
+        headline["executor"] = sweep["executor"]
+        for kind, doc in (("trace", headline), ("sweep", sweep)):
+            target = folder / f"{kind}-{name}.json"
+            target.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+            out.extend(load_results_file(target))
+        report.ran.append(f"bench --workload {name} (first {TRACE_REQUESTS} requests, sweep)")
+    return out
 
 
 def keep_results(results_dir: Path, folder: Path) -> list[Results]:
@@ -349,7 +407,7 @@ def generate(
 
 def build_site(config: Path, site: Path) -> None:
     """``mkdocs build --strict``, run in the config's folder (snippet paths are relative to it)."""
-    with Heartbeat(f"{LABEL}: mkdocs build --strict", 1) as beat:
+    with Step(f"{LABEL}: mkdocs build --strict", 1) as beat:
         proc = subprocess.run(
             [
                 sys.executable,
@@ -418,6 +476,8 @@ def make_docs(
     results_dir: Path | None = None,
     site: Path | None = None,
     build: bool = True,
+    workloads: tuple[str, ...] = TRACE_WORKLOADS,
+    executor: dict[str, Any] | None = None,
 ) -> DocsReport:
     config, generated = resolve_config(config, out, build)
     check_replaceable(generated)
@@ -432,11 +492,12 @@ def make_docs(
             results = keep_results(results_dir, staging / "results")
         else:
             results = run_producers(staging / "results", report, cli, registry)
+            results += run_traces(staging / "results", report, workloads, **(executor or {}))
             results += run_harness(staging / "results", report)
         report.results = [
             (str(generated / "results" / Path(r.source).name), r.kind) for r in results
         ]
-        with Heartbeat(f"{LABEL}: writing the generated pages", 1) as beat:
+        with Step(f"{LABEL}: writing the generated pages", 1) as beat:
             generate(registry, staging, results, report, cli, Links(docs_dir_of(config)))
             beat.advance()
         report.pages = [generated / p.relative_to(staging) for p in report.pages]

@@ -1,9 +1,9 @@
 """The formal-verdict section: a summary in words, then a matrix readable at a glance.
 
-A flat table of 36–80 combinations × 8 properties of "✓ proved (unbounded)" hides the one
+A flat table of 100-odd combinations × 6 properties of "✓ proved (unbounded)" hides the one
 thing a reader wants: which combinations are safe, for what, under which engine settings. So
 the section opens with that answer, and the matrix folds the combinations into rows of
-admission × chunking and columns of alignment, each cell one mark per property.
+admission × queue × chunking and columns of alignment, each cell one mark per property.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def mark_html(v: Verdict | None, prop: str) -> str:
         "refused": "refused",
         "missing": "not checked",
     }[kind]
+    if v is not None and v.shortfall:
+        words = v.shortfall
     note = f" — {v.note}" if v is not None and v.note else ""
     title = html.escape(f"{prop}: {words}{note}", quote=True)
     glyph = MARKS[kind]
@@ -81,6 +83,8 @@ def verdict_cell(v: Verdict | None) -> str:
         "unknown": "unknown",
         "refused": "refused",
     }[kind]
+    if v.shortfall and kind in ("bounded", "unknown"):
+        text = html.escape(v.shortfall)  # "proved to round 2 of 4: <reason>", in the cell
     title = f' title="{html.escape(v.note, quote=True)}"' if v.note else ""
     return f'<span class="pk-{kind}"{title}>{MARKS[kind]} {text}</span>'
 
@@ -107,13 +111,14 @@ def config_sentence(check: CheckResults) -> str:
     return "Checked under " + ", ".join(parts) + "." + bounds
 
 
-def _combo_of(key: str) -> tuple[str, str, str]:
+def _combo_of(key: str) -> tuple[str, str, str, str]:
+    """(admission, queue, chunking, alignment) of a combo key; the allocator phase, which no
+    verdict depends on, is named beside the admission only when it is not the default."""
     parts = combo_parts(key)
     admission = parts["admission"]
-    for kind, word in (("allocator-phase", "allocator"), ("queue", "queue")):
-        if parts[kind] != DEFAULT_COMBO[kind]:
-            admission += f" ({word} {parts[kind]})"
-    return admission, parts["chunking"], parts["alignment"]
+    if parts["allocator-phase"] != DEFAULT_COMBO["allocator-phase"]:
+        admission += f" (allocator {parts['allocator-phase']})"
+    return admission, parts["queue"], parts["chunking"], parts["alignment"]
 
 
 class _Lookup:
@@ -191,22 +196,26 @@ def legend(properties: Sequence[str]) -> str:
 
 
 def matrix(check: CheckResults, combos: Sequence[str], properties: Sequence[str]) -> str:
-    """Rows admission × chunking, columns alignment, cells one mark per property."""
+    """Rows admission × queue × chunking, columns alignment, cells one mark per property.
+
+    The queue has a column of its own: it changes verdicts (SGLang's ``fcfs`` lets a request
+    that can never fit starve the queue behind it, ``fcfs-skip`` does not), so a row that
+    hid it would show one queue's verdicts as every queue's."""
     by = _Lookup(check)
     extra = [c for c in dict.fromkeys(v.combo for v in check.verdicts) if c not in combos]
     everything = [*combos, *extra]
-    keyed: dict[tuple[str, str], dict[str, str]] = {}
+    keyed: dict[tuple[str, str, str], dict[str, str]] = {}
     alignments: list[str] = []
     for combo in everything:
-        admission, chunking, alignment = _combo_of(combo)
+        admission, queue, chunking, alignment = _combo_of(combo)
         if combo in extra:
             admission += " (not registered here)"
-        keyed.setdefault((admission, chunking), {})[alignment] = combo
+        keyed.setdefault((admission, queue, chunking), {})[alignment] = combo
         if alignment not in alignments:
             alignments.append(alignment)
     rows = []
-    for (admission, chunking), cells in keyed.items():
-        row = [f"`{admission}`", f"`{chunking}`"]
+    for (admission, queue, chunking), cells in keyed.items():
+        row = [f"`{admission}`", f"`{queue}`", f"`{chunking}`"]
         for alignment in alignments:
             combo = cells.get(alignment)
             if combo is None:
@@ -215,7 +224,7 @@ def matrix(check: CheckResults, combos: Sequence[str], properties: Sequence[str]
             marks = "".join(mark_html(by.get((combo, p)), p) for p in properties)
             row.append(f'<span class="pk-cell">{marks}</span>')
         rows.append(row)
-    headers = ["admission", "chunking", *(f"`{a}`" for a in alignments)]
+    headers = ["admission", "queue", "chunking", *(f"`{a}`" for a in alignments)]
     return table(headers, rows)
 
 

@@ -108,34 +108,20 @@ def bench_unit(args: dict[str, Any]) -> dict[str, Any]:
 def check_unit(args: dict[str, Any]) -> dict[str, Any]:
     """Check one combo against every property with z3; return its verdicts.
 
-    ``args``: ``combo`` (a combo string), ``page_size``, ``chunk_size``, and optionally
-    ``swa_window``, ``max_prefill_tokens``, ``rounds``, ``requests``, ``timeout`` (seconds per
-    solver query), ``granule`` and ``min_swa_pool``, with ``policykit check``'s defaults. A
+    ``args``: ``combo`` (a combo string) and what
+    :func:`policykit.spec.report.unit_args` writes: ``page_size``, ``chunk_size``, and
+    optionally ``swa_window``, ``max_prefill_tokens``, ``rounds``, ``requests``, ``rlimit`` (z3
+    resource units per solver query), ``deadline`` (the wall-clock safety net), ``granule``,
+    ``pool_cap``, ``min_swa_pool`` and ``properties``, with ``policykit check``'s defaults. A
     violated property is a result, not a failure, and so is a refusal (``refused`` verdicts
     with the reason): the unit raises only when the check itself cannot run.
     """
     from policykit.policy import EngineConfig
-    from policykit.spec import check_or_refuse
-    from policykit.spec.bmc import Bounds
-    from policykit.spec.checker import CheckOptions
-    from policykit.spec.model import ModelConfig
+    from policykit.spec.report import from_unit_args, isolated_rows
 
-    page, chunk = int(args["page_size"]), int(args["chunk_size"])
-    window = args.get("swa_window")
+    config, options = from_unit_args(args)
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
-    engine = EngineConfig(page, chunk, hybrid_swa=window is not None)
+    engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
     combo = registry.resolve(args["combo"], config=engine)
-    options = CheckOptions(
-        int(args.get("rounds", 4)),
-        int(args.get("requests", 3)),
-        float(args.get("timeout", 10.0)),
-        Bounds(
-            max_pool_tokens=int(args.get("pool_cap") or Bounds.max_pool_tokens),
-            granule=args.get("granule"),
-            min_swa_pool_tokens=args.get("min_swa_pool"),
-        ),
-    )
-    sources = registry.sources(combo)
-    config = ModelConfig(page, chunk, window, args.get("max_prefill_tokens"))
-    verdicts = check_or_refuse(combo, config, options, sources)
-    return {"combo": args["combo"], "verdicts": [v.to_dict() for v in verdicts]}
+    rows = isolated_rows([combo], config, options)
+    return {"combo": args["combo"], "verdicts": rows}

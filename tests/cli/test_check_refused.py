@@ -16,6 +16,7 @@ from policykit.plugins.admission import ReserveTailAdmission, SGLangAdmission
 from policykit.plugins.alignment import PageAlignment
 from policykit.plugins.allocator_phase import DefaultAllocator
 from policykit.plugins.chunking import SGLangChunking
+from policykit.plugins.queue import FcfsQueue
 
 FLOAT_RATIO = '''
 import policykit
@@ -35,13 +36,15 @@ def policykit_register_policies(register):
 
 
 class FewBuiltIns:
-    """A small registry, so that ``check --all`` stays fast: three combos."""
+    """A small registry, so that ``check --all`` stays fast: three combos (one queue, the
+    default, so that the queue does not multiply them)."""
 
     @policykit.hookimpl
     def policykit_register_policies(self, register):
         for cls in (SGLangAdmission, ReserveTailAdmission, SGLangChunking, PageAlignment):
             register(cls)
         register(DefaultAllocator)
+        register(FcfsQueue)
 
 
 @pytest.fixture
@@ -60,7 +63,7 @@ def float_plugin(tmp_path, monkeypatch):
 def _small_pm():
     pm = make_plugin_manager(entry_points=False, environ={"POLICYKIT_BLOCK_PLUGINS": ",".join(
         f"policykit.plugins.{m}" for m in ("admission", "chunking", "alignment",
-                                           "allocator_phase"))})  # fmt: skip
+                                           "allocator_phase", "queue"))})  # fmt: skip
     pm.register(FewBuiltIns(), name="few-built-ins")
     import floaty_policy
 
@@ -82,9 +85,10 @@ def test_check_all_completes_with_the_float_policy_refused(cli, float_plugin, jo
     # a refusal is exit code 2 unless something is violated (1 takes precedence)
     assert res.exit_code == (1 if doc["summary"]["violated"] else 2), res.output
     by_combo = _verdicts(doc)
+    # reserve-tail violates only no-starvation, on the account of SGLang's fcfs queue
     assert by_combo == {
         "sglang/sglang/page": by_combo["sglang/sglang/page"],
-        "reserve-tail/sglang/page": {"proved"},
+        "reserve-tail/sglang/page": {"proved", "violated"},
         "float-ratio/sglang/page": {"refused"},
     }
     assert by_combo["sglang/sglang/page"] <= {"proved", "violated"}
@@ -114,13 +118,14 @@ def test_local_executor_returns_refused_rows(cli, float_plugin):
     """Spawned workers load the installed plugin themselves (entry point)."""
     res = cli(
         "check", "--executor", "local", "--jobs", "2", "--json",
-        "--combo", "float-ratio/sglang/page", "--combo", "reserve-tail/sglang/page",
+        "--combo", "float-ratio/sglang/page",
+        "--combo", "reserve-tail/sglang/page/default/fcfs-skip",
     )  # fmt: skip
     assert res.exit_code == 2, res.output
     by_combo = _verdicts(json.loads(res.stdout))
     assert by_combo == {
         "float-ratio/sglang/page": {"refused"},
-        "reserve-tail/sglang/page": {"proved"},
+        "reserve-tail/sglang/page/default/fcfs-skip": {"proved"},
     }
 
 

@@ -14,9 +14,9 @@ from policykit.registry import PolicyRegistry, format_combo, parse_combo
 
 REGISTRY = PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))
 _NAMES = sorted({e.name for e in REGISTRY.entries()}, key=len, reverse=True)
-#: a printed combo: three or four policy names (with an optional :arg) joined by '/'
+#: a printed combo: three to five policy names (with an optional :arg) joined by '/'
 _NAME = "(?:" + "|".join(map(re.escape, _NAMES)) + r")(?::\d+)?"
-_PRINTED = re.compile(rf"(?<![\w/-])(?:{_NAME}/){{2,3}}{_NAME}(?![\w/-])")
+_PRINTED = re.compile(rf"(?<![\w/-])(?:{_NAME}/){{2,4}}{_NAME}(?![\w/-])")
 TWO = ("sglang/sglang/checkpoint:256", "reserve-tail/sglang/checkpoint:256")
 
 
@@ -36,18 +36,20 @@ def strings_in(doc) -> set[str]:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("sglang/defer/page", ("sglang", "defer", "page", "default", "fcfs-skip")),
+        ("sglang/defer/page", ("sglang", "defer", "page", "default", "fcfs")),
         ("sglang/defer/page/expandable", ("sglang", "defer", "page", "expandable",
-                                          "fcfs-skip")),
+                                          "fcfs")),
         ("sglang/defer/page/default/lpm", ("sglang", "defer", "page", "default", "lpm")),
+        ("sglang/defer/page/default/fcfs-skip", ("sglang", "defer", "page", "default",
+                                                 "fcfs-skip")),
         ("sglang+sglang+checkpoint:256", ("sglang", "sglang", "checkpoint:256", "default",
-                                          "fcfs-skip")),
+                                          "fcfs")),
         ("margin-tail:2/half-budget/checkpoint:256", ("margin-tail:2", "half-budget",
-                                                      "checkpoint:256", "default", "fcfs-skip")),
+                                                      "checkpoint:256", "default", "fcfs")),
         ("sglang · sglang · page · default", ("sglang", "sglang", "page", "default",
-                                              "fcfs-skip")),
+                                              "fcfs")),
         (" reserve-tail / sglang / page ", ("reserve-tail", "sglang", "page", "default",
-                                            "fcfs-skip")),
+                                            "fcfs")),
     ],
 )  # fmt: skip
 def test_every_printed_spelling_parses(text, expected):
@@ -62,7 +64,7 @@ def test_malformed_short_forms_are_combo_errors(text):
 
 def test_format_then_parse_is_the_identity_on_every_registered_combo():
     for combo in REGISTRY.all_combos(kinds=("admission", "chunking", "alignment",
-                                            "allocator-phase")):  # fmt: skip
+                                            "allocator-phase", "queue")):  # fmt: skip
         assert REGISTRY.resolve(str(combo)).as_dict() == combo.as_dict()
         assert format_combo(parse_combo(str(combo))) == str(combo)
 
@@ -91,13 +93,22 @@ def test_simulate_output_round_trips(cli):
 
 
 def test_check_output_round_trips(cli):
-    args = ["check", "--combo", "reserve-tail/defer/page", "--combo", "no-evict+sglang+page"]
+    args = [
+        "check",
+        "--combo",
+        "reserve-tail/defer/page/default/fcfs-skip",
+        "--combo",
+        "no-evict+sglang+page+default+fcfs-skip",
+    ]
     text, doc = cli(*args), cli(*args, "--json")
     assert text.exit_code == doc.exit_code == 0, text.output
     found = printed_combos(text.stdout) | printed_combos(
         " ".join(strings_in(json.loads(doc.stdout)))
     )
-    assert {"reserve-tail/defer/page", "no-evict/sglang/page"} <= found
+    assert {
+        "reserve-tail/defer/page/default/fcfs-skip",
+        "no-evict/sglang/page/default/fcfs-skip",
+    } <= found
     _accepted_back(cli, found)
 
 

@@ -16,7 +16,7 @@ DOCUMENTS = {
     "policies": ["policies"],
     "plugins": ["plugins"],
     "simulate": ["simulate", "seed-abc"],
-    "check": ["check", "--combo", "reserve-tail/defer/page", "--rounds", "2"],
+    "check": ["check", "--combo", "reserve-tail/defer/page/default/fcfs-skip", "--rounds", "2"],
     "plan-memory": ["plan-memory", "--model", "llama3-8b", "--gpu-mem-gib", "80"],
 }
 
@@ -33,7 +33,15 @@ def test_every_document_has_schema_and_created(cli, command):
 
 def test_out_writes_the_same_document(cli, tmp_path):
     out = tmp_path / "check.json"
-    res = cli("check", "--combo", "reserve-tail/defer/page", "--rounds", "2", "--out", str(out))
+    res = cli(
+        "check",
+        "--combo",
+        "reserve-tail/defer/page/default/fcfs-skip",
+        "--rounds",
+        "2",
+        "--out",
+        str(out),
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert doc["schema"] == "policykit.check/1" and doc["summary"]["proved"] == 6

@@ -80,7 +80,7 @@ def test_simulate_reports_starvation_and_exits_3(cli, tmp_path):
     [
         {"admission": "sglang", "chunking": "sglang", "alignment": "none"},
         {"admission": "sglang", "chunking": "sglang", "alignment": "none", "queue": "lpm"},
-        {"allocator-phase": "expandable", "queue": "fcfs"},
+        {"allocator-phase": "expandable", "queue": "fcfs-skip"},
     ],
 )
 def test_every_printed_combo_parses_back(combo):
@@ -90,3 +90,26 @@ def test_every_printed_combo_parses_back(combo):
         assert printed.endswith("/" + combo["queue"])
     else:
         assert printed.count("/") == 2
+
+
+def test_the_starvation_message_says_why_a_blocking_queue_stops(registry):
+    message = _run(registry, HEAD_NEVER_FITS, "admission=sglang,queue=fcfs").starvation.message
+    assert "stops at A, which can never fit" in message
+    assert "'fcfs' queue policy stops at such a request instead of skipping it" in message
+
+
+def test_the_starvation_message_of_a_skipping_queue_does_not_deny_the_skip(registry, monkeypatch):
+    """A policy that claims an idle node would take the head (an admit-all one does) keeps
+    ``fcfs-skip`` from skipping it; the message must blame the combo's refusal, not say that
+    ``fcfs-skip`` does not skip a request that can never fit (the opposite of what it does)."""
+    from policykit.planner import Planner
+
+    real = Planner.never_fits
+    monkeypatch.setattr(
+        Planner, "never_fits", lambda self, req: None if req.id == "A" else real(self, req)
+    )
+    result = _run(registry, HEAD_NEVER_FITS, "admission=sglang,queue=fcfs-skip")
+    message = result.starvation.message
+    assert "does not skip" not in message and "instead of skipping" not in message
+    assert "the combo would admit on an idle node" in message
+    assert "'fcfs-skip' queue policy stops at a refused request" in message

@@ -9,15 +9,18 @@ from policykit.prefix_cache import PrefixCache
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
 
-# 640 free slots; r0 loads 800 host tokens back, so 160 must be evicted at its admission, and
+# 640 free slots; r0 loads 800 host tokens back, so 160 must be evicted at its admission. The
+# first sort of a non-empty queue refreshes the waiting prefixes (SGLang's
+# ``_touch_waiting_prefixes``, every 32nd sort): round 1 spends it on w alone, so in round 2
 # r1's 512-token prefix is the least recently used cached prefix
 LOAD_BACK_EVICTS = {
     "page_size": 16,
     "chunked_prefill_size": 4096,
-    "pool": {"free_tokens": 640, "evictable_tokens": 3712},
+    "pool": {"free_tokens": 656, "evictable_tokens": 3712},
     "requests": [
-        {"id": "r0", "prompt_tokens": 2000, "host_prefix_tokens": 800},
-        {"id": "r1", "prompt_tokens": 600, "device_prefix_tokens": 512},
+        {"id": "w", "prompt_tokens": 16},
+        {"id": "r0", "prompt_tokens": 2000, "host_prefix_tokens": 800, "arrival_round": 2},
+        {"id": "r1", "prompt_tokens": 600, "device_prefix_tokens": 512, "arrival_round": 2},
     ],
 }
 
@@ -25,17 +28,30 @@ LOAD_BACK_EVICTS = {
 def test_a_load_back_evicts_the_prefix_a_later_request_would_hit(registry):
     node = build_node(parse_scenario(LOAD_BACK_EVICTS))
     result = Scheduler(node, registry.resolve("admission=sglang,chunking=sglang")).run()
-    first = result.rounds[0].plan.entries
-    assert [(e.request_id, e.start, e.end, e.cached, e.load_back) for e in first] == [
+    second = result.rounds[1].plan.entries
+    assert [(e.request_id, e.start, e.end, e.cached, e.load_back) for e in second] == [
         ("r0", 800, 2000, 0, 800),
         ("r1", 0, 600, 0, 0),
     ]
-    assert all(e.kind is EntryKind.WHOLE for e in first)
-    assert result.oom is None and sorted(result.completed) == ["r0", "r1"]
+    assert all(e.kind is EntryKind.WHOLE for e in second)
+    assert result.oom is None and sorted(result.completed) == ["r0", "r1", "w"]
+
+
+def test_the_refresh_keeps_a_waiting_prefix_over_idle_cache(registry):
+    """All three in round 1: the refresh makes r1's prefix newer than the idle filler, which
+    r0's load-back evicts instead."""
+    both = LOAD_BACK_EVICTS | {
+        "requests": [{**r, "arrival_round": 1} for r in LOAD_BACK_EVICTS["requests"]]
+    }
+    node = build_node(parse_scenario(both))
+    result = Scheduler(node, registry.resolve("admission=sglang,chunking=sglang")).run()
+    r1 = next(e for e in result.rounds[0].plan.entries if e.request_id == "r1")
+    assert (r1.start, r1.cached) == (512, 512)
 
 
 def test_a_load_back_that_fits_the_free_pool_evicts_nothing(registry):
     roomy = LOAD_BACK_EVICTS | {"pool": {"free_tokens": 16 * 200, "evictable_tokens": 3712}}
+    roomy["requests"] = [{**r, "arrival_round": 1} for r in LOAD_BACK_EVICTS["requests"][1:]]
     node = build_node(parse_scenario(roomy))
     result = Scheduler(node, registry.resolve("admission=sglang,chunking=sglang")).run()
     r1 = next(e for e in result.rounds[0].plan.entries if e.request_id == "r1")

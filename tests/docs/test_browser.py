@@ -178,3 +178,44 @@ def test_every_trace_page_opens_with_its_failure_and_never_shows_success(served_
         assert seen["failures"], f"{slug}: no failure banner"
         assert seen["failures"][0].startswith(f"Property broken: {v.property}"), slug
         assert seen["successes"] == 0, f"{slug}: a success box on a counterexample page"
+
+
+def test_load_sweep_chart_shows_each_verdict_in_its_colour(served_site, tmp_path):
+    """A screenshot of the trace's load-sweep chart as the browser draws it: every verdict
+    the sweep has (completes, starves, out of memory) is there in its colour, and the chart
+    is an image the comparison page loaded."""
+    from matplotlib.image import imread
+
+    from policykit.docsgen.plots import SWEEP_COLOURS
+
+    base, _ = served_site
+    name = "trace-mooncake-conversation-load-sweep.svg"
+    seen = probe(dump_dom(f"{base}/generated/comparisons/", tmp_path / "profile"))
+    assert [i["ok"] for i in seen["images"] if i["src"].endswith(name)] == [True]
+    shot = tmp_path / "sweep.png"
+    proc = subprocess.run(
+        [
+            str(BROWSER),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'shot-profile'}",
+            "--window-size=1200,800",
+            f"--screenshot={shot}",
+            f"{base}/generated/comparisons/plots/{name}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
+    pixels = (imread(shot)[..., :3] * 255).round().astype(int).reshape(-1, 3)
+    sweep = json.loads((FIXTURES / "results" / "sweep-mooncake-conversation.json").read_text())
+    verdicts = {p["verdict"] for points in sweep["combos"].values() for p in points}
+    for verdict in verdicts:
+        hex_colour = SWEEP_COLOURS[verdict][0]
+        rgb = [int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)]
+        hits = (abs(pixels - rgb).sum(axis=1) <= 6).sum()
+        assert hits > 500, f"the {verdict!r} cells are not drawn ({hits} pixels)"

@@ -13,10 +13,14 @@ from click.testing import CliRunner, Result
 from policykit.cli import COMMANDS, main
 from policykit.cli.docs import command_line
 from policykit.docsgen import comparisons, site
+from policykit.docsgen.results import combo_parts
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
 
 from .conftest import FIXTURES, REPO, copy_docs_tree
+
+#: every kind of results file `policykit docs` reads (the fixtures have one of each)
+KINDS = {"check", "bench", "trace-bench", "trace-sweep"}
 
 SCENARIO_MODULE = REPO / "policykit" / "scenario.py"
 
@@ -43,12 +47,13 @@ def test_built_comparison_page_rows_match_registered_combinations(
     built_site: Path, example_registry: PolicyRegistry
 ):
     """With the example plugin installed the registry enumerates its watermark combinations
-    too; the matrix has one row per admission × chunking and one cell per combination."""
+    too; the matrix has one row per admission × queue × chunking and one cell per combination."""
     html = (built_site / "site" / "generated" / "comparisons" / "index.html").read_text()
     verdicts = html.split('id="formal-verdicts"', 1)[1].split('id="scenario-replays"', 1)[0]
     body = verdicts.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
     combos = comparisons.registered_combos(example_registry)
-    assert body.count("<tr>") == len({tuple(c.split(",")[:2]) for c in combos})
+    rows = {(p["admission"], p["queue"], p["chunking"]) for p in map(combo_parts, combos)}
+    assert body.count("<tr>") == len(rows)
     assert body.count('<span class="pk-cell">') == len(combos)
     assert 'href="#admission-watermark"' not in body  # rows name policies, not anchors
     assert "<code>watermark:1024</code>" in body
@@ -61,7 +66,7 @@ def test_docs_command_json_and_rebuild(cli_built: tuple[Path, Result], tmp_path:
     assert first.exit_code == 0, first.output
     report = json.loads(first.stdout)
     assert report["site"] == str((root / "site").resolve())
-    assert {r["kind"] for r in report["results"]} == {"check", "bench"}
+    assert {r["kind"] for r in report["results"]} == KINDS
     assert (root / "docs" / "generated" / site.MARKER).is_file()
     shutil.copytree(root, tmp_path, dirs_exist_ok=True)  # the rebuild changes its own copy
     stale = tmp_path / "docs" / "generated" / "concepts" / "stale.md"
@@ -143,7 +148,7 @@ def test_docs_on_the_cpu_defaults_builds_the_site_from_real_check_and_bench_resu
     config = copy_docs_tree(tmp_path)
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
     report = site.make_docs(registry, cli=command_line(), config=config, site=tmp_path / "site")
-    assert {kind for _, kind in report.results} == {"check", "bench"}
+    assert {kind for _, kind in report.results} == KINDS
     assert (tmp_path / "site" / "generated" / "comparisons" / "index.html").is_file()
     generated = tmp_path / "docs" / "generated"
     page = (generated / "comparisons" / "index.md").read_text()

@@ -11,7 +11,7 @@ import pytest
 
 from policykit.cli import COMMANDS
 from policykit.cli.docs import command_line
-from policykit.docsgen import comparisons, concepts, markdown, policies, results
+from policykit.docsgen import comparisons, concepts, labels, markdown, policies, results
 from policykit.docsgen.cli_reference import cli_page
 from policykit.docsgen.markdown import Provenance
 from policykit.plugin_manager import make_plugin_manager
@@ -156,16 +156,18 @@ def _section_rows(page: str, heading: str) -> list[str]:
     return [line for line in section.splitlines() if line.startswith("| `")]
 
 
-def test_verdict_matrix_is_admission_by_chunking_with_one_cell_per_combination(comparison: Path):
+def test_verdict_matrix_is_admission_by_queue_by_chunking_with_one_cell_per_combination(
+    comparison: Path,
+):
     page = (comparison / "index.md").read_text()
     combos = comparisons.registered_combos(registry())
     rows = _section_rows(page, "Formal verdicts")
-    pairs = {tuple(c.split(",")[:2]) for c in combos}
+    pairs = {(p["admission"], p["queue"], p["chunking"]) for p in map(results.combo_parts, combos)}
     # + the fixture's watermark combination, which is not registered without the plugin
     assert len(rows) == len(pairs) + 1
     assert sum("(not registered here)" in r for r in rows) == 1
     assert sum(r.count('<span class="pk-cell">') for r in rows) == len(combos) + 1
-    header = page.split("| admission | chunking |", 1)[1].split("\n", 1)[0]
+    header = page.split("| admission | queue | chunking |", 1)[1].split("\n", 1)[0]
     assert header.count("`") == 2 * 4  # one column per alignment: none, page, ckpt, trunc
     # one mark per property in every cell, the verdict in its tooltip
     assert '<span class="pk-proved" title="no-oom: proved (unbounded)">✓</span>' in page
@@ -191,7 +193,9 @@ def test_refused_verdicts_are_shown_distinctly_with_their_reason(comparison: Pat
     page = (comparison / "index.md").read_text()
     assert "**Refused** `no-evict/defer/page`: no-evict's admit() multiplies by a float" in (page)
     row = next(
-        r for r in _section_rows(page, "Formal verdicts") if r.startswith("| `no-evict` | `defer`")
+        r
+        for r in _section_rows(page, "Formal verdicts")
+        if r.startswith("| `no-evict` | `fcfs` | `defer`")
     )
     assert row.count('class="pk-refused"') == 2  # both properties of that one combination
     assert "1 refused" in page
@@ -250,10 +254,29 @@ def test_harness_tables_and_plots(comparison: Path):
 def test_replay_table_covers_every_combination_and_scenario(comparison: Path):
     page = (comparison / "index.md").read_text()
     rows = _section_rows(page, "Scenario replays")
-    assert len(rows) == len(comparisons.registered_combos(registry()))
+    swa_only = labels.sliding_window_only(registry())
+    assert len(rows) == len(comparisons.registered_combos(registry())) + len(swa_only) > 108
     sglang_ckpt = next(r for r in rows if r.startswith("| `sglang` | `sglang` | `checkpoint:256`"))
     assert sglang_ckpt.count("OOM in round 4") == 2  # seed-abc and the 1keim incident
-    assert "Provenance" in page.split("## Scenario replays", 1)[1]
+    # the hybrid-SWA column is not "1/1 completed" on every row: the pre-fix chunking OOMs
+    pre_fix = [r for r in rows if "`sglang-pre-swa-fix`" in r]
+    assert len(pre_fix) == len(swa_only)
+    assert all("**✗ OOM in round 1**" in r for r in pre_fix if "| `none` |" in r)
+    assert all(r.count("not supported here") == 2 for r in pre_fix)  # no window in the seeds
+
+
+def test_a_replay_outcome_names_every_request_that_did_not_complete():
+    """ "2/3 completed" must not hide that the third request failed."""
+    from policykit.docsgen.replay import Replay, scenario_from
+    from policykit.scheduler import RunResult
+
+    combo = registry().resolve("admission=reserve-tail")
+    result = RunResult(combo, completed=["A", "B"], failed={"C": "a policy raised"})
+    run = Replay(scenario_from("seed-abc"), result, 12032)
+    assert run.outcome == "2/3 completed, 1 failed in 0 rounds"
+    assert run.cell == "**✗ 2/3 completed, 1 failed in 0 rounds**"
+    fine = Replay(run.scenario, RunResult(combo, completed=["A", "B", "C"]), 12032)
+    assert fine.cell == "3/3 completed in 0 rounds"
 
 
 def test_plots_are_reproducible(tmp_path: Path):

@@ -162,3 +162,13 @@ def test_identical_outcomes_are_never_called_a_timing_difference(tmp_path: Path)
     rows = bench_section(bench, tmp_path).split("#### Measured", 1)[1].split("| --- |", 1)[1]
     assert "slower" not in rows
     assert "same outcomes as the fastest: the gap is noise, not policy" in rows
+
+
+def test_panel_titles_wrap_instead_of_being_cut():
+    from policykit.docsgen.plots import TITLE_CHARS, wrap_title
+
+    long = "reserve-tail/swa-reserve/checkpoint:256/default/fcfs-skip (+11 alike)"
+    wrapped = wrap_title(long)
+    assert wrapped.replace("\n", "") == long and "…" not in wrapped
+    assert all(len(line) <= TITLE_CHARS for line in wrapped.splitlines())
+    assert wrapped.splitlines()[0].endswith("/")  # broken after a separator

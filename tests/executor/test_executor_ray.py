@@ -72,9 +72,9 @@ def test_ray_retries_a_raising_and_a_crashed_unit_once_then_fails_them(cluster):
 def test_smt_matrix_on_ray_equals_local(cluster):
     combos = [
         "admission=sglang,chunking=sglang,alignment=checkpoint:256",
-        "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256",
+        "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256,queue=fcfs-skip",
     ]
-    args = {"page_size": 64, "chunk_size": 4096, "rounds": 4, "requests": 3, "timeout": 120.0}
+    args = {"page_size": 64, "chunk_size": 4096, "rounds": 4, "requests": 3}
     units = [
         Unit(f"check/{c}", "check", "policykit.executor.units:check_unit", {**args, "combo": c})
         for c in combos

@@ -313,8 +313,9 @@ def test_simulate_names_a_failed_request_and_the_policy_that_failed_it(monkeypat
     )
     args = ["simulate", "seed-abc", "--combo", "chunking=bad:negative"]
     text = CliRunner().invoke(main, args)
-    # B was admitted (truncated) before the policy failed it: it can never complete (exit 3)
-    assert text.exit_code == 3, text.output
+    # B was admitted (truncated) before the policy failed it: it can never complete, but the
+    # policy fault is the news (exit 4 wins over 3: a broken plugin must not pass CI)
+    assert text.exit_code == 4, text.output
     flat = " ".join(text.output.split())
     assert "failed: B: The chunking policy 'bad:negative' (misbehaving-policies 0.0.1)" in flat
     assert "not checkable" in text.stderr  # and the checker would refuse that policy

@@ -58,11 +58,11 @@ def test_a_prompt_larger_than_the_pool_is_rejected_on_arrival_and_does_not_block
 )
 def test_a_prompt_the_admission_policy_refuses_even_on_an_idle_node_is_rejected(combo, prompt, why):
     """It fits the pool, so arrival lets it in, but the policy will never admit it: the queue
-    behind it must not wait forever (vLLM #39734)."""
+    behind it must not wait forever (vLLM #39734) with policykit's skipping queue."""
     node = node_with(pages=8)
     add(node, "head", range(prompt))
     add(node, "next", range(1000, 1032))
-    result = Scheduler(node, REGISTRY.resolve(combo)).run()
+    result = Scheduler(node, REGISTRY.resolve(f"{combo},queue=fcfs-skip")).run()
     assert list(result.rejected) == ["head"]
     assert result.rejected["head"].startswith(why)
     assert "even on an idle node (128 tokens could ever be free)" in result.rejected["head"]
@@ -88,7 +88,7 @@ def test_pinned_prefixes_count_as_memory_that_never_comes_back():
     add(node, "blocked", range(80))
     # a request that starts with the pinned prefix gets it for free: 64 + 32 tokens
     add(node, "reuses", (*pinned, *range(9000, 9032)))
-    result = Scheduler(node, REGISTRY.resolve("admission=sglang")).run()
+    result = Scheduler(node, REGISTRY.resolve("admission=sglang,queue=fcfs-skip")).run()
     assert "(64 tokens could ever be free)" in result.rejected["blocked"]
     assert result.completed == ["reuses"]
     check_node(node)

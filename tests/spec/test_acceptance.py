@@ -12,17 +12,18 @@ from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
 from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.model import ModelConfig
+from policykit.spec.solver import QUERY_RLIMIT
 
 PAGE64 = ModelConfig(page_size=64, chunked_prefill_size=4096)
 
 
-#: per solver query; generous because a proof's wall time varies with the machine, and a test
-#: that reads a slow proof as "unknown" would fail for nothing (the CLI default is 10 s)
-TIMEOUT_S = 120.0
+#: z3 resource units per solver query: the CLI's default (a budget, not seconds, so a slow
+#: machine reads the same proofs)
+RLIMIT = QUERY_RLIMIT
 
 
 def _verdicts(registry, combo: str, config: ModelConfig = PAGE64, **kw) -> dict:
-    options = CheckOptions(**{"rounds": 4, "requests": 3, "timeout_s": TIMEOUT_S, **kw})
+    options = CheckOptions(**{"rounds": 4, "requests": 3, "rlimit": RLIMIT, **kw})
     return {v.property: v for v in check_combo(registry.resolve(combo), config, options)}
 
 

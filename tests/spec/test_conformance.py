@@ -28,10 +28,12 @@ ROUNDS = 4
 #: (page, chunk, sliding window, max_prefill_tokens): each is one encoding per combo, so few
 #: and varied
 CONFIGS = [(16, 256, None, None), (64, 4096, None, 512), (64, 256, 128, None)]
+#: every admission, chunking and alignment with the default queue (``fcfs``); the other queues
+#: on a few combos below (``lpm`` needs scenarios listed in its order)
 COMBOS = [
     str(c)
     for c in PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False)).all_combos(
-        EngineConfig(64, 4096)
+        EngineConfig(64, 4096), kinds=("admission", "chunking", "alignment")
     )
 ]
 
@@ -205,8 +207,9 @@ LOCK_REFUSED = {
     "requests": [{"id": "A", "prompt_tokens": 600, "device_prefix_tokens": 256}],
 }
 
-#: A's 640 slots need 128 of the evictable 256; the least recently used node goes first, and B
-#: has not arrived, so that is B's prefix (laid out before the filler): in round 2 B has no hit,
+#: A's 600 tokens make an eviction demand of 664 (SGLang evicts for extend + one page per
+#: request), 152 more than is free; the least recently used node goes first, and B has not
+#: arrived, so that is B's prefix (laid out before the filler): in round 2 B has no hit,
 #: device or host (its host prefix continued the evicted one), and computes from 0
 EVICTED_WHILE_WAITING = {
     "page_size": 64,
@@ -225,21 +228,23 @@ EVICTED_WHILE_WAITING = {
     ],
 }
 
-#: the same, but B arrives in round 1: the queue loop matches it after A (refused, but its
-#: prefix is now the most recent node), so the commit's eviction takes the filler and B starts
-#: at 256 in round 2 (its 128-token prefix, then 128 loaded back)
+#: the same, but B arrives in round 1 and A is 560 tokens: the refresh of waiting prefixes and
+#: then the queue loop touch B's prefix (B is refused), so the commit's eviction, for A's
+#: 560 + one page = 624 tokens (112 more than is free), takes the filler alone and B starts at
+#: 256 in round 2 (its 128-token prefix, then 128 loaded back)
 TOUCHED_SURVIVES = {
     **EVICTED_WHILE_WAITING,
     "requests": [
-        EVICTED_WHILE_WAITING["requests"][0],
+        {**EVICTED_WHILE_WAITING["requests"][0], "prompt_tokens": 560},
         {**EVICTED_WHILE_WAITING["requests"][1], "arrival_round": 1},
     ],
 }
 
 #: SGLang's eviction at load-back (issue 13 item 8): A's 256-token load-back is 128 short of
-#: the free list and evicts B's prefix (older than the filler) before B is matched, so B is
-#: asked about with no hit in the same round
-EVICTED_BY_LOAD_BACK = {
+#: the free list and evicts the least recently used cache. The first sort of a non-empty queue
+#: refreshes the waiting prefixes (SGLang's ``_touch_waiting_prefixes``), so B's prefix is newer
+#: than the filler: the filler goes and B keeps its 128-token hit
+REFRESHED_SURVIVES_LOAD_BACK = {
     "page_size": 64,
     "chunked_prefill_size": 4096,
     "pool": {"free_tokens": 128, "evictable_tokens": 576},
@@ -249,6 +254,20 @@ EVICTED_BY_LOAD_BACK = {
         {"id": "B", "prompt_tokens": 200, "device_prefix_tokens": 128},
     ],
 }
+#: the same after a round that spent the refresh on C alone (the next is 32 sorts later): B's
+#: prefix (laid out before the filler) is the oldest, A's load-back evicts it before B is
+#: matched, so B is asked about with no hit in the same round
+EVICTED_BY_LOAD_BACK = {
+    **REFRESHED_SURVIVES_LOAD_BACK,
+    "pool": {"free_tokens": 192, "evictable_tokens": 576},
+    "requests": [
+        {"id": "C", "prompt_tokens": 60},
+        *(
+            {**r, "arrival_round": 2}
+            for r in REFRESHED_SURVIVES_LOAD_BACK["requests"]  # type: ignore[attr-defined]
+        ),
+    ],
+}
 
 
 @pytest.mark.parametrize("combo_text", COMBOS)
@@ -256,6 +275,7 @@ EVICTED_BY_LOAD_BACK = {
 @example(scenario=EVICTED_WHILE_WAITING)
 @example(scenario=TOUCHED_SURVIVES)
 @example(scenario=EVICTED_BY_LOAD_BACK)
+@example(scenario=REFRESHED_SURVIVES_LOAD_BACK)
 @example(scenario=SEED_ABC)
 @example(scenario=INPUT_BUDGET)
 @example(scenario=IDLE_NOT_NOW)
@@ -286,7 +306,8 @@ def test_a_spent_input_budget_stops_the_queue_in_the_model_too(registry) -> None
 
 
 def test_never_fits_measures_the_idle_node_not_the_pool_or_what_is_free_now(registry) -> None:
-    combo = registry.resolve("admission=reserve-tail,chunking=defer,alignment=page")
+    # only a skipping queue rejects a request for good (NEVER); fcfs stops at it
+    combo = registry.resolve("admission=reserve-tail,chunking=defer,alignment=page,queue=fcfs-skip")
     concrete, _ = concrete_rounds(IDLE_NOT_NOW, combo, 2)
     rows = {row[0]: row[1] for row in concrete[1][0]}
     assert rows["B"] == "rejected NEVER"
@@ -315,13 +336,21 @@ def test_eviction_takes_the_least_recently_used_prefix_of_a_waiting_request(regi
 
 
 def test_a_load_back_evicts_the_prefix_a_later_request_of_the_round_would_hit(registry) -> None:
-    assert _starts(EVICTED_BY_LOAD_BACK, "sglang/sglang/none", registry)[0] == {"A": 256, "B": 0}
+    assert _starts(EVICTED_BY_LOAD_BACK, "sglang/sglang/none", registry)[1] == {"A": 256, "B": 0}
 
 
-#: the queue policies other than the default, on a few combos: SGLang's own ``fcfs`` (its head
-#: blocks the queue) on the scenarios above, and ``lpm``, whose order numbers the model's
-#: requests by priority, on scenarios listed in that order
-FCFS_COMBOS = ["sglang/sglang/none/default/fcfs", "reserve-tail/sglang/page/default/fcfs"]
+def test_the_refresh_of_waiting_prefixes_keeps_them_over_idle_cache(registry) -> None:
+    starts = _starts(REFRESHED_SURVIVES_LOAD_BACK, "sglang/sglang/none", registry)
+    assert starts[0] == {"A": 256, "B": 128}
+
+
+#: the queue policies other than the default (SGLang's own ``fcfs``, its head blocks the queue),
+#: on a few combos: policykit's ``fcfs-skip`` on the scenarios above, and ``lpm``, whose order
+#: numbers the model's requests by priority, on scenarios listed in that order
+SKIP_COMBOS = [
+    "sglang/sglang/none/default/fcfs-skip",
+    "reserve-tail/sglang/page/default/fcfs-skip",
+]
 LPM_COMBOS = ["sglang/sglang/page/default/lpm", "reserve-tail/defer/checkpoint:256/default/lpm"]
 
 
@@ -352,10 +381,10 @@ def in_lpm_order(draw: st.DrawFn) -> dict:
     return scenario
 
 
-@pytest.mark.parametrize("combo_text", FCFS_COMBOS)
+@pytest.mark.parametrize("combo_text", SKIP_COMBOS)
 @example(scenario=NEVER_FITS)
 @given(scenario=scenarios())
-def test_fcfs_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
+def test_fcfs_skip_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
     test_encoding_matches_the_scheduler.hypothesis.inner_test(registry, combo_text, scenario)
 
 

@@ -10,6 +10,7 @@ from policykit.plugin_manager import PluginSource, make_plugin_manager
 from policykit.registry import PolicyRegistry
 from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.model import ModelConfig
+from policykit.spec.solver import QUERY_RLIMIT
 from policykit.spec.symbolic import SymbolicEvaluationError
 from tests.spec import custom_policies
 
@@ -25,7 +26,7 @@ def registry() -> PolicyRegistry:
 
 def _check(registry, admission: str, props: tuple[str, ...]) -> dict:
     combo = registry.resolve(f"admission={admission},chunking=sglang,alignment=page")
-    options = CheckOptions(rounds=3, requests=3, properties=props, timeout_s=120.0)
+    options = CheckOptions(rounds=3, requests=3, properties=props, rlimit=12 * QUERY_RLIMIT)
     return {v.property: v for v in check_combo(combo, CONFIG, options)}
 
 

@@ -23,6 +23,7 @@ from policykit.registry import PolicyRegistry
 from policykit.spec import crossval
 from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.model import ModelConfig
+from policykit.spec.solver import QUERY_RLIMIT
 from policykit.spec.symbolic import SymbolicEvaluationError
 from tests.spec import idiom_policies as idioms
 
@@ -44,7 +45,7 @@ def acme(plugins) -> PolicyRegistry:
 
 def _verdicts(registry: PolicyRegistry, name: str, props: tuple[str, ...]) -> dict[str, str]:
     combo = registry.resolve(f"admission={name},chunking=sglang,alignment=page")
-    options = CheckOptions(rounds=2, requests=2, properties=props, timeout_s=120.0)
+    options = CheckOptions(rounds=2, requests=2, properties=props, rlimit=12 * QUERY_RLIMIT)
     try:
         verdicts = check_combo(combo, CONFIG, options, {"admission": SOURCE})
     except SymbolicEvaluationError as exc:
@@ -133,7 +134,8 @@ def test_a_cached_helper_runs_uncached_and_its_cache_is_left_alone(acme) -> None
 def test_check_on_the_command_line_proves_and_refuses_registered_idioms(plugins) -> None:
     args = ["check", "--rounds", "2", "--requests", "2", "--jobs", "1", "--json"]
     for combo in ("idiom-ceil", "idiom-floor", "idiom-ceil-huge"):
-        args += ["--combo", f"{combo}/sglang/page"]
+        # the skipping queue, so that no-starvation is about the policy (fcfs starves anyway)
+        args += ["--combo", f"{combo}/sglang/page/default/fcfs-skip"]
     result = CliRunner().invoke(main, args, obj={"pm": plugins})
     rows = json.loads(result.stdout)["verdicts"]
     verdicts: dict[str, set[str]] = {}

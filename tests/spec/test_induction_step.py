@@ -27,6 +27,7 @@ from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
 from policykit.spec.induction import Mid, Obligations
 from policykit.spec.model import KIND_NAMES, Encoder, ModelConfig, RoundModel, owed
+from policykit.spec.solver import QUERY_RLIMIT
 from policykit.spec.symbolic import Sym
 
 #: combos whose no-oom / admitted-completes induction goes through (so J must be preserved)
@@ -188,7 +189,7 @@ def _obligations(combo) -> Obligations:
     key = (id(z3.main_ctx()), str(combo))
     if key not in _PROVED:
         _PROVED.clear()
-        ob = Obligations(combo, CONFIG, {}, 10_000)
+        ob = Obligations(combo, CONFIG, {}, QUERY_RLIMIT)
         assert ob.prove("no-oom") == "proved"
         full = ob._two_level(ob._j_full, _inv, _post) == "valid"
         ob._full_with = "full" if full else "spent"  # which J the proof went through with

@@ -30,7 +30,11 @@ def acme() -> PolicyRegistry:
 
 @pytest.mark.parametrize(
     "combo",
-    ["reserve-tail/swa-reserve/page", "sglang/sglang/none", "sglang/sglang/none/default/fcfs"],
+    [
+        "reserve-tail/swa-reserve/page",
+        "sglang/sglang/none",
+        "sglang/sglang/none/default/fcfs-skip",
+    ],
 )
 def test_swa_no_oom_is_proved_unbounded(registry, combo):
     options = CheckOptions(properties=("swa-no-oom",))

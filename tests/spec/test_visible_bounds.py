@@ -114,7 +114,7 @@ def test_check_takes_the_configuration_from_a_scenario(tmp_path) -> None:
     }
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(scenario))
-    combo = "admission=reserve-tail,chunking=sglang,alignment=page"
+    combo = "admission=reserve-tail,chunking=sglang,alignment=page,queue=fcfs-skip"  # all proved
     out = CliRunner().invoke(main, ["check", "--combo", combo, "--config", str(path), "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)

@@ -9,7 +9,7 @@ from policykit.registry import PolicyRegistry
 @pytest.fixture(scope="module")
 def upstream():
     """SGLang 0.5.23's scheduler modules, loaded once per module (skips without the extra)."""
-    from policykit.upstream.sglang import UpstreamUnavailable, load
+    from policykit.conformance.sglang.driver import UpstreamUnavailable, load
 
     try:
         return load()

@@ -19,8 +19,8 @@ from policykit.scenario import parse_scenario
 if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
-from policykit.upstream.conformance import UPSTREAM_COMBO
-from policykit.upstream.sglang import UpstreamDriver
+from policykit.conformance.sglang.compare import UPSTREAM_COMBO
+from policykit.conformance.sglang.driver import UpstreamDriver
 
 pytestmark = pytest.mark.usefixtures("upstream")
 

@@ -2,8 +2,8 @@
 
 ``no-starvation`` is violated for ``sglang/sglang/none`` with SGLang 0.5.23's ``fcfs`` queue.
 The counterexample the checker exports is driven through upstream's real ``PrefillAdder``
-(``policykit.upstream``): upstream never schedules the request policykit says starves, and the
-two sides agree round by round.
+(``policykit.conformance.sglang``): upstream never schedules the request policykit says starves,
+and the two sides agree round by round.
 
 With hybrid SWA, ``admitted-completes`` is violated on a sliding-window pool smaller than the
 window: upstream admits a request that pool can never finish, computes two chunks of it and then
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import pytest
 
+from policykit.conformance.sglang.compare import UPSTREAM_COMBO, conform
+from policykit.conformance.sglang.run import drive
 from policykit.scenario import parse_scenario
 from policykit.spec.bmc import Bounds
 from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.model import ModelConfig
-from policykit.upstream.conformance import UPSTREAM_COMBO, conform
-from policykit.upstream.sglang import drive
 
 
 def test_the_starvation_counterexample_starves_upstream_too(upstream, registry):

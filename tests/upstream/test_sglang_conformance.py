@@ -19,7 +19,7 @@ from policykit.scenario import RequestSpec, Scenario, load_scenario
 if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
-from policykit.upstream.conformance import conform, random_scenario
+from policykit.conformance.sglang.compare import conform, random_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((ROOT / "policykit" / "scenarios").glob("*.json"))
@@ -34,7 +34,9 @@ pytestmark = pytest.mark.usefixtures("upstream")
 
 
 def assert_identical(scenario: Scenario) -> None:
-    verdict = conform(scenario)
+    """Identical decisions and, where upstream ran on its own storage (no hybrid SWA), the
+    same storage after every round."""
+    verdict = conform(scenario, storage=True)
     assert verdict.not_expressible is None, verdict.not_expressible
     assert verdict.differences == [], (
         json.dumps(scenario.to_dict()) + "\n" + "\n".join(verdict.differences)
@@ -103,42 +105,85 @@ def test_edge_cases(name):
 def test_random_scenarios(hybrid_swa, count):
     rng = random.Random(RANDOM_SEED)
     failures = []
+    kinds = {"host": 0, "unpinned-evicted": 0}
     for i in range(count):
         sc = random_scenario(rng, i, hybrid_swa=hybrid_swa)
-        verdict = conform(sc)
+        verdict = conform(sc, storage=True)
         assert verdict.not_expressible is None, verdict.not_expressible
         if verdict.differences:
             failures.append(json.dumps(sc.to_dict()) + "\n  " + "\n  ".join(verdict.differences))
+        kinds["host"] += any(r.host_prefix_tokens for r in sc.requests)
+        kinds["unpinned-evicted"] += verdict.evicted_prefix
     assert not failures, f"{len(failures)}/{count} differ:\n" + "\n".join(failures[:5])
+    if not hybrid_swa:
+        # what the storage comparison covers: host prefixes, and unpinned device prefixes
+        # that an eviction took while their request waited
+        assert kinds["host"] >= count // 10 and kinds["unpinned-evicted"] >= count // 50, kinds
 
 
 # Eviction at admission: r0's host load-back takes its slots at admission, evicting r1's cached
 # prefix (the least recently used) before r1 is matched, so upstream computes r1's 600 tokens;
 # the planner foresees that eviction (planner.LoadBacks) and the node commits it in that order.
+# Round 1 spends the refresh of waiting prefixes (every 32nd sort) on w alone.
 LOAD_BACK_EVICTS = scenario(
     16,
     4096,
-    640,
+    656,
     [
+        RequestSpec("w", 16),
+        RequestSpec("r0", 2000, host_prefix_tokens=800, arrival_round=2),
+        RequestSpec("r1", 600, device_prefix_tokens=512, arrival_round=2),
+    ],
+    evictable=3712,
+)
+#: the same with every request waiting in round 1: SGLang's first sort refreshes the waiting
+#: prefixes (``_touch_waiting_prefixes``), so the load-back evicts idle cache and r1 keeps its hit
+REFRESHED = scenario(
+    16,
+    4096,
+    656,
+    [
+        RequestSpec("w", 16),
         RequestSpec("r0", 2000, host_prefix_tokens=800),
         RequestSpec("r1", 600, device_prefix_tokens=512),
     ],
     evictable=3712,
 )
+#: SGLang evicts for extend + one page per request (56) though 3 free pages hold r0's 40 tokens
+CONSERVATIVE = scenario(16, 4096, 48, [(40,)], evictable=64)
+#: r0's two chunks are two tree nodes; r1's demand evicts the later one only
+CHUNKS = scenario(
+    16, 64, 160, [(128,), RequestSpec("r1", 20, arrival_round=3)], kv_release_rounds=0
+)
 
 
-def test_load_back_evicts_a_later_requests_prefix():
-    assert_identical(LOAD_BACK_EVICTS)
+@pytest.mark.parametrize("name", ["LOAD_BACK_EVICTS", "REFRESHED", "CONSERVATIVE", "CHUNKS"])
+def test_storage_cases(name):
+    assert_identical(globals()[name])
 
 
-def test_driver_shows_the_eviction():
-    from policykit.upstream.sglang import drive
+def test_driver_shows_the_eviction_and_the_refresh():
+    from policykit.conformance.sglang.run import drive
 
-    batch = drive(LOAD_BACK_EVICTS).rounds[0].plan.entries
+    batch = drive(LOAD_BACK_EVICTS).rounds[1].plan.entries
     assert [(e.request_id, e.start, e.end, e.cached) for e in batch] == [
         ("r0", 800, 2000, 0),
         ("r1", 0, 600, 0),
     ]
+    batch = drive(REFRESHED).rounds[0].plan.entries
+    assert [(e.request_id, e.start, e.cached) for e in batch][1:] == [
+        ("r0", 800, 0),
+        ("r1", 512, 512),
+    ]
+
+
+def test_driver_reports_sglangs_storage():
+    from policykit.conformance.sglang.run import drive
+
+    run = drive(CONSERVATIVE)
+    assert run.rounds[0].storage == {"free": 64, "evictable": 0, "cached": {}}
+    run = drive(CHUNKS)
+    assert run.rounds[2].storage == {"free": 64, "evictable": 64, "cached": {"r0": 64}}
 
 
 # Hybrid SWA: SGLang 0.5.23's SWAPrefillBudget. The issue's example: r0 can never fit the
@@ -190,7 +235,7 @@ def test_swa_edge_cases(name):
 
 def test_swa_driver_reports_upstreams_chunk():
     """The issue's example: upstream computes [0, 576) where the pre-fix model says 784."""
-    from policykit.upstream.sglang import drive
+    from policykit.conformance.sglang.run import drive
 
     run = drive(SWA_SHORTAGE)
     first = run.rounds[0].plan.entries[0]

@@ -25,10 +25,10 @@ import pytest
 if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
+from policykit.conformance.sglang.driver import UpstreamDriver, UpstreamUnavailable, load
 from policykit.integrations.sglang.plugin import applied, decision_methods, restore
 from policykit.registry import registry_from
 from policykit.scenario import parse_scenario
-from policykit.upstream.sglang import UpstreamDriver, UpstreamUnavailable, load
 
 COMBO = "admission=reserve-tail,chunking=sglang,alignment=page"
 SIZES = [1, 64, 4096]

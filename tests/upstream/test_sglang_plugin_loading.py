@@ -27,7 +27,7 @@ needs_sglang = pytest.mark.skipif(not HAS_SGLANG, reason="the policykit[sglang] 
 @pytest.fixture
 def sglang_plugins(monkeypatch):
     """SGLang's ``load_plugins`` ready to run again; upstream's methods restored afterwards."""
-    from policykit.upstream.sglang import UpstreamUnavailable, load
+    from policykit.conformance.sglang.driver import UpstreamUnavailable, load
 
     try:
         load()
@@ -68,8 +68,8 @@ def test_a_third_party_policy_found_by_its_entry_point_decides_in_the_engine(
 ):
     """A policy from another distribution's ``policykit`` entry point is the one the engine
     asks: its own class, unmodified."""
+    from policykit.conformance.sglang.run import drive
     from policykit.scenario import load_scenario
-    from policykit.upstream.sglang import drive
     from tests.spec import custom_policies
 
     plugins, _ = sglang_plugins
@@ -197,7 +197,8 @@ def _cli(*args: str, env: dict | None = None):
 
 @needs_sglang
 def test_cli_check_json():
-    result = _cli("--check", "--combo", "admission=reserve-tail", "--no-prove", "--json")
+    combo = "admission=reserve-tail,queue=fcfs-skip"
+    result = _cli("--check", "--combo", combo, "--no-prove", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["schema"] == "policykit.sglang-plugin-check/1" and data["created"]
@@ -228,7 +229,8 @@ def test_start_up_verdicts_are_about_the_queue_sglang_runs(monkeypatch, caplog):
     """``fcfs-skip`` is proved free of starvation in ``policykit simulate``, but SGLang stops
     its round at a refused request: the verdict logged in the engine is the blocking queue's,
     and says so."""
-    monkeypatch.setenv("POLICYKIT_COMBO", "admission=sglang,chunking=sglang,alignment=none")
+    combo = "admission=sglang,chunking=sglang,alignment=none,queue=fcfs-skip"
+    monkeypatch.setenv("POLICYKIT_COMBO", combo)
     _start_scheduler(caplog)
     [line] = [r.getMessage() for r in caplog.records if "no-starvation" in r.getMessage()]
     assert "no-starvation violated" in line and startup.AS_SGLANG_RUNS in line

@@ -16,6 +16,11 @@ from pathlib import Path
 
 from policykit.integrations.sglang import hooks, plugin, settings
 
+#: how to install what the plugin runs in, without pulling SGLang's GPU builds over torch
+INSTALL = (
+    "pip install 'policykit[sglang]' && pip install --no-deps "
+    f"sglang=={settings.SUPPORTED_VERSIONS[-1]}"
+)
 #: keyword arguments the ``_select_prefill_admission`` hook reads
 SELECT_KEYWORDS = ("total_tokens", "host_hit_length", "swa_host_hit_length", "has_chunked_req")
 
@@ -42,9 +47,7 @@ def installed_version() -> str | None:
 def version_finding() -> Finding:
     version = installed_version()
     if version is None:
-        return Finding(
-            "sglang", False, "SGLang is not installed (pip install 'policykit[sglang]')."
-        )
+        return Finding("sglang", False, f"SGLang is not installed: {INSTALL}.")
     supported = ", ".join(settings.SUPPORTED_VERSIONS)
     if version not in settings.SUPPORTED_VERSIONS:
         return Finding(

@@ -7,15 +7,18 @@ The decisions are upstream's own code: ``Req``, ``PrefillAdder`` (``add_chunked_
 ``SchedulePolicy.calc_priority`` (``fcfs`` unless told otherwise), the in-progress chunked
 request, then the waiting queue in that order until the adder says stop.
 
-Only storage is ours. :class:`CountingAllocator` and :class:`CountingPrefixCache` are thin
-subclasses of upstream's allocator and prefix-cache base classes whose counts are read from a
-policykit :class:`~policykit.node.PrefillNode`; after upstream has decided a round, the node
-commits it (allocation, eviction, out-of-memory), exactly as it commits policykit's own plans.
-So both sides of a diff share one storage model and differ only in their decisions.
+Storage: without hybrid SWA, :class:`~policykit.conformance.sglang.storage_driver.StorageDriver`
+runs SGLang's own radix tree, allocators and allocation path (docs/conformance.md says which
+classes run and which are stand-ins). With hybrid SWA, :class:`UpstreamDriver` still answers
+storage questions from a policykit :class:`~policykit.node.PrefillNode`
+(:class:`CountingAllocator`, :class:`CountingSWAAllocator` and :class:`CountingPrefixCache` are
+thin subclasses of upstream's base classes whose counts are read from the node, which commits
+upstream's decisions): there, both sides share one storage model and differ only in their
+decisions.
 
 What the scenario format can say but this driver cannot put to upstream (a host-tier prefix
-needs HiCache's radix tree and transfer engine) comes back as :class:`NotExpressible`, never as a
-silent skip.
+with hybrid SWA: 0.5.23 loads the sliding-window part of a host hit separately) comes back as
+:class:`NotExpressible`, never as a silent skip.
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from policykit.conformance.sglang import gpu_stubs, storage
 from policykit.errors import PolicykitError, PrefillOutOfMemory
 from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.node import PrefillNode
 from policykit.plan import Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.request import Request, State
 from policykit.scenario import Scenario, build_node
-from policykit.upstream import gpu_stubs
 
 #: the SGLang release whose scheduler this driver calls
 SUPPORTED_VERSION = "0.5.23"
@@ -62,6 +65,8 @@ class UpstreamRound:
     plan: Plan
     #: every ``AddReqResult`` upstream returned this round, in call order: (request, verdict)
     verdicts: list[tuple[str, str]] = field(default_factory=list)
+    #: the storage after the round's commit (:func:`storage_view`), when it was SGLang's own
+    storage: dict[str, Any] | None = None
 
 
 @dataclass
@@ -126,6 +131,7 @@ def load() -> dict[str, Any]:
         SamplingParams=SamplingParams,
     )
     _UPSTREAM.update(_storage_classes(_UPSTREAM))
+    _UPSTREAM["storage"] = storage.storage_classes(_UPSTREAM)
     return _UPSTREAM
 
 
@@ -229,6 +235,11 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
             # The host tier is a radix tree of whole pages, like the device one.
             hit = 0 if host is None else (host.end - matched) // page * page
             return bpc.MatchResult(matched, last, last, last, host_hit_length=hit)
+
+        def touch_prefix(self, key: Any) -> None:
+            """Upstream's refresh of waiting prefixes (``_touch_waiting_prefixes``), on the
+            node's cache: a match touches what it passes."""
+            self.node.cache.match(tuple(key.raw_token_ids()))
 
         def init_load_back(self, params: Any) -> Any:
             """HiCache's load-back as storage: a hit under its threshold is recomputed; else
@@ -420,13 +431,7 @@ class UpstreamDriver:
                 if not admitted or at + 1 < len(queue):
                     stop = res.name
                 break
-        # The adder's locks were accounting; the node takes the real ones when it commits.
-        for req in adder.can_run_list:
-            if getattr(req, "lock", None) is not None and req is not self.chunked:
-                self.cache.unlock(req.lock)
-                req.lock = None
-        self.pending_chunked = adder.new_chunked_req
-        self.allocator.pending_load = 0  # the node allocates the load-backs when it commits
+        self._after_admission(adder)
         plan = Plan(
             round=round_no,
             entries=tuple(entries),
@@ -436,6 +441,15 @@ class UpstreamDriver:
             baseline=baseline,
         )
         return UpstreamRound(plan, verdicts)
+
+    def _after_admission(self, adder: Any) -> None:
+        # The adder's locks were accounting; the node takes the real ones when it commits.
+        for req in adder.can_run_list:
+            if getattr(req, "lock", None) is not None and req is not self.chunked:
+                self.cache.unlock(req.lock)
+                req.lock = None
+        self.pending_chunked = adder.new_chunked_req
+        self.allocator.pending_load = 0  # the node allocates the load-backs when it commits
 
     def enqueue(self) -> None:
         """Bring upstream's waiting queue up to date with the node's: what has left it (admitted,
@@ -467,13 +481,3 @@ class UpstreamDriver:
                 )
             self.chunked = self.pending_chunked
             self.chunked.last_node = self.node.requests[self.chunked.rid].prefix_node
-
-
-def drive(
-    scenario: Scenario, max_rounds: int = 10_000, schedule_policy: str = "fcfs"
-) -> UpstreamRun | NotExpressible:
-    """Run ``scenario`` through SGLang 0.5.23's scheduler, or say why it cannot be."""
-    why = not_expressible(scenario)
-    if why is not None:
-        return why
-    return UpstreamDriver(scenario, schedule_policy).run(max_rounds)

@@ -14,12 +14,16 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from policykit.conformance.sglang.driver import NotExpressible, UpstreamRun
+from policykit.conformance.sglang.run import drive
+from policykit.conformance.sglang.storage_driver import storage_view_of
+from policykit.node import PrefillNode
 from policykit.plan import Plan
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
+from policykit.request import State
 from policykit.scenario import RequestSpec, Scenario, build_node
-from policykit.scheduler import RunResult, Scheduler
-from policykit.upstream.sglang import NotExpressible, UpstreamRun, drive
+from policykit.scheduler import RoundRecord, RunResult, Scheduler
 
 
 def upstream_combo(schedule_policy: str = "fcfs") -> str:
@@ -44,6 +48,8 @@ class Verdict:
     differences: list[str] = field(default_factory=list)
     not_expressible: str | None = None
     rounds: int = 0
+    #: an unpinned device prefix was evicted (at least in part) before its request was admitted
+    evicted_prefix: bool = False
 
     @property
     def identical(self) -> bool:
@@ -61,6 +67,7 @@ class Verdict:
             "rounds": self.rounds,
             "differences": self.differences,
             "not_expressible": self.not_expressible,
+            "evicted_prefix": self.evicted_prefix,
         }
 
 
@@ -74,18 +81,56 @@ def _registry() -> PolicyRegistry:
 
 
 def run_policykit(
-    scenario: Scenario, combo: str = UPSTREAM_COMBO, max_rounds: int = MAX_ROUNDS
+    scenario: Scenario,
+    combo: str = UPSTREAM_COMBO,
+    max_rounds: int = MAX_ROUNDS,
+    storage: list[dict[str, Any]] | None = None,
 ) -> RunResult:
     """policykit's run of ``scenario`` as upstream runs it: the ``fcfs`` queue (its head
-    blocks it) unless ``combo`` names another, and a stuck in-progress request not failed."""
+    blocks it) unless ``combo`` names another, and a stuck in-progress request not failed.
+    With ``storage``, each round's storage view (:func:`node_storage_view`) is appended."""
     node = build_node(scenario)
     chosen = _registry().resolve({"queue": "fcfs"}, combo, config=scenario.config.engine)
-    return Scheduler(node, chosen, fail_stuck=False).run(max_rounds)
+    ids = [r.id for r in scenario.requests]
+
+    def on_round(record: RoundRecord) -> None:
+        if storage is not None:
+            storage.append(node_storage_view(node, ids))
+
+    return Scheduler(node, chosen, fail_stuck=False).run(max_rounds, on_round=on_round)
+
+
+def node_storage_view(node: PrefillNode, ids: list[str]) -> dict[str, Any]:
+    """policykit's node in the shape of the SGLang driver's storage view."""
+    live = {
+        q.id: (q.cached_len if q.state in (State.CHUNKED, State.HELD) else None)
+        for q in node.requests.values()
+        if q.state is not State.DONE
+    }
+    cached = [t for n in _cache_nodes(node) for t in n.key]
+    return storage_view_of(node.pool.free_tokens, node.cache.evictable_tokens, cached, ids, live)
+
+
+def _cache_nodes(node: PrefillNode) -> list[Any]:
+    stack, out = list(node.cache.root.children.values()), []
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n.children.values())
+    return out
+
+
+#: what :func:`diff` compares each round, in this order (the first differing field is named)
+ROUND_FIELDS = ("batch", "matched", "ledger", "stop", "refused")
+#: the storage after each round's commit, compared when upstream's side ran on SGLang's storage
+STORAGE_FIELDS = ("cached", "free", "evictable")
 
 
 def _round_view(plan: Plan) -> dict[str, Any]:
     return {
         "batch": [(e.request_id, e.start, e.end, e.kind.value) for e in plan.entries],
+        # what each new request matched on the device and loaded back from the host
+        "matched": [(e.request_id, e.cached, e.load_back) for e in plan.entries if e.kind.is_new],
         "ledger": [
             (m.request_id, m.rem_total_tokens, m.cur_rem_tokens, m.rem_chunk_tokens)
             for m in plan.marks
@@ -95,8 +140,12 @@ def _round_view(plan: Plan) -> dict[str, Any]:
     }
 
 
-def diff(ours: RunResult, theirs: UpstreamRun) -> list[str]:
-    """Every difference between the two runs, as one readable line each."""
+def diff(
+    ours: RunResult, theirs: UpstreamRun, storage: list[dict[str, Any]] | None = None
+) -> list[str]:
+    """Every difference between the two runs, as one readable line each: per round the first
+    differing field of :data:`ROUND_FIELDS`, then (with policykit's ``storage`` views and
+    upstream's own storage) of :data:`STORAGE_FIELDS`."""
     out: list[str] = []
     for i in range(max(len(ours.rounds), len(theirs.rounds))):
         if i >= len(ours.rounds) or i >= len(theirs.rounds):
@@ -106,9 +155,16 @@ def diff(ours: RunResult, theirs: UpstreamRun) -> list[str]:
             )
             break
         a, b = _round_view(ours.rounds[i].plan), _round_view(theirs.rounds[i].plan)
-        for key in ("batch", "ledger", "stop", "refused"):
+        if storage is not None and theirs.rounds[i].storage is not None and i < len(storage):
+            a.update(storage[i])
+            b.update(theirs.rounds[i].storage)
+            keys = ROUND_FIELDS + STORAGE_FIELDS
+        else:
+            keys = ROUND_FIELDS
+        for key in keys:
             if a[key] != b[key]:
                 out.append(f"round {i + 1} {key}: policykit {a[key]} != upstream {b[key]}")
+                break
     mine = None if ours.oom is None else (ours.oom.round, ours.oom.request, ours.oom.pool)
     if mine != theirs.oom:
         out.append(f"out of memory: policykit {mine} != upstream {theirs.oom}")
@@ -124,14 +180,37 @@ def conform(
     combo: str = UPSTREAM_COMBO,
     max_rounds: int = MAX_ROUNDS,
     schedule_policy: str = "fcfs",
+    storage: bool = False,
 ) -> Verdict:
     """Run ``scenario`` on both sides (at most ``max_rounds`` rounds each) and compare;
-    upstream sorts its queue with ``schedule_policy`` (its ``--schedule-policy``)."""
+    upstream sorts its queue with ``schedule_policy`` (its ``--schedule-policy``). With
+    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`)."""
     theirs = drive(scenario, max_rounds, schedule_policy)
     if isinstance(theirs, NotExpressible):
         return Verdict(scenario.name, not_expressible=theirs.reason)
-    ours = run_policykit(scenario, combo, max_rounds)
-    return Verdict(scenario.name, diff(ours, theirs), rounds=len(theirs.rounds))
+    views: list[dict[str, Any]] | None = [] if storage else None
+    ours = run_policykit(scenario, combo, max_rounds, views)
+    return Verdict(
+        scenario.name,
+        diff(ours, theirs, views),
+        rounds=len(theirs.rounds),
+        evicted_prefix=_evicted_prefix(scenario, theirs),
+    )
+
+
+def _evicted_prefix(scenario: Scenario, run: UpstreamRun) -> bool:
+    """Whether upstream admitted a request with less of its unpinned device prefix than the
+    scenario gave it (an eviction took it while the request waited)."""
+    unpinned = {
+        r.id: r.device_prefix_tokens
+        for r in scenario.requests
+        if r.device_prefix_tokens and not r.device_prefix_pinned and not r.chunked
+    }
+    return any(
+        e.kind.is_new and e.request_id in unpinned and e.cached < unpinned[e.request_id]
+        for rnd in run.rounds
+        for e in rnd.plan.entries
+    )
 
 
 # --- random scenarios --------------------------------------------------------------------------

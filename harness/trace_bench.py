@@ -1,0 +1,219 @@
+"""A whole trace through policy combinations: scheduler-level replay, model forward on a slice.
+
+What covers which requests is stated in the document itself (``provenance``): the outcomes and
+predicted seconds of every combo cover every request of the trace (the scheduler decides every
+round; the clock prices it with the roofline of a named model on a named GPU). The real model
+forward runs only on a declared slice (the first ``forward_requests`` requests), on the device
+the command ran on; its outcomes are compared with the scheduler-only replay of the same slice,
+which must match: the forward computes KV, it never changes a decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from policykit.harness.presets import ModelPreset
+from policykit.harness.roofline import GPU
+from policykit.harness.trace_groups import behaviour_key, group_identical
+from policykit.harness.trace_replay import DEFAULT_MAX_ROUNDS, Progress, ReplayConfig, replay
+from policykit.harness.traces import Trace
+from policykit.memory.model_shapes import PRESETS as SHAPES
+from policykit.memory.plan import default_chunked_prefill_size, plan_kv
+from policykit.plugin_manager import PolicykitPluginManager
+from policykit.registry import Combo
+
+SCHEMA = "policykit.trace-bench/1"
+PAGE_SIZE = 64
+
+
+def planned_pool(preset: ModelPreset, gpu: GPU, page_size: int = PAGE_SIZE) -> dict[str, Any]:
+    """The KV pool ``policykit plan-memory`` gives ``preset`` on one ``gpu`` (its datasheet
+    capacity, SGLang's default reserve and chunk size), with where each number came from."""
+    gib = gpu.memory_gib
+    chunk = default_chunked_prefill_size(gib)
+    plan = plan_kv(SHAPES[preset.name], gib, chunked_prefill_size=chunk, page_size=page_size)
+    return {
+        "pool_tokens": plan.kv_tokens // page_size * page_size,
+        "chunked_prefill_size": chunk,
+        "source": f"plan-memory: {preset.name} on one {gpu.name} ({gpu.memory_gb:g} GB)",
+    }
+
+
+def replay_config(
+    preset: ModelPreset,
+    gpu: GPU,
+    *,
+    pool_tokens: int | None = None,
+    chunked_prefill_size: int | None = None,
+    time_scale: float = 1.0,
+    max_rounds: int | None = None,
+    host_tier: str = "write-through",
+) -> tuple[ReplayConfig, str]:
+    """The replay settings and a sentence saying where the pool size came from."""
+    plan = planned_pool(preset, gpu)
+    source = plan["source"] if pool_tokens is None else "given (--pool-tokens)"
+    return (
+        ReplayConfig(
+            pool_tokens=plan["pool_tokens"] if pool_tokens is None else pool_tokens,
+            chunked_prefill_size=chunked_prefill_size or plan["chunked_prefill_size"],
+            preset=preset,
+            gpu=gpu,
+            time_scale=time_scale,
+            max_rounds=max_rounds or DEFAULT_MAX_ROUNDS,
+            host_tier=host_tier,
+        ),
+        source,
+    )
+
+
+def forward_slice(
+    trace: Trace,
+    combo: Combo,
+    config: ReplayConfig,
+    model: Any,
+    *,
+    pm: PolicykitPluginManager | None = None,
+) -> dict[str, Any]:
+    """The first requests of ``trace`` with the real model forward; checked against the
+    scheduler-only replay of the same slice."""
+    from policykit.harness.engine import ModelForward
+    from policykit.harness.handoff import DecodeHandoff
+
+    forwards: list[ModelForward] = []
+
+    def make(node):
+        forwards.append(ModelForward(model, DecodeHandoff(node)))
+        return forwards[-1]
+
+    # the write-through store keeps no KV data, so the forward slice runs without a host tier
+    config = dataclasses.replace(config, host_tier="off")
+    t0 = time.perf_counter()
+    row = replay(
+        trace, combo, config, pm=pm, forward=make, device=model.device, layout=model.layout
+    )
+    wall = time.perf_counter() - t0
+    plain = replay(trace, combo, config, pm=pm)
+    stats = forwards[0].stats
+    return {
+        "requests": len(trace.requests),
+        "model": model.preset.name,
+        "device": str(model.device),
+        "wall_seconds": wall,
+        "forward_seconds": stats.seconds,
+        "computed_tokens": stats.tokens,
+        "flops": stats.flops,
+        "host_tier": "off",
+        "matches_scheduler_replay": behaviour_key(row) == behaviour_key(plain),
+    }
+
+
+def run_trace_bench(
+    trace: Trace,
+    combos: Iterable[Combo],
+    config: ReplayConfig,
+    *,
+    pm: PolicykitPluginManager | None = None,
+    pool_source: str = "given",
+    model: Any = None,
+    forward_requests: int = 0,
+    on_combo: Callable[[Combo], Progress | None] | None = None,
+) -> dict[str, Any]:
+    """Every combo through the whole trace; the :data:`SCHEMA` document."""
+    created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    rows = []
+    head = trace.head(forward_requests) if forward_requests else None
+    for combo in combos:
+        progress = on_combo(combo) if on_combo is not None else None
+        row = replay(trace, combo, config, pm=pm, progress=progress)
+        if head is not None and model is not None:
+            row["forward"] = forward_slice(head, combo, config, model, pm=pm)
+        rows.append(row)
+    return trace_document(
+        trace, config, rows, pool_source, created, time.perf_counter() - t0, forward_requests
+    )
+
+
+def trace_document(
+    trace: Trace,
+    config: ReplayConfig,
+    rows: list[dict[str, Any]],
+    pool_source: str,
+    created: str,
+    wall_seconds: float,
+    forward_requests: int = 0,
+) -> dict[str, Any]:
+    """The :data:`SCHEMA` document around per-combo rows, however they were produced."""
+    groups = group_identical(rows)
+    return {
+        "schema": SCHEMA,
+        "created": created,
+        "wall_seconds": wall_seconds,
+        "trace": trace.summary(),
+        "replay": {**config.to_dict(), "pool_source": pool_source},
+        "provenance": {
+            "outcomes": f"scheduler-level replay of all {len(trace.requests)} requests "
+            "(deterministic: rounds and tokens)",
+            "predicted": f"roofline of {config.preset.name} on {config.gpu.name} (bf16) for every "
+            "round of that replay; not measured",
+            "forward": f"real model forward on the first {forward_requests} requests"
+            if forward_requests
+            else "no model forward",
+            "scheduler_seconds": "wall clock of this machine (noise; never a winner)",
+        },
+        "combos": rows,
+        "groups": [
+            {"combos": g["combos"], "size": len(g["combos"]), "representative": g["row"]["combo"]}
+            for g in groups
+        ],
+    }
+
+
+def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
+    """Executor unit: one combo through one trace at one load (``policykit.executor``).
+
+    ``args``: ``trace`` (a bundled name or a path the worker can read), ``combo``,
+    ``model`` (roofline preset), ``gpu``, and optionally ``pool_tokens``, ``time_scale``,
+    ``requests`` (first N), ``chunked_prefill_size``, ``max_rounds``.
+    """
+    from policykit.harness.presets import get_preset
+    from policykit.harness.roofline import get_gpu
+    from policykit.plugin_manager import make_plugin_manager
+    from policykit.registry import PolicyRegistry
+
+    trace = _trace(args["trace"])
+    if args.get("requests"):
+        trace = trace.head(int(args["requests"]))
+    config, source = replay_config(
+        get_preset(args.get("model", "llama3-8b")),
+        get_gpu(args.get("gpu", "H200")),
+        pool_tokens=args.get("pool_tokens"),
+        chunked_prefill_size=args.get("chunked_prefill_size"),
+        time_scale=float(args.get("time_scale", 1.0)),
+        max_rounds=args.get("max_rounds"),
+        host_tier=args.get("host_tier", "write-through"),
+    )
+    pm = make_plugin_manager()
+    combo = PolicyRegistry.from_plugins(pm).resolve(
+        args["combo"], config=config.node_config().engine
+    )
+    row = replay(trace, combo, config, pm=pm)
+    return {
+        "trace": trace.name,
+        "trace_summary": trace.summary(),
+        "replay": {**config.to_dict(), "pool_source": source},
+        **row,
+    }
+
+
+@functools.lru_cache(maxsize=4)
+def _trace(arg: str) -> Trace:
+    """A worker runs many units of one trace: parse it once per process."""
+    from policykit.harness.trace_formats import resolve_trace
+
+    return resolve_trace(arg)

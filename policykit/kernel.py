@@ -1,0 +1,309 @@
+"""The round's decisions, written once over a number domain.
+
+The planner decides a round on ints; the checker decides the same round on z3 terms. Both
+ask the same policies the same questions, charge the same ledger and refuse the same broken
+answers, so those decisions live here, written against :class:`Numbers`: a small arithmetic
+interface that :class:`Ints` implements on plain ints (the scheduler's planner,
+:mod:`policykit.planner`) and ``policykit.spec.model.Terms`` on z3 terms (the checker's round
+model). Arithmetic and comparisons are Python's own operators (``Sym`` overloads them);
+what an int and a term do differently goes through the domain:
+
+* ``all`` / ``any`` / ``not_`` / ``choose``: logic and selection (``if`` on a term cannot be
+  branched on);
+* ``decide``: ask a policy and name its answer, and say whether the answer breaks the
+  planner's contract (ints raise a :class:`PolicyError` that names the policy; terms return
+  the condition, which the round model folds into its ``contract`` property);
+* ``when``: a branch's work that only matters where a condition holds. Ints do it only there
+  (a truncation of a deferred chunk would ask the alignment policy a question with no
+  answer); terms always do it, and the caller selects its result by the condition.
+
+The ledger (:class:`~policykit.ledger.Ledger`) already runs on both; so do the views.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from policykit.errors import PolicyError
+from policykit.ledger import Ledger
+from policykit.liveness import swa_facts
+from policykit.node import FIRST_TOKENS
+from policykit.policy import AdmitView, AlignView, ChunkView, Policy, TailView
+from policykit.registry import Combo
+
+
+class Numbers(Protocol):
+    """The arithmetic a round is decided in (see the module docstring)."""
+
+    def all(self, *conds: Any) -> Any: ...
+
+    def any(self, *conds: Any) -> Any: ...
+
+    def not_(self, cond: Any) -> Any: ...
+
+    def choose(self, cond: Any, a: Any, b: Any) -> Any: ...
+
+    def decide(
+        self,
+        kind: str,
+        method: str,
+        view: Any,
+        request_id: str,
+        *,
+        label: str,
+        bad: Callable[[Any], Any],
+        complaint: Callable[[Any], str],
+    ) -> tuple[Any, Any]:
+        """The ``kind`` policy's answer to ``method(view)``, named ``label``, and whether it
+        breaks the contract (``bad(answer)``; ``complaint(answer)`` says how, after the
+        policy's name)."""
+        ...
+
+    def admits(self, view: AdmitView, request_id: str, *, label: str = "admit") -> Any:
+        """The admission policy's verdict on ``view`` (a truth value)."""
+        ...
+
+    def when(self, cond: Callable[[], bool], work: Callable[[], Any]) -> Any:
+        """``work()`` where it matters: ints only if ``cond()`` (else None), terms always."""
+        ...
+
+
+def describe(policy: Policy) -> str:
+    """``The chunking policy 'defer' (built-in)``: who to blame, for error messages."""
+    return f"The {policy.kind} policy {policy.spec!r} ({policy.source})"
+
+
+def ask(policy: Policy, method: Callable[..., Any], view: Any, request_id: str) -> Any:
+    """Call a policy, turning its exceptions into a :class:`PolicyError` that names it, its
+    distribution and the request it was deciding on."""
+    try:
+        return method(view)
+    except PolicyError:
+        raise
+    except Exception as exc:
+        raise PolicyError(
+            f"{describe(policy)} raised {type(exc).__name__}: {exc} "
+            f"(while deciding on request {request_id!r}: {view}).",
+            request_id=request_id,
+        ) from exc
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+class Ints:
+    """The int domain: the scheduler's planner. A broken answer raises at once."""
+
+    def __init__(self, combo: Combo) -> None:
+        self.combo = combo
+
+    def all(self, *conds: Any) -> bool:
+        return all(conds)
+
+    def any(self, *conds: Any) -> bool:
+        return any(conds)
+
+    def not_(self, cond: Any) -> bool:
+        return not cond
+
+    def choose(self, cond: Any, a: Any, b: Any) -> Any:
+        return a if cond else b
+
+    def decide(
+        self,
+        kind: str,
+        method: str,
+        view: Any,
+        request_id: str,
+        *,
+        label: str,
+        bad: Callable[[Any], Any],
+        complaint: Callable[[Any], str],
+    ) -> tuple[int, bool]:
+        policy = getattr(self.combo, kind)
+        answer = ask(policy, getattr(policy, method), view, request_id)
+        if not _is_int(answer) or bad(answer):
+            raise PolicyError(f"{describe(policy)} {complaint(answer)}", request_id=request_id)
+        return answer, False
+
+    def admits(self, view: AdmitView, request_id: str, *, label: str = "admit") -> bool:
+        policy = self.combo.admission
+        verdict = ask(policy, policy.admit, view, request_id)
+        if not isinstance(verdict, bool):
+            raise PolicyError(
+                f"{describe(policy)} answered {verdict!r} to whether request "
+                f"{request_id!r} may enter; an admission verdict is True or False.",
+                request_id=request_id,
+            )
+        return verdict
+
+    def when(self, cond: Callable[[], bool], work: Callable[[], Any]) -> Any:
+        return work() if cond() else None
+
+
+# -- the views ----------------------------------------------------------------------------
+def view_swa_facts(compute: Any, ledger: Ledger, swa_pool: Any | None) -> dict:
+    """The sliding-window fields of a view for a request with ``compute`` tokens to go, with
+    a sliding-window pool of ``swa_pool`` tokens in all (none without hybrid SWA)."""
+    if swa_pool is None:
+        return {}
+    return swa_facts(ledger, compute, FIRST_TOKENS, swa_pool)
+
+
+def chunk_view(remaining: Any, ledger: Ledger, swa_pool: Any | None) -> ChunkView:
+    """The chunking question for a request with ``remaining`` tokens to compute, on the
+    ledger as it stands."""
+    return ChunkView(
+        remaining_tokens=remaining,
+        rem_chunk_tokens=ledger.rem_chunk_tokens,
+        rem_total_tokens=ledger.rem_total_tokens,
+        rem_swa_tokens=ledger.rem_swa_tokens,
+        page_size=ledger.page_size,
+        hybrid_swa=ledger.hybrid_swa,
+        **view_swa_facts(remaining, ledger, swa_pool),
+    )
+
+
+def admit_view(
+    prompt: Any, remaining: Any, host: Any, ledger: Ledger, swa_pool: Any | None
+) -> AdmitView:
+    """The admission question for a prompt of which ``remaining`` tokens are not cached on
+    the device and ``host`` of those load back from the host tier, on the ledger as it
+    stands."""
+    return AdmitView(
+        prompt_tokens=prompt,
+        remaining_tokens=remaining,
+        host_prefix_tokens=host,
+        first_tokens=FIRST_TOKENS,
+        page_size=ledger.page_size,
+        rem_total_tokens=ledger.rem_total_tokens,
+        cur_rem_tokens=ledger.cur_rem_tokens,
+        hybrid_swa=ledger.hybrid_swa,
+        rem_swa_tokens=ledger.rem_swa_tokens,
+        **view_swa_facts(remaining - host, ledger, swa_pool),
+    )
+
+
+# -- the decisions ------------------------------------------------------------------------
+def chunk(
+    num: Numbers, method: str, view: ChunkView, request_id: str, *, label: str
+) -> tuple[Any, Any]:
+    """The chunking policy's chunk length (``new_chunk`` or ``resume_chunk``), which must be
+    in ``[0, remaining]``; and whether it is not."""
+    remaining = view.remaining_tokens
+    return num.decide(
+        "chunking",
+        method,
+        view,
+        request_id,
+        label=label,
+        bad=lambda c: num.any(c < 0, c > remaining),
+        complaint=lambda c: (
+            f"returned the chunk length {c!r} for request {request_id!r} with {remaining} "
+            f"tokens left; a chunk length is an int in [0, {remaining}]."
+        ),
+    )
+
+
+def truncate(
+    num: Numbers, ledger: Ledger, start: Any, end: Any, prompt: Any, request_id: str
+) -> tuple[Any, Any]:
+    """Place the non-final chunk ``[start, end)`` of a ``prompt``-token request on
+    ``ledger``: the alignment policy moves its end, the chunk is charged, and the admission
+    policy reserves the tail still to come. Returns the aligned end and whether a policy
+    broke the contract."""
+    page = ledger.page_size
+    aligned, bad_align = num.decide(
+        "alignment",
+        "align_end",
+        AlignView(start=start, end=end, page_size=page),
+        request_id,
+        label="aligned",
+        bad=lambda a: num.not_(num.all(start < a, a <= end)),
+        complaint=lambda a: (
+            f"moved the end of the chunk [{start}, {end}) of request {request_id!r} to "
+            f"{a!r}; an aligned end must be an int in ({start}, {end}]."
+        ),
+    )
+    ledger.charge_chunk(aligned - start, first_tokens=0)
+    tail = prompt - aligned
+    reserve, bad_reserve = num.decide(
+        "admission",
+        "tail_reserve",
+        TailView(tail_tokens=tail, first_tokens=FIRST_TOKENS, page_size=page),
+        request_id,
+        label="reserve",
+        bad=lambda r: r < 0,
+        complaint=lambda r: (
+            f"reserved {r!r} tokens for the {tail}-token tail of request {request_id!r}; a "
+            "reservation is a non-negative int."
+        ),
+    )
+    ledger.reserve(reserve)
+    return aligned, num.any(bad_align, bad_reserve)
+
+
+def place(
+    num: Numbers,
+    ledger: Ledger,
+    start: Any,
+    length: Any,
+    whole: Any,
+    prompt: Any,
+    request_id: str,
+    *,
+    placed: Callable[[], bool],
+) -> tuple[Ledger, Any, Any]:
+    """The chunk ``[start, start + length)`` of a ``prompt``-token request placed on a copy of
+    ``ledger``: charged with the first tokens where it is the ``whole`` rest of the prompt,
+    else truncated (:func:`truncate`). Returns that ledger, the truncated end and whether the
+    truncation broke the contract. ``placed`` says (to ints) whether the chunk is placed at
+    all: a chunk of 0 has no truncation to ask about."""
+
+    def charged() -> Ledger:
+        out = ledger.copy()
+        out.charge_chunk(length, first_tokens=FIRST_TOKENS)
+        return out
+
+    def cut() -> tuple[Ledger, Any, Any]:
+        out = ledger.copy()
+        end, bad = truncate(num, out, start, start + length, prompt, request_id)
+        return out, end, bad
+
+    full = num.when(lambda: placed() and whole, charged)
+    kept = num.when(lambda: placed() and not whole, cut)
+    cut_ledger, end, bad = (ledger, start + length, False) if kept is None else kept
+    return num.choose(whole, ledger if full is None else full, cut_ledger), end, bad
+
+
+@dataclass
+class Resumed:
+    """The in-progress request's turn (:func:`resume`)."""
+
+    chunk: Any
+    bad_range: Any  #: the chunk is out of range (a broken contract)
+    deferred: Any  #: no chunk this round
+    final: Any  #: the chunk is the rest of the prompt
+    ledger: Ledger  #: the ledger with the chunk placed (where it is)
+    end: Any  #: a truncation's aligned end
+    bad_truncation: Any  #: the truncation broke the contract
+
+
+def resume(
+    num: Numbers, ledger: Ledger, prompt: Any, seq: Any, swa_pool: Any | None, request_id: str
+) -> Resumed:
+    """The in-progress request, ``seq`` of its ``prompt`` tokens computed, resumes first
+    (SGLang's chunked request): the chunking policy's ``resume_chunk``, 0 to defer it; the
+    last chunk is charged with the first tokens, any other is truncated."""
+    remaining = prompt - seq
+    view = chunk_view(remaining, ledger, swa_pool)
+    length, bad_range = chunk(num, "resume_chunk", view, request_id, label="resume_chunk")
+    deferred = length == 0
+    final = length == remaining
+    placed, end, bad = place(
+        num, ledger, seq, length, final, prompt, request_id, placed=lambda: not deferred
+    )
+    return Resumed(length, bad_range, deferred, final, placed, end, bad)

@@ -1,0 +1,125 @@
+"""The comparison page's production-trace section, its results files and its load sweep.
+
+The fixtures ``trace-mooncake-conversation.json`` and ``sweep-mooncake-conversation.json`` are
+real runs: ``run_trace_bench`` and ``replay_unit`` on the first 40 requests of the bundled
+Mooncake conversation trace, five combos, a 32,768-token pool, loads 1, 16 and 64.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from policykit.cli import main
+from policykit.docsgen.comparisons import write_comparisons
+from policykit.docsgen.progress import Step
+from policykit.docsgen.results import (
+    ResultsError,
+    TraceBenchResults,
+    TraceSweepResults,
+    load_results_dir,
+    load_results_file,
+)
+from policykit.docsgen.trace_section import sig
+from policykit.docsgen.trace_sweep import run_sweep
+from policykit.registry import registry_from
+
+from .conftest import FIXTURES
+
+RESULTS = FIXTURES / "results"
+
+
+def test_trace_results_files_are_read_by_their_adapters() -> None:
+    results = load_results_dir(RESULTS)
+    bench = next(r for r in results if isinstance(r, TraceBenchResults))
+    sweep = next(r for r in results if isinstance(r, TraceSweepResults))
+    assert bench.trace["name"] == "mooncake-conversation"
+    assert sum(g["size"] for g in bench.groups) == len(bench.rows) == 5
+    assert sweep.points == (1.0, 16.0, 64.0)
+    assert all(len(v) == 3 for v in sweep.combos.values())
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda d: d.pop("groups"), "groups"),
+        (lambda d: d["combos"][0].pop("outcomes"), "outcomes"),
+        (lambda d: d.__setitem__("trace", 3), "trace"),
+    ],
+)
+def test_a_broken_trace_results_file_is_refused(tmp_path: Path, change, words: str) -> None:
+    doc = json.loads((RESULTS / "trace-mooncake-conversation.json").read_text())
+    change(doc)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match=words):
+        load_results_file(path)
+
+
+def test_the_comparison_page_leads_with_the_trace(tmp_path: Path) -> None:
+    write_comparisons(registry_from(), load_results_dir(RESULTS), tmp_path)
+    page = (tmp_path / "comparisons" / "index.md").read_text()
+    trace = page.index("## Production trace: mooncake-conversation")
+    assert trace < page.index("## Formal verdicts") < page.index("## Scenario replays")
+    assert "3 combos behave identically" in page and "2 combos behave identically" in page
+    assert "fall into **2 behaviours**" in page
+    assert "With alignment `checkpoint`" in page  # why the two rows differ
+    assert "of its 512-token blocks repeat an earlier block" in page
+    for plot in (
+        "trace-mooncake-conversation-load-sweep.svg",
+        "trace-mooncake-conversation-ttft-by-load.svg",
+    ):
+        assert (tmp_path / "comparisons" / "plots" / plot).is_file()
+        assert f"plots/{plot}" in page
+    # predicted seconds with three significant digits, never more
+    section = page[trace : page.index("## Formal verdicts")]
+    for cell in re.findall(r"\| (\d+\.\d+)/(\d+\.\d+) \|", section):
+        for number in cell:
+            assert len(number.replace(".", "").lstrip("0")) <= 3, number
+
+
+def test_three_significant_digits() -> None:
+    assert [sig(x) for x in (2.6024991, 123456.7, 0.000123456, None)] == [
+        "2.6",
+        "1.23e+05",
+        "0.000123",
+        "-",
+    ]
+
+
+def test_the_sweep_runs_through_the_executor() -> None:
+    doc, rows = run_sweep(
+        "mooncake-conversation",
+        ["sglang/sglang/page", "reserve-tail/sglang/checkpoint:256"],
+        (1.0, 4.0),
+        {"requests": 8, "pool_tokens": 32768},
+        executor="local",
+        workers=1,
+    )
+    assert doc["schema"] == "policykit.trace-sweep/1" and doc["failed"] == []
+    assert doc["executor"]["name"] == "local"
+    assert [len(r) for r in rows] == [2, 2]
+    for points in doc["combos"].values():
+        assert [p["verdict"] for p in points] == ["ok", "ok"]
+        assert points[1]["ttft_p99_s"] >= points[0]["ttft_p99_s"]
+
+
+def test_docs_refuses_a_workload_that_is_not_a_trace() -> None:
+    result = CliRunner().invoke(main, ["docs", "--workloads", "long-prompts", "--no-build"])
+    assert result.exit_code == 2
+    assert "not a production trace" in result.output and "Traceback" not in result.output
+
+
+def test_a_step_writes_lines_to_a_log() -> None:
+    log = io.StringIO()
+    step = Step("policykit docs: x", 3)
+    step._beat.stream, step._beat.interval = log, 0.01  # a log, and a short interval
+    with step:
+        step.describe("first")
+        step.advance()
+    assert "policykit docs: x: 1/3 done" in log.getvalue()

@@ -1,0 +1,157 @@
+"""The round kernel (``policykit.kernel``) decides alike on ints and on z3 terms.
+
+The planner runs the kernel's decisions on ints (:class:`policykit.kernel.Ints`), the checker
+on terms (``policykit.spec.model.Terms``). Here each decision is run both ways on the same
+concrete inputs, for every built-in combo: the terms, with the inputs fixed, must take the
+values the ints took. A broken policy answer raises on ints and is a true ``bad`` condition
+on terms.
+"""
+
+from __future__ import annotations
+
+import pytest
+import z3
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policykit import kernel
+from policykit.errors import PolicyError
+from policykit.kernel import Ints
+from policykit.ledger import Ledger
+from policykit.plugin_manager import make_plugin_manager
+from policykit.policy import AlignmentPolicy, EngineConfig
+from policykit.registry import Combo, PolicyRegistry
+from policykit.spec.model import Encoder, Terms, t
+from policykit.spec.symbolic import Sym, num
+
+PAGE, CHUNK = 64, 512
+ALL = list(
+    PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False)).all_combos(
+        EngineConfig(PAGE, CHUNK)
+    )
+)
+#: one combo per chunking and alignment policy (what a resume asks)
+COMBOS = list({(c.chunking.spec, c.alignment.spec): c for c in ALL}.values())
+
+
+def _ledger(baseline: object, chunk: object, total_offset: object, cur_offset: object) -> Ledger:
+    return Ledger(
+        page_size=PAGE,
+        baseline=baseline,  # type: ignore[arg-type]
+        rem_chunk_tokens=chunk,  # type: ignore[arg-type]
+        rem_total_token_offset=total_offset,  # type: ignore[arg-type]
+        cur_rem_token_offset=cur_offset,  # type: ignore[arg-type]
+    )
+
+
+def _sym(v: int) -> Sym:
+    return Sym(num(v))
+
+
+def _value(model: z3.ModelRef, x: object) -> int | bool:
+    v = model.eval(t(x), model_completion=True)
+    return z3.is_true(v) if z3.is_bool(v) else v.as_long()
+
+
+def _on_terms(combo: Combo, fn):  # type: ignore[no-untyped-def]
+    """Run ``fn(num, lift)`` on the z3 domain and return ``(model, result)``: the encoder's
+    facts (the named answers) solved with every input a constant."""
+    with Encoder() as enc:
+        result = fn(Terms(enc, combo, {}), _sym)
+        solver = z3.Solver()
+        solver.add(*enc.facts)
+        assert solver.check() == z3.sat
+        return solver.model(), result
+
+
+states = st.tuples(
+    st.integers(1, 40).map(lambda p: p * PAGE),  # baseline
+    st.integers(0, CHUNK),  # compute budget left
+    st.integers(0, 3).map(lambda p: p * PAGE),  # offsets already promised
+    st.integers(1, 3000),  # prompt
+    st.integers(0, 2999),  # computed so far
+)
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=str)
+@settings(max_examples=25)
+@given(state=states)
+def test_resume_agrees_on_ints_and_terms(combo: Combo, state: tuple) -> None:
+    baseline, budget, offset, prompt, seq = state
+    seq = min(seq, prompt - 1)
+    ints = kernel.resume(
+        Ints(combo), _ledger(baseline, budget, offset, offset), prompt, seq, None, "R"
+    )
+
+    def on_terms(n, lift):  # type: ignore[no-untyped-def]
+        led = _ledger(lift(baseline), lift(budget), lift(offset), lift(offset))
+        return kernel.resume(n, led, lift(prompt), lift(seq), None, "R")
+
+    model, terms = _on_terms(combo, on_terms)
+    assert _value(model, terms.chunk) == ints.chunk
+    assert _value(model, terms.deferred) == ints.deferred
+    assert _value(model, terms.final) == ints.final
+    assert not _value(model, terms.bad_range)
+    if not ints.deferred:
+        for field in ("baseline", "rem_total_tokens", "cur_rem_tokens", "rem_chunk_tokens"):
+            assert _value(model, getattr(terms.ledger, field)) == getattr(ints.ledger, field)
+    if not ints.deferred and not ints.final:
+        assert _value(model, terms.end) == ints.end
+        assert not _value(model, terms.bad_truncation)
+
+
+@pytest.mark.parametrize("combo", ALL[:4], ids=str)
+def test_views_agree_on_ints_and_terms(combo: Combo) -> None:
+    led = _ledger(20 * PAGE, CHUNK, PAGE, 0)
+    ints = kernel.admit_view(900, 700, 128, led, None)
+
+    def on_terms(n, lift):  # type: ignore[no-untyped-def]
+        sym_led = _ledger(lift(20 * PAGE), lift(CHUNK), lift(PAGE), lift(0))
+        return kernel.admit_view(lift(900), lift(700), lift(128), sym_led, None)
+
+    model, terms = _on_terms(combo, on_terms)
+    for field in ("prompt_tokens", "remaining_tokens", "rem_total_tokens", "cur_rem_tokens"):
+        assert _value(model, getattr(terms, field)) == getattr(ints, field)
+
+
+class PastTheEnd(AlignmentPolicy):
+    """Moves a chunk's end one token past it: a broken alignment."""
+
+    name = "past-the-end"
+
+    def align_end(self, view):  # type: ignore[no-untyped-def]
+        return view.end + 1
+
+
+def _broken(combo: Combo) -> Combo:
+    import dataclasses
+
+    return dataclasses.replace(combo, alignment=PastTheEnd())
+
+
+def test_a_broken_alignment_raises_on_ints_and_is_bad_on_terms() -> None:
+    combo = _broken(ALL[0])
+    with pytest.raises(PolicyError, match="moved the end of the chunk \\[0, 100\\)"):
+        kernel.truncate(Ints(combo), _ledger(40 * PAGE, CHUNK, 0, 0), 0, 100, 300, "R")
+
+    def on_terms(n, lift):  # type: ignore[no-untyped-def]
+        led = _ledger(lift(40 * PAGE), lift(CHUNK), lift(0), lift(0))
+        return kernel.truncate(n, led, lift(0), lift(100), lift(300), "R")
+
+    model, (end, bad) = _on_terms(combo, on_terms)
+    assert _value(model, end) == 101
+    assert _value(model, bad) is True
+
+
+def test_a_chunk_out_of_range_raises_on_ints() -> None:
+    class TooLong:
+        kind, spec, source = "chunking", "too-long", "test"
+
+        def resume_chunk(self, view):  # type: ignore[no-untyped-def]
+            return view.remaining_tokens + 1
+
+    import dataclasses
+
+    combo = dataclasses.replace(ALL[0], chunking=TooLong())
+    with pytest.raises(PolicyError, match="a chunk length is an int in \\[0, 200\\]"):
+        kernel.resume(Ints(combo), _ledger(40 * PAGE, CHUNK, 0, 0), 300, 100, None, "R")
