@@ -23,6 +23,7 @@ with hybrid SWA: 0.5.23 loads the sliding-window part of a host hit separately) 
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from array import array
 from dataclasses import dataclass, field
@@ -102,6 +103,7 @@ def load() -> dict[str, Any]:
             f"SGLang {found} is installed, but this driver speaks to SGLang "
             f"{SUPPORTED_VERSION} only; {INSTALL_HINT}."
         )
+    _import_real_xgrammar()
     gpu_stubs.install()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -131,6 +133,17 @@ def load() -> dict[str, Any]:
     _UPSTREAM.update(_storage_classes(_UPSTREAM))
     _UPSTREAM["storage"] = storage.storage_classes(_UPSTREAM)
     return _UPSTREAM
+
+
+def _import_real_xgrammar() -> None:
+    """Import xgrammar, when installed (the vllm extra brings it), before the stubs go in.
+
+    SGLang's parsers import it (and tolerate its absence), and it needs the real ``tvm_ffi``,
+    which the stubs answer for SGLang's kernels: imported after them, it fails with an
+    AttributeError instead of an ImportError. Imported first, it keeps the real one.
+    """
+    with contextlib.suppress(ImportError):
+        import xgrammar  # noqa: F401
 
 
 def _storage_classes(up: dict[str, Any]) -> dict[str, type]:

@@ -1,0 +1,189 @@
+"""Stepping vLLM's real scheduler through a policykit scenario as a prefill-only node.
+
+One policykit round is one ``Scheduler.schedule()`` followed by one ``update_from_output`` with
+a hand-made ``ModelRunnerOutput``: a request whose prompt is fully computed after the step
+samples one token and, with ``max_tokens=1``, finishes there (what a disaggregated prefill
+instance does). Its blocks stay allocated (see :mod:`.connector`) until the driver reports its
+transfer done: in the update of round ``max(f, f + kv_release_rounds - 1)`` for a request
+finished in round ``f``, so they are free for the next round's ``schedule()`` -- policykit's
+"released at the start of round ``f + kv_release_rounds``" (never before ``f + 1``); with
+``kv_release_rounds`` null the KV is held for the whole run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from policykit.conformance.vllm.engine import SchedulerKnobs, build_scheduler
+from policykit.conformance.vllm.mapping import pool_blocks, refuse_unmappable
+from policykit.conformance.vllm.record import StepRecord, Trace
+from policykit.scenario import Scenario
+
+#: request ``i``'s token ids start at ``(i + 1) * _ID_STRIDE``, as policykit lays prompts out:
+#: no two requests share a block hash unless a prefix is meant to be shared
+_ID_STRIDE = 1 << 40
+#: the token every finished prefill "samples"; its value never matters to the scheduler
+_SAMPLED = 0
+#: the prefix owners' ids, outside any scenario id space
+_OWNER = "policykit-prefix-owner:"
+#: computing the device prefixes takes at most one step per budget's worth of prefix tokens
+_MAX_WARMUP_STEPS = 1 << 20
+
+
+@dataclass
+class _Run:
+    scheduler: Any
+    release_delay: int | None
+    hasher: Any
+    finished_round: dict[str, int] = field(default_factory=dict)
+    held: list[str] = field(default_factory=list)  # finished, blocks not yet released
+    usable_blocks: int = 0
+
+
+def _prompt(index: int, length: int) -> list[int]:
+    base = (index + 1) * _ID_STRIDE
+    return list(range(base, base + length))
+
+
+def _block_hasher(block_size: int) -> Any:
+    """vLLM's prefix-cache block hasher; what makes identical token ids share cached blocks."""
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    init_none_hash(sha256)
+    return get_request_block_hasher(block_size, sha256)
+
+
+def _make_request(request_id: str, tokens: list[int], hasher: Any) -> Any:
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    return Request(
+        request_id=request_id,
+        prompt_token_ids=tokens,
+        sampling_params=SamplingParams(max_tokens=1, ignore_eos=True),
+        pooling_params=None,
+        arrival_time=0.0,
+        block_hasher=hasher,
+    )
+
+
+def _runner_output(sched: Any, ids: list[str], finished: list[str], release: list[str]) -> Any:
+    """What a model runner would return: one sampled token for each finished prefill."""
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+
+    return ModelRunnerOutput(
+        req_ids=ids,
+        req_id_to_index={rid: i for i, rid in enumerate(ids)},
+        sampled_token_ids=[[_SAMPLED] if rid in finished else [] for rid in ids],
+        kv_connector_output=KVConnectorOutput(finished_sending=set(release)),
+    )
+
+
+def _prefills_done(sched: Any, ids: list[str]) -> list[str]:
+    """Scheduled requests whose whole prompt is computed once this step runs."""
+    return [
+        rid
+        for rid in ids
+        if sched.requests[rid].num_computed_tokens >= sched.requests[rid].num_prompt_tokens
+    ]
+
+
+def _step(run: _Run, round_no: int) -> StepRecord:
+    """One round: ``schedule()``, then ``update_from_output()`` with the hand-made output."""
+    sched = run.scheduler
+    out = sched.schedule()
+    free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+    ids = list(out.num_scheduled_tokens)
+    done = _prefills_done(sched, ids)
+    delay = run.release_delay
+    release: list[str] = []
+    if delay is not None:
+        release = [rid for rid in run.held if run.finished_round[rid] + delay - 1 <= round_no]
+        release += [rid for rid in done if delay <= 1]
+    sched.update_from_output(out, _runner_output(sched, ids, done, release))
+    completed = [
+        rid for rid in done if rid not in sched.requests or sched.requests[rid].is_finished()
+    ]
+    for rid in completed:
+        run.finished_round[rid] = round_no
+    run.held = [rid for rid in [*run.held, *completed] if rid not in release]
+    return StepRecord(
+        round=round_no,
+        scheduled=dict(out.num_scheduled_tokens),
+        preempted=sorted(out.preempted_req_ids or ()),
+        completed=completed,
+        released=release,
+        blocks_used=run.usable_blocks - free,
+        blocks_free=free,
+    )
+
+
+def _warm_prefixes(run: _Run, scenario: Scenario, prompts: list[list[int]]) -> int:
+    """Compute each device prefix before round 1; return the steps it took (not recorded)."""
+    owners = {}
+    for spec, tokens in zip(scenario.requests, prompts, strict=True):
+        if spec.device_prefix_tokens:
+            rid = _OWNER + spec.id
+            owners[rid] = spec.device_prefix_pinned
+            prefix = tokens[: spec.device_prefix_tokens]
+            run.scheduler.add_request(_make_request(rid, prefix, run.hasher))
+    steps = 0
+    sched = run.scheduler
+    while owners and steps < _MAX_WARMUP_STEPS:
+        steps += 1
+        out = sched.schedule()
+        ids = list(out.num_scheduled_tokens)
+        done = _prefills_done(sched, ids)
+        unpinned = [rid for rid in done if not owners[rid]]
+        sched.update_from_output(out, _runner_output(sched, ids, done, unpinned))
+        for rid in done:
+            del owners[rid]
+    return steps
+
+
+def drive(
+    scenario: Scenario, knobs: SchedulerKnobs | None = None, *, max_rounds: int = 10_000
+) -> Trace:
+    """Run ``scenario`` through vLLM's scheduler; one :class:`StepRecord` per round."""
+    refuse_unmappable(scenario)
+    knobs = knobs or SchedulerKnobs()
+    page = scenario.page_size
+    prompts = [_prompt(i, r.prompt_tokens) for i, r in enumerate(scenario.requests)]
+    longest = max((r.prompt_tokens for r in scenario.requests), default=1)
+    budget = scenario.chunked_prefill_size
+    seqs = knobs.max_num_seqs or max(len(scenario.requests), 1) + 1
+    scheduler = build_scheduler(
+        block_size=page,
+        num_blocks=pool_blocks(scenario) + 1,
+        budget=budget,
+        max_model_len=longest + 1,
+        max_num_seqs=min(seqs, budget),
+        knobs=knobs,
+    )
+    usable = scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1  # less the null block
+    run = _Run(scheduler, scenario.kv_release_rounds, _block_hasher(page), usable_blocks=usable)
+    warmup = _warm_prefixes(run, scenario, prompts)
+    pending = sorted(zip(scenario.requests, prompts, strict=True), key=lambda p: p[0].arrival_round)
+    steps: list[StepRecord] = []
+    for round_no in range(1, max_rounds + 1):
+        while pending and pending[0][0].arrival_round <= round_no:
+            spec, tokens = pending.pop(0)
+            scheduler.add_request(_make_request(spec.id, tokens, run.hasher))
+        steps.append(_step(run, round_no))
+        finished = len(run.finished_round) == len(scenario.requests)
+        if finished and (run.release_delay is None or not run.held):
+            break
+    return Trace(
+        scenario=scenario.name,
+        block_size=page,
+        num_blocks=usable,
+        budget=budget,
+        knobs=knobs,
+        kv_release_rounds=scenario.kv_release_rounds,
+        warmup_steps=warmup,
+        steps=steps,
+        finished_round=dict(run.finished_round),
+        unfinished=[r.id for r in scenario.requests if r.id not in run.finished_round],
+    )

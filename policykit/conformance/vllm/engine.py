@@ -1,0 +1,153 @@
+"""Building vLLM 0.33.0's real v1 ``Scheduler`` on a CPU, offline, with no KV tensors.
+
+This follows vLLM's own CPU unit tests (``tests/v1/core/utils.py create_scheduler``): a
+``VllmConfig`` and a ``KVCacheConfig`` with one ``FullAttentionSpec`` group and no tensors, so
+the block pool, prefix cache and every scheduling decision are vLLM's code while nothing is
+ever computed. The model is a one-layer Llama ``config.json`` written to a temporary folder
+(``skip_tokenizer_init``, ``HF_HUB_OFFLINE``): no download, no weights, no tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: the vLLM release this oracle was written against and is tested with
+VLLM_VERSION = "0.33.0"
+
+_MODEL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 1,
+    "vocab_size": 1024,
+    "max_position_embeddings": 1 << 26,
+    "torch_dtype": "float32",
+}
+
+INSTALL_HINT = "pip install -e '.[vllm]' && pip install --no-deps vllm==0.33.0 xgrammar==0.2.9"
+
+
+class VllmUnavailable(RuntimeError):
+    """vLLM 0.33.0's scheduler cannot be imported here (the ``vllm`` extra is not installed)."""
+
+
+@dataclass(frozen=True)
+class SchedulerKnobs:
+    """The vLLM settings a scenario has no field for: vLLM's own defaults unless overridden."""
+
+    long_prefill_token_threshold: int = 0
+    scheduler_reserve_full_isl: bool = True
+    #: None: as many as the scenario has requests, so the cap never binds (policykit has none)
+    max_num_seqs: int | None = None
+    enable_prefix_caching: bool = True
+
+
+def load() -> Any:
+    """Import vLLM's scheduler module, or raise :class:`VllmUnavailable` saying how to install."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        from importlib.metadata import version
+
+        import vllm.v1.core.sched.scheduler as scheduler_module
+    except ImportError as exc:
+        raise VllmUnavailable(
+            f"vLLM {VLLM_VERSION}'s scheduler cannot be imported ({exc}); install it with "
+            f"{INSTALL_HINT}"
+        ) from None
+    found = version("vllm")
+    if found != VLLM_VERSION:
+        raise VllmUnavailable(
+            f"vLLM {found} is installed, but this oracle drives vLLM {VLLM_VERSION}'s scheduler; "
+            f"install it with {INSTALL_HINT}"
+        )
+    return scheduler_module
+
+
+def _model_dir() -> str:
+    """A folder holding the small model's config.json (written once per process)."""
+    folder = Path(tempfile.gettempdir()) / f"policykit-vllm-{VLLM_VERSION}-model"
+    folder.mkdir(exist_ok=True)
+    path = folder / "config.json"
+    if not path.exists():
+        # written aside and renamed: parallel test workers may build schedulers at once
+        partial = folder / f"config.json.{os.getpid()}"
+        partial.write_text(json.dumps(_MODEL_CONFIG), encoding="utf-8")
+        os.replace(partial, path)
+    return str(folder)
+
+
+def build_scheduler(
+    *,
+    block_size: int,
+    num_blocks: int,
+    budget: int,
+    max_model_len: int,
+    max_num_seqs: int,
+    knobs: SchedulerKnobs,
+) -> Any:
+    """A real ``Scheduler`` whose pool has ``num_blocks`` blocks (one is vLLM's null block)."""
+    load()
+    import torch
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        KVTransferConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from policykit.conformance.vllm.connector import MODULE_PATH, HoldKVConnector
+
+    model = ModelConfig(
+        model=_model_dir(), skip_tokenizer_init=True, dtype="float32", max_model_len=max_model_len
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=max_model_len,
+        is_encoder_decoder=False,
+        long_prefill_token_threshold=knobs.long_prefill_token_threshold,
+        enable_chunked_prefill=True,
+        scheduler_reserve_full_isl=knobs.scheduler_reserve_full_isl,
+    )
+    cache = CacheConfig(block_size=block_size, enable_prefix_caching=knobs.enable_prefix_caching)
+    cache.num_gpu_blocks = num_blocks
+    transfer = KVTransferConfig(
+        kv_connector=HoldKVConnector.__name__,
+        kv_connector_module_path=MODULE_PATH,
+        kv_role="kv_producer",
+    )
+    config = VllmConfig(
+        device_config=DeviceConfig(device="cpu"),
+        model_config=model,
+        scheduler_config=scheduler_config,
+        cache_config=cache,
+        kv_transfer_config=transfer,
+    )
+    spec = FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+    )
+    kv_cache = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    return Scheduler(
+        vllm_config=config,
+        kv_cache_config=kv_cache,
+        structured_output_manager=StructuredOutputManager(config),
+        block_size=block_size,
+        log_stats=False,
+    )
