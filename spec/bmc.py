@@ -69,20 +69,6 @@ PROPERTIES = (
 )
 #: the key of admitted-completes' stuck half in a round's violations (not a property of its own)
 STUCK_ONLY = "admitted-completes:stuck"
-PROPERTY_DOCS = {
-    "no-oom": "the full KV pool can pay for every planned batch (load-backs + alloc_extend)",
-    "swa-no-oom": "the sliding-window pool can pay extend + page_size per chunk (hybrid SWA)",
-    "admitted-completes": "every admitted request can still complete after every round: what "
-    "it owes fits in what the node can ever free again (free + evictable + held KV still due "
-    "back), and the scheduler never fails it for waiting forever (full and SWA pools)",
-    "no-starvation": "a round that opens on a drained node (nothing in progress, no KV held) "
-    "while a request an idle node would admit waits, places a request: no waiting request "
-    "waits forever behind one that can never fit",
-    "progress": "a round that opens with memory to finish the in-progress request schedules it",
-    "ledger": "cur_rem_tokens >= rem_total_tokens after every placed chunk",
-    "contract": "every policy decision is one the planner accepts (chunk in range, aligned end "
-    "in (start, end], reservation >= 0)",
-}
 
 
 @dataclass(frozen=True)
@@ -452,7 +438,7 @@ def unroll_round(
     for i, e in enumerate(entries):
         computes = e.end.t > e.start.t
         kind = e.kind.t
-        done = z3.And(computes, z3.Or(kind == 1, kind == 4))  # whole / final
+        done = z3.And(computes, z3.Or(kind == WHOLE, kind == FINAL))
         seq[i] = enc.bind("seq", ite(computes, e.end, s.seq[i]))
         finished[i] = enc.bind("finished", ite(done, r, s.finished[i]))
         # the resumed request comes first in the plan, then the queue's

@@ -82,10 +82,6 @@ def _sym(name: str) -> Sym:
     return Sym(z3.Int(name))
 
 
-def _nonneg(*names: str) -> Callable[[dict[str, z3.ArithRef], EngineConfig], list[Any]]:
-    return lambda x, _: [x[n] >= 0 for n in names]
-
-
 METHODS: tuple[Method, ...] = (
     Method(
         "admission",

@@ -34,8 +34,9 @@ request instead of forcing a chunk the pool cannot pay for: such a combo never O
 where admitted => completes is violated (the request waits for releases instead).
 
 What this covers is the model of ``policykit.spec.model`` (pinned device prefixes, host
-load-backs, held KV and releases at any time, hybrid SWA, any ``max_prefill_tokens``: a spent
-input budget only stops the queue; no unpinned prefix locks), with the combo's real policies
+load-backs, unpinned prefixes with their locks, re-selection and eviction, held KV and
+releases at any time, hybrid SWA, any ``max_prefill_tokens``: a spent input budget only stops
+the queue), with the combo's real policies
 evaluated symbolically, and policies
 assumed to honour their contract (that is the separate ``contract`` property). A failed
 obligation is *not* a violation: the candidate invariant is just not inductive for that combo,

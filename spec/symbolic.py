@@ -191,10 +191,6 @@ def quotient(x: z3.ArithRef, d: int) -> z3.ArithRef:
     return x / d if sink is None else sink.quotient(x, d)
 
 
-def sym_int(x: IntLike) -> Sym:
-    return x if isinstance(x, Sym) else Sym(_term(x))
-
-
 class Sym:
     """A symbolic integer. Python semantics are kept: ``//`` and ``%`` by a positive int floor
     like Python's (z3's integer ``div``/``mod`` agree for positive divisors)."""

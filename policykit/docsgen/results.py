@@ -21,9 +21,6 @@ from policykit.docsgen.markdown import Provenance
 from policykit.errors import ComboError, PolicykitError
 from policykit.registry import DEFAULT_COMBO, parse_combo
 
-#: the shape the adapters accept, written down in docs/results-format.md
-PROVISIONAL_SCHEMA = 0
-
 VERDICTS = ("proved", "violated", "unknown", "refused")
 _VERDICT_WORDS = {
     "proved": "proved",

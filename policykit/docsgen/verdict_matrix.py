@@ -44,10 +44,6 @@ def mark_of(v: Verdict | None) -> str:
     return v.verdict
 
 
-def bound_text(v: Verdict) -> str:
-    return "any number of rounds" if v.unbounded else f"up to K={v.bound} rounds"
-
-
 def mark_html(v: Verdict | None, prop: str) -> str:
     """One property's mark in a cell: a coloured glyph whose tooltip says the whole verdict."""
     kind = mark_of(v)
