@@ -1,6 +1,7 @@
 """The fragmentation workload: does ``frag_gap`` creep up under an allocator-phase policy?
 
-Seed 002's failure needs days of serving; this workload compresses its two ingredients into
+The fragmentation incident (docs/incidents.md#allocator-fragmentation) needs days of
+serving; this workload compresses its two ingredients into
 minutes. Every step is one prefill forward whose activations have a different size (prompt
 lengths vary, and the longest prompts seen so far slowly get longer), and a population of
 long-lived small tensors (per-request metadata, cached indices) comes and goes between them.
@@ -54,7 +55,8 @@ class Workload:
     pin_lifetime: tuple[int, int] = (200, 800)  #: steps
     release_every: int = 100
     static_gib: float = 8.0  #: weights + KV pool, allocated during initialisation
-    late_static_mib: int = 256  #: a serving-time RDMA staging buffer (seed 002's exception)
+    #: a serving-time RDMA staging buffer (docs/incidents.md#allocator-fragmentation)
+    late_static_mib: int = 256
 
 
 @dataclass(frozen=True)

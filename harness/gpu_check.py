@@ -3,7 +3,8 @@
 Run on one H200 (``python -m policykit.harness.gpu_check``): it builds the ``llama3-8b`` preset
 in bf16, a 32768-token pool (chunk budget 8192), checks that chunked bf16 logits stay within
 :data:`BF16_REL_BOUND` of a dense forward, then runs ``long-prompts`` (no crash: throughput)
-and ``host-hit-heavy`` (the seed 000 crash) through three combinations, and prints achieved
+and ``host-hit-heavy`` (the truncated-tail crash, docs/incidents.md#truncated-tail) through
+three combinations, and prints achieved
 TFLOP/s, MFU against the 989 TFLOP/s bf16 dense peak, and the allocator watermark. Sized to
 finish well under five minutes. ``--dry-run`` runs the same code with the tiny preset on the
 CPU, so the script is tested where no GPU is.

@@ -112,8 +112,8 @@ def kv_utilisation(result: RunResult, total: int) -> list[dict[str, float]]:
 
 
 def is_torch_oom(exc: BaseException) -> bool:
-    """A torch out-of-memory error anywhere in ``exc``'s chain (seed 002: engines re-raise
-    allocation failures as their own errors)."""
+    """A torch out-of-memory error anywhere in ``exc``'s chain (engines re-raise allocation
+    failures as their own errors: docs/incidents.md#allocator-fragmentation)."""
     return find_cuda_oom(exc) is not None
 
 

@@ -181,7 +181,8 @@ class Decoder:
         """One round: every chunk in one pass, KV read from and written to ``pool``.
 
         Returns, per chunk, the fp32 logits of its last position when ``chunk.sample`` (the
-        request's final chunk), else ``None``: no logits for positions nobody samples (seed 003).
+        request's final chunk), else ``None``: no logits for positions nobody samples
+        (docs/incidents.md#runtime-memory).
         """
         ids = torch.cat([c.ids for c in chunks])
         positions = torch.cat([torch.arange(c.start, c.end, device=self.device) for c in chunks])

@@ -128,7 +128,7 @@ def long_prompts(pool: int, seed: int) -> Workload:
 
 
 def host_hit_heavy(pool: int, seed: int) -> Workload:
-    """Seed 000's A/B/C shape, repeated in waves.
+    """The A/B/C shape of docs/incidents.md#truncated-tail, repeated in waves.
 
     Per wave: A computes ``chunk/4 + 64`` tokens, so the truncated B's chunk ends 192 tokens
     past a 256 checkpoint; B is a 55-65% prompt, chunked; then host hits C that each compute
@@ -157,8 +157,9 @@ def host_hit_heavy(pool: int, seed: int) -> Workload:
             )
     return Workload(
         "host-hit-heavy",
-        "Seed 000's shape in four waves: a short request, a long chunked one, then four host-tier "
-        "hits that compute at most 192 tokens but each load back 40-45% of the pool. KV is held "
+        "The truncated-tail incident's shape in four waves: a short request, a long chunked "
+        "one, then four host-tier hits that compute at most 192 tokens but each load back "
+        "40-45% of the pool. KV is held "
         "six rounds for the transfer to decode.",
         pool,
         chunk,
@@ -283,7 +284,8 @@ def seed_incident(pool: int, seed: int) -> Workload:
     )
     return Workload(
         "seed-incident",
-        f"Seed 000's production incident (request 1keim) scaled by {scale:.3f} to the pool: a "
+        f"The truncated-tail production incident (request 1keim) scaled by {scale:.3f} to the "
+        "pool: a "
         "long request with a pinned device prefix and a large host prefix, and a 185-token host "
         "hit that enters through the checkpoint gap. KV is held for the whole run.",
         pool,

@@ -2,7 +2,8 @@
 
 A host hit is the cheapest prefill there is in compute and the most expensive in memory: the
 copied-back tokens are not recomputed (no compute budget) but they take device slots *at
-admission*, before the batch is allocated. Seed 000's incident is exactly that asymmetry.
+admission*, before the batch is allocated. The truncated-tail incident
+(docs/incidents.md#truncated-tail) is exactly that asymmetry.
 """
 
 from __future__ import annotations

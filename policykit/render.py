@@ -1,4 +1,5 @@
-"""Terminal rendering of a run: one row per scheduling decision, like seed 000's A/B/C table.
+"""Terminal rendering of a run: one row per scheduling decision, like the A/B/C table of
+docs/incidents.md#truncated-tail.
 
 Every table the commands print goes through :func:`fold` so that, at 80 columns, a cell that
 does not fit wraps onto the next line instead of being cut to ``trunc…``.

@@ -220,7 +220,8 @@ class Scheduler:
     def start_serving(self) -> None:
         """The init -> serving boundary: the node is built, no round has run yet.
 
-        The allocator-phase policy switches allocator settings here (seed 002); called by
+        The allocator-phase policy switches allocator settings here
+        (docs/incidents.md#allocator-fragmentation); called by
         :meth:`run`, or earlier by a harness that allocates more static buffers first.
         """
         if not self._serving:

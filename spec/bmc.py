@@ -265,8 +265,8 @@ class NodeState:
     left: list[z3.BoolRef]  #: the request left the waiting queue (placed or rejected for good)
     #: with a queue in arrival order, requests leave it in order: how many have (``left`` is
     #: then ``admitted > i``). One counter instead of a flag per request keeps that order
-    #: explicit, which the solver needs: with flags the round-3 query of seed 000 went from
-    #: 5-12 s to over 15 s. None for a queue ordered by priority
+    #: explicit, which the solver needs: with flags the round-3 query of the truncated-tail
+    #: incident went from 5-12 s to over 15 s. None for a queue ordered by priority
     admitted: Sym | None
     seq: list[Sym]
     finished: list[Sym]  #: round it finished, 0 while not

@@ -1,7 +1,7 @@
 """Counterexamples as data: read a z3 model back as rounds, minimise it, print it, export it.
 
 A counterexample is only useful if a person can read it and a machine can replay it. So the
-model is turned into the same per-round rows ``policykit simulate`` prints (seed 000's A/B/C
+model is turned into the same per-round rows ``policykit simulate`` prints (the A/B/C
 table), after :mod:`policykit.spec.shrink` made it small, and written as a scenario file
 (``policykit.scenario``) that ``policykit simulate`` replays.
 """

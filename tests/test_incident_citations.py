@@ -13,19 +13,7 @@ FOLDERS = ("policykit", "plugins", "spec", "harness")
 CITATION = re.compile(r"\bseeds? 0\d\d", re.IGNORECASE)
 #: files whose owners rewrite their citations after issue 22's merge; the test fails once a
 #: file here is clean, so that the list only shrinks
-NOT_YET: dict[str, int] = {
-    "harness/fragmentation.py": 2,
-    "harness/gpu_check.py": 1,
-    "harness/metrics.py": 1,
-    "harness/model.py": 1,
-    "harness/workloads.py": 3,
-    "policykit/docsgen/replay.py": 1,
-    "policykit/host_tier.py": 1,
-    "policykit/render.py": 1,
-    "policykit/scheduler.py": 1,
-    "spec/bmc.py": 1,
-    "spec/counterexample.py": 1,
-}
+NOT_YET: dict[str, int] = {}
 
 
 def citations() -> dict[str, int]:

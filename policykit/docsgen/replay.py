@@ -2,7 +2,8 @@
 
 The concept pages, the scenario-replay comparison and the counterexample traces all show a run
 the same way: the round table of ``policykit simulate`` (one row per scheduling decision, like
-seed 000's A/B/C table) followed by the outcome. They all get it from here, from a real
+the A/B/C table of docs/incidents.md#truncated-tail) followed by the outcome. They all get it
+from here, from a real
 :class:`~policykit.scheduler.Scheduler` run on CPU tensors.
 """
 
