@@ -122,7 +122,7 @@ class Inputs:
         pool += [(r.device, page, 0) for r in reqs]
         if self.unpinned:
             pool += [(r.unpinned, page, 0) for r in reqs]
-        if config.hybrid:
+        if config.hybrid_swa:
             pool.append((self.swa_free, page, page))
         prompts = [(x, granule, 0) for r in reqs for x in (r.prompt, r.host)]
         timing = [(r.arrival, 1, 1) for r in reqs] + [(self.release_rounds, 1, 0)]
@@ -203,7 +203,7 @@ def make_inputs(
         delay.t >= 0,
         delay.t <= bounds.release_cap(rounds),
     ]
-    if config.hybrid:
+    if config.hybrid_swa:
         floor = max(page, bounds.min_swa_pool_tokens or 0)
         f += [swa_free.t >= floor, swa_free.t <= bounds.max_pool_tokens]
     else:
@@ -369,7 +369,7 @@ def unroll_round(
         e = model.resume(state, has, c_prompt, c_seq)
         room = z3.And(
             baseline.t >= owed(c_prompt, c_seq, page).t + page,
-            swa_free.t >= (c_prompt - c_seq).t + 2 * page if cfg.hybrid else z3.BoolVal(True),
+            swa_free.t >= (c_prompt - c_seq).t + 2 * page if cfg.hybrid_swa else z3.BoolVal(True),
         )
         progress_bad = z3.And(has, room, e.kind.t == DEFERRED)
         entries = [_combine(quiet_entry(), e, in_progress[i]) for i in range(n)]
@@ -424,7 +424,7 @@ def unroll_round(
         units, taken = evict(enc, units, enc.bind("demand", demand) - free)
         free = enc.bind("free_after", free + taken - (need - loaded))
     oom_full = need.t > (baseline - locks).t
-    if cfg.hybrid:
+    if cfg.hybrid_swa:
         swa_needed = sum((swa_need(e, page) for e in entries), Sym(num(0)))
         oom_swa = swa_needed.t > swa_free.t
     else:
@@ -446,9 +446,9 @@ def unroll_round(
             finish_pos[i] = enc.bind(
                 "finish_pos", ite(done, ite(kind == FINAL, 0, 1 + i), s.finish_pos[i])
             )
-        if cfg.hybrid and cfg.swa_window is not None:
+        if cfg.hybrid_swa and cfg.sliding_window is not None:
             grown = s.swa_hold[i] + e.tokens
-            kept = ite(grown.t > cfg.swa_window, cfg.swa_window, grown)
+            kept = ite(grown.t > cfg.sliding_window, cfg.sliding_window, grown)
             swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))
             swa_after = swa_after - ite(computes, e.tokens, 0) + ite(computes, grown - kept, 0)
     swa_after = enc.bind("swa_free_after", swa_after)
@@ -537,7 +537,7 @@ def unroll_round(
     violations[STUCK_ONLY] = z3.And(
         alive, z3.Not(state.bad_contract), z3.Not(oom), z3.Or(*stuck_now)
     )
-    if not cfg.hybrid:
+    if not cfg.hybrid_swa:
         violations["swa-no-oom"] = z3.BoolVal(False)
     u.rounds.append(
         RoundTrace(

@@ -106,7 +106,7 @@ def config_dict(config: ModelConfig) -> dict[str, Any]:
     return {
         "page_size": config.page_size,
         "chunked_prefill_size": config.chunked_prefill_size,
-        "swa_window": config.swa_window,
+        "sliding_window": config.sliding_window,
         "max_prefill_tokens": config.max_prefill_tokens,
     }
 
@@ -123,7 +123,7 @@ def bounds_dict(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
 
 def swa_bounds(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
     """Hybrid SWA only: the smallest sliding-window pool the bounded search covered."""
-    if not config.hybrid:
+    if not config.hybrid_swa:
         return {}
     floor = options.bounds.min_swa_pool_tokens
     return {"min_swa_pool_tokens": max(config.page_size, floor or 0)}
@@ -131,7 +131,7 @@ def swa_bounds(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
 
 def scope_text(config: ModelConfig, options: CheckOptions) -> str:
     """One line naming what every verdict of a run holds for, and the bounded ones' bounds."""
-    swa = "no SWA" if config.swa_window is None else f"SWA window {config.swa_window}"
+    swa = "no SWA" if config.sliding_window is None else f"SWA window {config.sliding_window}"
     if config.max_prefill_tokens is not None:
         swa += f", max_prefill_tokens {config.max_prefill_tokens}"
     b = bounds_dict(config, options)
@@ -158,7 +158,7 @@ def config_from_scenario(scenario: Scenario) -> tuple[ModelConfig, int]:
 
 
 def properties_for(config: ModelConfig, wanted: tuple[str, ...] | None = None) -> list[str]:
-    props = [p for p in PROPERTIES if config.hybrid or p != "swa-no-oom"]
+    props = [p for p in PROPERTIES if config.hybrid_swa or p != "swa-no-oom"]
     return props if wanted is None else [p for p in props if p in wanted]
 
 
@@ -170,7 +170,7 @@ def check_combo(
 ) -> list[Verdict]:
     """All verdicts for one combo."""
     sources = sources or {}
-    engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
+    engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid_swa)
     check_policies(combo, engine, sources)
     name = combo_label(combo)
     props = properties_for(config, options.properties)
@@ -286,7 +286,7 @@ class _Deepening:
         A violation found so replays like any other; finding none proves nothing, and the
         verdict stays ``unknown`` at round ``k``. Each round is one query with its own
         budget: one budget shared by the rounds lost this very counterexample in a
-        ``check --all --swa-window 512``."""
+        ``check --all --sliding-window 512``."""
         if self.u.requests == 1:
             return False
         t0 = time.perf_counter()

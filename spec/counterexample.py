@@ -204,9 +204,9 @@ def scenario_of(
         "free_tokens": read(inp.free),
         "evictable_tokens": read(inp.evictable),
     }
-    if cfg.hybrid:
+    if cfg.hybrid_swa:
         pool["swa_free_tokens"] = read(inp.swa_free)
-        pool["sliding_window"] = cfg.swa_window
+        pool["sliding_window"] = cfg.sliding_window
     scenario = {
         "name": f"counterexample-{prop}",
         "description": f"Found by policykit check: {prop} violated in round {depth} under {combo}.",

@@ -140,7 +140,7 @@ def _child(task: Task, registry: PolicyRegistry, path: Path) -> int:  # pragma: 
 
     config = task.config
     try:
-        engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
+        engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid_swa)
         combo = registry.resolve(task.combo, config=engine)
         verdicts = check_or_refuse(combo, config, task.options, registry.sources(combo))
         result: Any = [v.to_dict() for v in verdicts]

@@ -102,7 +102,7 @@ def config_block(
     return {
         "page_size": config.page_size,
         "chunked_prefill_size": config.chunked_prefill_size,
-        "swa_window": config.swa_window,
+        "sliding_window": config.sliding_window,
         "max_prefill_tokens": config.max_prefill_tokens,
         "rounds": options.rounds,
         "requests": options.requests,
@@ -141,8 +141,8 @@ def unit_args(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
     budget (``rlimit``; ``deadline`` is the wall-clock safety net, a ``time.time()`` instant)."""
     return {
         "page_size": config.page_size,
-        "chunk_size": config.chunked_prefill_size,
-        "swa_window": config.swa_window,
+        "chunked_prefill_size": config.chunked_prefill_size,
+        "sliding_window": config.sliding_window,
         "max_prefill_tokens": config.max_prefill_tokens,
         "rounds": options.rounds,
         "requests": options.requests,
@@ -159,8 +159,8 @@ def from_unit_args(args: dict[str, Any]) -> tuple[ModelConfig, CheckOptions]:
     """The inverse of :func:`unit_args`, with ``policykit check``'s defaults."""
     config = ModelConfig(
         int(args["page_size"]),
-        int(args["chunk_size"]),
-        args.get("swa_window"),
+        int(args["chunked_prefill_size"]),
+        args.get("sliding_window"),
         args.get("max_prefill_tokens"),
     )
     defaults = CheckOptions()

@@ -109,8 +109,8 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
     """Check one combo against every property with z3; return its verdicts.
 
     ``args``: ``combo`` (a combo string) and what
-    :func:`policykit.spec.report.unit_args` writes: ``page_size``, ``chunk_size``, and
-    optionally ``swa_window``, ``max_prefill_tokens``, ``rounds``, ``requests``, ``rlimit`` (z3
+    :func:`policykit.spec.report.unit_args` writes: ``page_size``, ``chunked_prefill_size``, and
+    optionally ``sliding_window``, ``max_prefill_tokens``, ``rounds``, ``requests``, ``rlimit`` (z3
     resource units per solver query), ``deadline`` (the wall-clock safety net), ``granule``,
     ``pool_cap``, ``min_swa_pool`` and ``properties``, with ``policykit check``'s defaults. A
     violated property is a result, not a failure, and so is a refusal (``refused`` verdicts
@@ -121,7 +121,7 @@ def check_unit(args: dict[str, Any]) -> dict[str, Any]:
 
     config, options = from_unit_args(args)
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
-    engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
+    engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid_swa)
     combo = registry.resolve(args["combo"], config=engine)
     rows = isolated_rows([combo], config, options)
     return {"combo": args["combo"], "verdicts": rows}

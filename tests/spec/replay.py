@@ -94,7 +94,7 @@ def unrolling(combo: Combo, config: ModelConfig, rounds: int) -> Compiled:
 def _input_terms(u: Unrolling, config: ModelConfig) -> list[z3.ExprRef]:
     inp = u.inputs
     out = [inp.free.t, inp.evictable.t, inp.release_never, inp.release_rounds.t]
-    if config.hybrid:
+    if config.hybrid_swa:
         out.append(inp.swa_free.t)
     for q in inp.requests:
         out += [q.prompt.t, q.device.t, q.unpinned.t, q.host.t, q.arrival.t]
@@ -131,7 +131,7 @@ def model_rounds(scenario: dict[str, Any], combo: Combo, rounds: int) -> tuple[l
         (inp.release_never, release is None),
         (inp.release_rounds.t, release or 0),
     ]
-    if config.hybrid:
+    if config.hybrid_swa:
         values.append((inp.swa_free.t, pool["swa_free_tokens"]))
     reqs = scenario["requests"]
     padding = [{"prompt_tokens": 1, "arrival_round": rounds + 1}] * (MAX_REQUESTS - len(reqs))

@@ -68,7 +68,7 @@ def test_upstream_implicit_protection_is_proved_unbounded(registry, alignment) -
         assert (v[prop].verdict, v[prop].bound) == ("proved", "unbounded"), prop
 
 
-SWA = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)
+SWA = ModelConfig(page_size=64, chunked_prefill_size=4096, sliding_window=512)
 
 
 def test_seed_001_pre_fix_swa_chunking_is_violated(registry) -> None:
@@ -116,7 +116,7 @@ def test_cli_exports_a_scenario_that_simulate_replays_to_the_oom(tmp_path) -> No
     [
         ["--combo", "admission=nope"],
         ["--all", "--combo", "admission=sglang"],
-        ["--swa-window", "8"],
+        ["--sliding-window", "8"],
         ["--rounds", "0"],
     ],
 )

@@ -17,7 +17,7 @@ from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.model import ModelConfig
 from policykit.spec.solver import BUDGET_SPENT, Outcome
 
-HYBRID = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)
+HYBRID = ModelConfig(page_size=64, chunked_prefill_size=4096, sliding_window=512)
 COMBO = "admission=sglang,chunking=sglang,alignment=none,queue=fcfs"
 
 

@@ -18,7 +18,7 @@ from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.model import ModelConfig
 from tests.spec import custom_policies
 
-HYBRID = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)
+HYBRID = ModelConfig(page_size=64, chunked_prefill_size=4096, sliding_window=512)
 
 
 @pytest.fixture(scope="module")

@@ -82,7 +82,7 @@ def test_a_bounded_proof_names_its_pool_cap(registry) -> None:
     assert v.config == {
         "page_size": 64,
         "chunked_prefill_size": 4096,
-        "swa_window": None,
+        "sliding_window": None,
         "max_prefill_tokens": None,
     }
     data = v.to_dict()
