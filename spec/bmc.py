@@ -22,6 +22,7 @@ from typing import Any
 
 import z3
 
+from policykit.config import EngineConfig
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
 from policykit.registry import Combo
@@ -43,7 +44,6 @@ from policykit.spec.model import (
     Entry,
     Hit,
     IdleNode,
-    ModelConfig,
     Req,
     RoundModel,
     RoundState,
@@ -86,7 +86,7 @@ class Bounds:
     #: it runs with
     min_swa_pool_tokens: int | None = None
 
-    def granule_for(self, config: ModelConfig) -> int:
+    def granule_for(self, config: EngineConfig) -> int:
         return config.page_size if self.granule is None else self.granule
 
     def release_cap(self, rounds: int) -> int:
@@ -114,7 +114,7 @@ class Inputs:
     #: (:mod:`policykit.spec.cache`); without, every device prefix is pinned
     unpinned: bool
 
-    def shrinkable(self, config: ModelConfig, granule: int) -> list[tuple[Sym, int, int]]:
+    def shrinkable(self, config: EngineConfig, granule: int) -> list[tuple[Sym, int, int]]:
         """The integer inputs as ``(input, step, floor)``, in the order a counterexample is
         shrunk: the pool (in pages), then the prompts (in the granule), then timing."""
         page, reqs = config.page_size, self.requests
@@ -153,7 +153,7 @@ class Unrolling:
     """The growing BMC formula and, per round, each property's violation condition."""
 
     combo: Combo
-    config: ModelConfig
+    config: EngineConfig
     requests: int
     bounds: Bounds
     enc: Encoder

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 import z3
 
+from policykit.config import EngineConfig
 from policykit.ledger import Ledger
 from policykit.registry import Combo
 from policykit.spec.model import (
@@ -60,7 +61,6 @@ from policykit.spec.model import (
     Entry,
     Hit,
     IdleNode,
-    ModelConfig,
     Req,
     RoundModel,
     RoundState,
@@ -92,7 +92,7 @@ class Obligations:
     def __init__(
         self,
         combo: Combo,
-        config: ModelConfig,
+        config: EngineConfig,
         sources: dict[str, str],
         rlimit: int,
         granule: int = 1,

@@ -27,6 +27,7 @@ from typing import Any
 import z3
 
 from policykit import kernel
+from policykit.config import EngineConfig
 from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.kernel import admit_view, chunk_view
 from policykit.ledger import Budget, Ledger
@@ -70,22 +71,6 @@ _LEDGER_FIELDS = (
     "rem_chunk_tokens",
     "rem_input_tokens",
 )
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The concrete facts of the checked configuration (linear arithmetic needs them fixed)."""
-
-    page_size: int = 64
-    chunked_prefill_size: int = 4096
-    #: hybrid SWA: tokens of the sliding window, or None
-    sliding_window: int | None = None
-    #: the round's input budget (``Budget.OTHER`` once spent), or None for none
-    max_prefill_tokens: int | None = None
-
-    @property
-    def hybrid_swa(self) -> bool:
-        return self.sliding_window is not None
 
 
 def t(x: Any) -> Any:
@@ -348,7 +333,7 @@ class RoundModel:
     """Steps of one planning round, with the combo's policies evaluated symbolically."""
 
     def __init__(
-        self, combo: Combo, config: ModelConfig, enc: Encoder, sources: dict[str, str]
+        self, combo: Combo, config: EngineConfig, enc: Encoder, sources: dict[str, str]
     ) -> None:
         self.combo, self.config, self.enc, self.sources = combo, config, enc, sources
         self.num = Terms(enc, combo, sources)

@@ -14,7 +14,7 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,10 @@ from policykit.cli.common import (
     ray_address_option,
     write_json,
 )
+from policykit.config import EngineConfig
 from policykit.errors import ComboError, PolicykitError
 from policykit.fidelity import Holds, approximation_lines
 from policykit.heartbeat import Heartbeat
-from policykit.policy import EngineConfig
 from policykit.registry import Combo, PolicyRegistry
 from policykit.render import default_console, fold
 
@@ -68,13 +68,15 @@ def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineCon
 @combo_options
 @click.option("--rounds", type=click.IntRange(1, 12), default=4, show_default=True)
 @click.option("--requests", type=click.IntRange(1, 8), default=3, show_default=True)
-@click.option("--page-size", type=click.IntRange(1, 4096), default=64, show_default=True)
+@click.option(
+    "--page-size", type=click.IntRange(1, 4096), default=EngineConfig.page_size, show_default=True
+)
 @click.option(
     "--chunked-prefill-size",
     "--chunk-size",
     "chunked_prefill_size",
     type=click.IntRange(1, 1 << 20),
-    default=4096,
+    default=EngineConfig.chunked_prefill_size,
     show_default=True,
     help="The compute budget per round, SGLang's chunked_prefill_size (--chunk-size: its "
     "former name here).",
@@ -233,27 +235,15 @@ def check(
     """
     from policykit.spec.report import row_of
 
+    config = EngineConfig(page_size, chunked_prefill_size, sliding_window, max_prefill_tokens)
     if config_scenario is not None:
-        page_size, chunked_prefill_size, sliding_window, max_prefill_tokens, pool_cap = (
-            _from_scenario(config_scenario, pool_cap)
-        )
-    pages, windows = _matrix_axes(page_size, sliding_window, page_sizes, sliding_windows, matrix)
+        config, pool_cap = _from_scenario(config_scenario, pool_cap)
+    configs = _matrix_configs(config, page_sizes, sliding_windows, matrix)
     check_out_path(out)
     _, registry = load_registry()
     texts = combo_texts(combos, combo_list, check_all)
     budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool)
-    several = len(pages) * len(windows) > 1
-    plans = [
-        _plan(
-            registry,
-            texts,
-            (page, chunked_prefill_size, window, max_prefill_tokens),
-            budget,
-            several,
-        )
-        for page in pages
-        for window in windows
-    ]
+    plans = [_plan(registry, texts, c, budget, len(configs) > 1) for c in configs]
     count = sum(len(p.combos) for p in plans)
     jobs = min(jobs or os.cpu_count() or 1, count)
     if executor != "pool":
@@ -265,7 +255,7 @@ def check(
     if export_dir is not None:
         _export(export_dir, rows)
     data = _document(rows, plans, timeout, ran_on)
-    hybrid = any(w is not None for w in windows)
+    hybrid = any(c.hybrid_swa for c in configs)
     data["approximations"] = approximation_lines(
         [c for p in plans for c in p.combos], Holds.of_checker(hybrid)
     )
@@ -314,7 +304,7 @@ class _Budget:
 class _Plan:
     """One configuration of a run and the combos checked under it."""
 
-    config: Any
+    config: EngineConfig
     options: Any
     combos: list[Combo]
 
@@ -322,42 +312,34 @@ class _Plan:
 def _plan(
     registry: PolicyRegistry,
     texts: list[str] | None,
-    engine_numbers: tuple[int, int, int | None, int | None],
+    config: EngineConfig,
     b: _Budget,
     matrix: bool,
 ) -> _Plan:
-    """The combos, configuration and options of one (page size, chunk size, window,
-    max_prefill_tokens) of a run. In a matrix,
-    sliding-window pools SGLang refuses to start with are left out unless asked for."""
+    """The combos and options of one configuration of a run. In a matrix, sliding-window
+    pools SGLang refuses to start with are left out unless asked for."""
     from policykit.spec.bmc import Bounds
     from policykit.spec.checker import CheckOptions
-    from policykit.spec.model import ModelConfig
     from policykit.spec.report import wall_deadline
     from policykit.spec.solver import QUERY_RLIMIT
 
-    page, chunk, window, max_prefill_tokens = engine_numbers
     pool_cap = b.pool_cap or Bounds.max_pool_tokens
-    _refuse_bad_bounds(page, window, pool_cap, b.min_swa_pool)
+    _refuse_bad_bounds(config, pool_cap, b.min_swa_pool)
     floor = b.min_swa_pool
-    if matrix and window is not None and floor is None:
-        floor = window + page + 1
-    engine = EngineConfig(page, chunk, hybrid_swa=window is not None)
+    if matrix and config.sliding_window is not None and floor is None:
+        floor = config.sliding_window + config.page_size + 1
     bounds = Bounds(max_pool_tokens=pool_cap, granule=b.granule, min_swa_pool_tokens=floor)
     options = CheckOptions(
         b.rounds, b.requests, b.rlimit or QUERY_RLIMIT, bounds, deadline=wall_deadline(b.timeout)
     )
-    config = ModelConfig(page, chunk, window, max_prefill_tokens)
-    return _Plan(config, options, _combos(registry, texts, engine))
+    return _Plan(config, options, _combos(registry, texts, config))
 
 
-def _matrix_axes(
-    page_size: int,
-    sliding_window: int | None,
-    page_sizes: str | None,
-    sliding_windows: str | None,
-    matrix: bool,
-) -> tuple[list[int], list[int | None]]:
-    """The page sizes and windows a run covers: one of each, or the lists asked for."""
+def _matrix_configs(
+    config: EngineConfig, page_sizes: str | None, sliding_windows: str | None, matrix: bool
+) -> list[EngineConfig]:
+    """The configurations a run covers: ``config``, or it at each page size and window asked
+    for (every pair)."""
     ctx = click.get_current_context()
     for flag, given in (("--page-sizes", page_sizes), ("--sliding-windows", sliding_windows)):
         single = "page_size" if flag == "--page-sizes" else "sliding_window"
@@ -367,8 +349,8 @@ def _matrix_axes(
                 f"{flag} (or --matrix) and --{single.replace('_', '-')} both set the "
                 "configuration: give one."
             )
-    pages = list(MATRIX_PAGES) if matrix else [page_size]
-    windows = list(MATRIX_WINDOWS) if matrix else [sliding_window]
+    pages = list(MATRIX_PAGES) if matrix else [config.page_size]
+    windows = list(MATRIX_WINDOWS) if matrix else [config.sliding_window]
     if page_sizes is not None:
         pages = [_positive(x, "--page-sizes") for x in _items(page_sizes, "--page-sizes")]
     if sliding_windows is not None:
@@ -376,7 +358,7 @@ def _matrix_axes(
             _positive(x, "--sliding-windows", zero=True) or None
             for x in _items(sliding_windows, "--sliding-windows")
         ]
-    return pages, windows
+    return [replace(config, page_size=p, sliding_window=w) for p in pages for w in windows]
 
 
 def _items(text: str, flag: str) -> list[str]:
@@ -406,9 +388,8 @@ def _matrix_block(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _refuse_bad_bounds(
-    page_size: int, sliding_window: int | None, pool_cap: int, min_swa_pool: int | None
-) -> None:
+def _refuse_bad_bounds(config: EngineConfig, pool_cap: int, min_swa_pool: int | None) -> None:
+    page_size, sliding_window = config.page_size, config.sliding_window
     if pool_cap < page_size:
         raise ComboError(f"--pool-cap {pool_cap} is smaller than one {page_size}-token page.")
     if sliding_window is not None and sliding_window < page_size:
@@ -566,12 +547,11 @@ def _pm_injected() -> bool:
     return isinstance(obj, dict) and obj.get("pm") is not None
 
 
-def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None, int | None, int]:
-    """``--config``: page size, chunk size, SWA window, max_prefill_tokens and pool cap of a
-    user's scenario (an explicit --pool-cap wins; an explicit option for any of the others is
-    refused as ambiguous)."""
-    from policykit.scenario import load_scenario, resolve_scenario_path
-    from policykit.spec.checker import config_from_scenario
+def _from_scenario(arg: str, pool_cap: int | None) -> tuple[EngineConfig, int]:
+    """``--config``: the engine configuration of a user's scenario and its pool as the pool
+    cap (an explicit --pool-cap wins; an explicit option for any of the configuration's
+    numbers is refused as ambiguous)."""
+    from policykit.scenario import load_scenario, pool_tokens, resolve_scenario_path
 
     ctx = click.get_current_context()
     clash = [
@@ -584,14 +564,8 @@ def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None
             f"--config takes the engine configuration from {arg!r}; give it or "
             f"{', '.join(clash)}, not both."
         )
-    config, pool = config_from_scenario(load_scenario(resolve_scenario_path(arg)))
-    return (
-        config.page_size,
-        config.chunked_prefill_size,
-        config.sliding_window,
-        config.max_prefill_tokens,
-        pool_cap or pool,
-    )
+    scenario = load_scenario(resolve_scenario_path(arg))
+    return scenario.config, pool_cap or pool_tokens(scenario)
 
 
 def _check_units(

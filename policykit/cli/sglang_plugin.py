@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from policykit.cli.common import echo_json, json_option, named_combo
+from policykit.config import EngineConfig
 from policykit.errors import ComboError
 from policykit.integrations.sglang import check, settings, startup
 from policykit.integrations.sglang.check import Finding
-from policykit.policy import EngineConfig
 
 EXIT_NOT_READY = 1
 
@@ -25,12 +25,14 @@ EXIT_NOT_READY = 1
     default=None,
     help=f"Combo to check; default: ${settings.COMBO_ENV}, else the file ${settings.CONFIG_ENV}.",
 )
-@click.option("--page-size", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--page-size", default=EngineConfig.page_size, show_default=True, type=click.IntRange(min=1)
+)
 @click.option(
     "--chunked-prefill-size",
     "--chunk-size",
     "chunked_prefill_size",
-    default=4096,
+    default=EngineConfig.chunked_prefill_size,
     show_default=True,
     type=click.IntRange(min=1),
     help="SGLang's chunked_prefill_size, as `policykit check` takes it (same default; "

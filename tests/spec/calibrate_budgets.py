@@ -19,11 +19,10 @@ from collections import defaultdict
 import z3
 
 from policykit.cli.common import load_registry
-from policykit.policy import EngineConfig
+from policykit.config import EngineConfig
 from policykit.spec import checker, induction, shrink, solver
 from policykit.spec.checkable import check_or_refuse
 from policykit.spec.checker import CheckOptions
-from policykit.spec.model import ModelConfig
 
 SPENT: dict[str, list[tuple[int, str, float]]] = defaultdict(list)
 
@@ -53,12 +52,11 @@ def main() -> None:
     for kind, module in (("obligation", induction), ("unrolled", checker), ("pin", shrink)):
         module.solve = _recording(kind, module.solve)  # type: ignore[attr-defined]
     _, registry = load_registry()
-    engine = EngineConfig(a.page_size, 4096, hybrid_swa=a.sliding_window is not None)
-    config = ModelConfig(a.page_size, 4096, a.sliding_window)
+    config = EngineConfig(a.page_size, sliding_window=a.sliding_window)
     options = CheckOptions(rlimit=a.rlimit)
     t0 = time.perf_counter()
     verdicts = []
-    for combo in registry.all_combos(engine):
+    for combo in registry.all_combos(config):
         verdicts += check_or_refuse(combo, config, options, registry.sources(combo))
     wall = time.perf_counter() - t0
     report = {
