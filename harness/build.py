@@ -15,7 +15,7 @@ import torch
 
 from policykit.harness.model import Decoder, LayerKV
 from policykit.harness.workloads import Workload, WorkloadError
-from policykit.node import NodeConfig, PrefillNode
+from policykit.node import PrefillNode
 from policykit.pool import TokenPool, pages_for
 from policykit.request import Request, State
 
@@ -98,14 +98,8 @@ def build_workload_node(
     """
     model = store.model
     page = workload.page_size
-    config = NodeConfig(
-        page_size=page,
-        chunked_prefill_size=workload.chunked_prefill_size,
-        max_prefill_tokens=workload.max_prefill_tokens,
-        kv_release_rounds=workload.kv_release_rounds,
-    )
     pool = TokenPool(workload.pool_tokens, page, device=model.device, layout=model.layout)
-    node = PrefillNode(config, pool)
+    node = PrefillNode(workload.config, pool)
     tokens = workload.tokens()
     for spec in workload.requests:
         toks = tokens[spec.id]

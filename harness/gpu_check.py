@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("long-prompts", "host-hit-heavy"):
         workload = dataclasses.replace(generate(name, pool), chunked_prefill_size=chunk)
         bench = from_workload(workload)
-        combos = [registry.resolve(c, config=bench.config.engine) for c in COMBOS]
+        combos = [registry.resolve(c, config=bench.config) for c in COMBOS]
         result = run_bench(bench, combos, model)
         results["runs"].append(result)
         for row in result["combos"]:

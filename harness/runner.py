@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from policykit.config import EngineConfig
 from policykit.harness.build import PrefixKV, attach_kv, build_workload_node, fill_kv
 from policykit.harness.engine import ModelForward
 from policykit.harness.handoff import DecodeHandoff
@@ -37,7 +38,7 @@ from policykit.harness.outcomes import finish_rounds, outcomes
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU, GPUS, predicted_round_seconds
 from policykit.harness.workloads import Workload, generate, load_trace
-from policykit.node import NodeConfig, PrefillNode
+from policykit.node import PrefillNode
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
 from policykit.scenario import build_node, load_scenario
@@ -52,7 +53,7 @@ class BenchInput:
 
     name: str
     summary: dict[str, Any]
-    config: NodeConfig
+    config: EngineConfig
     arrivals: dict[str, int]
     make_node: Callable[[PrefixKV], PrefillNode]
 
@@ -61,12 +62,7 @@ def from_workload(workload: Workload) -> BenchInput:
     return BenchInput(
         workload.name,
         workload.summary(),
-        NodeConfig(
-            page_size=workload.page_size,
-            chunked_prefill_size=workload.chunked_prefill_size,
-            max_prefill_tokens=workload.max_prefill_tokens,
-            kv_release_rounds=workload.kv_release_rounds,
-        ),
+        workload.config,
         {r.id: r.arrival_round for r in workload.requests},
         lambda store: build_workload_node(workload, store),
     )
@@ -86,11 +82,11 @@ def from_scenario(path: Path) -> BenchInput:
         "name": scenario.name,
         "description": scenario.description,
         "source": str(path),
-        "page_size": scenario.page_size,
-        "chunked_prefill_size": scenario.chunked_prefill_size,
-        "max_prefill_tokens": scenario.max_prefill_tokens,
+        "page_size": scenario.config.page_size,
+        "chunked_prefill_size": scenario.config.chunked_prefill_size,
+        "max_prefill_tokens": scenario.config.max_prefill_tokens,
         "pool_tokens": None,  # filled in from the node: the scenario fixes it
-        "kv_release_rounds": scenario.kv_release_rounds,
+        "kv_release_rounds": scenario.config.kv_release_rounds,
         "requests": len(scenario.requests),
         "prompt_tokens": sum(r.prompt_tokens for r in scenario.requests),
     }

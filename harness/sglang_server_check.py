@@ -72,7 +72,7 @@ def launch_plan(args: argparse.Namespace, model: Path) -> tuple[list[str], dict[
         "--page-size",
         str(args.page_size),
         "--chunked-prefill-size",
-        str(args.chunk_size),
+        str(args.chunked_prefill_size),
         "--mem-fraction-static",
         "0.3",
     ]
@@ -104,7 +104,10 @@ def serve_and_check(args: argparse.Namespace, command: list[str], env: dict[str,
     log_path = args.workdir / "server.log"
     base = f"http://127.0.0.1:{args.port}"
     rng = random.Random(0)
-    lengths = [rng.randint(args.chunk_size // 2, 3 * args.chunk_size) for _ in range(args.requests)]
+    lengths = [
+        rng.randint(args.chunked_prefill_size // 2, 3 * args.chunked_prefill_size)
+        for _ in range(args.requests)
+    ]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=log)
         try:
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--combo", default="admission=reserve-tail,chunking=sglang,alignment=page")
     parser.add_argument("--port", type=int, default=30123)
     parser.add_argument("--page-size", type=int, default=64)
-    parser.add_argument("--chunk-size", type=int, default=1024)
+    parser.add_argument("--chunked-prefill-size", "--chunk-size", type=int, default=1024)
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--ready-timeout", type=float, default=900)
     parser.add_argument("--dry-run", action="store_true", help="build and print; start nothing")

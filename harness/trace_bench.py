@@ -199,9 +199,7 @@ def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
         host_tier=args.get("host_tier", "write-through"),
     )
     pm = make_plugin_manager()
-    combo = PolicyRegistry.from_plugins(pm).resolve(
-        args["combo"], config=config.node_config().engine
-    )
+    combo = PolicyRegistry.from_plugins(pm).resolve(args["combo"], config=config.node_config())
     row = replay(trace, combo, config, pm=pm)
     return {
         "trace": trace.name,

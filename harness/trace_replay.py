@@ -20,13 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from policykit.config import EngineConfig
 from policykit.harness.metrics import percentile
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU, round_cost
 from policykit.harness.trace_host import BlockHostStore
 from policykit.harness.traces import Trace, TraceRequest
 from policykit.harness.workloads import check_pool
-from policykit.node import NodeConfig, PrefillNode
+from policykit.node import PrefillNode
 from policykit.plan import Entry, EntryKind
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.pool import TokenPool
@@ -56,8 +57,8 @@ class ReplayConfig:
     #: ``off``: no host tier, reuse only through the device radix cache
     host_tier: str = "write-through"
 
-    def node_config(self) -> NodeConfig:
-        return NodeConfig(
+    def node_config(self) -> EngineConfig:
+        return EngineConfig(
             page_size=self.page_size,
             chunked_prefill_size=self.chunked_prefill_size,
             kv_release_rounds=self.kv_release_rounds,

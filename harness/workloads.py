@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from policykit.config import EngineConfig
 from policykit.errors import PolicykitError
 from policykit.scenario import prefix_hit_problem
 
@@ -85,6 +86,16 @@ class Workload:
     @property
     def prompt_tokens(self) -> int:
         return sum(r.prompt_tokens for r in self.requests)
+
+    @property
+    def config(self) -> EngineConfig:
+        """The node this workload runs on (no sliding window: workloads are full attention)."""
+        return EngineConfig(
+            page_size=self.page_size,
+            chunked_prefill_size=self.chunked_prefill_size,
+            max_prefill_tokens=self.max_prefill_tokens,
+            kv_release_rounds=self.kv_release_rounds,
+        )
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -7,8 +7,9 @@ vanish keeps a page-aligned end instead, or its original end if even that is the
 
 from __future__ import annotations
 
+from policykit.config import EngineConfig
 from policykit.hookspecs import hookimpl
-from policykit.policy import AlignmentPolicy, AlignView, EngineConfig, Parameter
+from policykit.policy import AlignmentPolicy, AlignView, Parameter
 
 
 def _page_end(v: AlignView) -> int:

@@ -6,8 +6,9 @@ be dropped (it holds KV already), so the choice is between forcing a chunk anywa
 
 from __future__ import annotations
 
+from policykit.config import EngineConfig
 from policykit.hookspecs import hookimpl
-from policykit.policy import ChunkingPolicy, ChunkView, EngineConfig
+from policykit.policy import ChunkingPolicy, ChunkView
 
 
 def _truncate_to_pages(v: ChunkView) -> int:

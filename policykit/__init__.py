@@ -4,6 +4,7 @@ The public surface for plugin authors is small: the policy base classes and view
 ``hookimpl`` marker, and the ``ceil_paged`` helper.
 """
 
+from policykit.config import EngineConfig
 from policykit.hookspecs import hookimpl
 from policykit.ledger import Budget, ceil_paged
 from policykit.policy import (
@@ -14,7 +15,6 @@ from policykit.policy import (
     AllocatorPhasePolicy,
     ChunkingPolicy,
     ChunkView,
-    EngineConfig,
     Parameter,
     Policy,
     QueuePolicy,

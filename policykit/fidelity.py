@@ -32,7 +32,7 @@ class Holds:
     def of_scenario(cls, scenario: Scenario) -> Holds:
         """What a scenario holds."""
         return cls(
-            sliding_window=scenario.sliding_window is not None,
+            sliding_window=scenario.config.sliding_window is not None,
             host_tier=any(r.host_prefix_tokens for r in scenario.requests),
         )
 

@@ -40,13 +40,18 @@ def swa_facts(ledger: Ledger, compute: Any, first_tokens: int, pool_tokens: Any)
 
 
 def idle_swa_facts(
-    compute: Any, first_tokens: int, page: int, chunk_size: int, swa_total: Any, window: int
+    compute: Any,
+    first_tokens: int,
+    page: int,
+    chunked_prefill_size: int,
+    swa_total: Any,
+    window: int,
 ) -> dict:
     """:func:`swa_facts` on an idle node: the whole sliding-window pool and compute budget."""
     ledger = Ledger(
         page_size=page,
         baseline=swa_total,
-        rem_chunk_tokens=chunk_size,
+        rem_chunk_tokens=chunked_prefill_size,
         swa_baseline=swa_total,
         sliding_window=window,
     )
@@ -82,7 +87,7 @@ def idle_chunk_view(
     compute: Any,
     host: Any,
     page: int,
-    chunk_size: int,
+    chunked_prefill_size: int,
     capacity: Any,
     swa_total: Any | None,
     swa: dict | None = None,
@@ -93,7 +98,7 @@ def idle_chunk_view(
     after_load = capacity - pages_for(host, page) * page
     return ChunkView(
         remaining_tokens=compute,
-        rem_chunk_tokens=chunk_size,
+        rem_chunk_tokens=chunked_prefill_size,
         rem_total_tokens=after_load,
         rem_swa_tokens=after_load if swa_total is None else swa_total,
         page_size=page,

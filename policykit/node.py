@@ -13,37 +13,16 @@ from functools import partial
 
 import torch
 
+from policykit.config import EngineConfig
 from policykit.errors import LoadBackError, PlanError, PrefillOutOfMemory
 from policykit.host_tier import HostEntry, HostTier
 from policykit.plan import Entry, EntryKind, Plan
-from policykit.policy import EngineConfig
 from policykit.pool import TokenPool, extend_pages, pages_for
 from policykit.prefix_cache import Node, PrefixCache
 from policykit.request import NO_PAGES, Request, State
 
 #: KV a prefill node keeps per request for generated tokens: the first token only
 FIRST_TOKENS = 1
-
-
-@dataclass(frozen=True)
-class NodeConfig:
-    """Fixed facts about the node (what a server is started with)."""
-
-    page_size: int
-    chunked_prefill_size: int
-    max_prefill_tokens: int | None = None
-    #: rounds a finished request holds its KV (transfer to decode); None: the whole run
-    kv_release_rounds: int | None = None
-    #: hybrid SWA: tokens of the sliding window; None: no sliding-window layers
-    sliding_window: int | None = None
-
-    @property
-    def engine(self) -> EngineConfig:
-        return EngineConfig(
-            page_size=self.page_size,
-            chunked_prefill_size=self.chunked_prefill_size,
-            hybrid_swa=self.sliding_window is not None,
-        )
 
 
 @dataclass
@@ -96,7 +75,7 @@ class PrefillNode:
 
     def __init__(
         self,
-        config: NodeConfig,
+        config: EngineConfig,
         pool: TokenPool,
         *,
         swa_pool: TokenPool | None = None,

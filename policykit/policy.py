@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from policykit.config import EngineConfig
+
 KINDS = ("admission", "chunking", "alignment", "allocator-phase", "queue")
 #: the kinds whose decisions plan a round, and so the ones ``policykit check`` evaluates
 DECISION_KINDS = ("admission", "chunking", "alignment", "queue")
@@ -44,15 +46,6 @@ class Parameter:
     @property
     def required(self) -> bool:
         return self.default is None
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """The fixed facts of a prefill node that a policy may validate itself against."""
-
-    page_size: int
-    chunked_prefill_size: int
-    hybrid_swa: bool = False
 
 
 class Policy:

@@ -24,13 +24,13 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from policykit.config import EngineConfig
 from policykit.errors import ComboError, PluginError, quote
 from policykit.plugin_manager import PluginSource, PolicykitPluginManager
 from policykit.policy import (
     DECISION_KINDS,
     KINDS,
     POLICY_BASES,
-    EngineConfig,
     Policy,
     incomplete,
 )

@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
+from policykit.config import EngineConfig
 from policykit.errors import ScenarioError, quote
-from policykit.node import NodeConfig, PrefillNode
+from policykit.node import PrefillNode
 from policykit.pool import TokenPool, pages_for
 from policykit.request import Request, State
 from policykit.tokens import TokenRuns
@@ -35,17 +36,11 @@ _MAX_TOKENS = 1 << 24
 #: is about 7 times the Mooncake conversation trace (12,031 requests, 145 M prompt tokens).
 _MAX_TOTAL_PROMPT = 1 << 30
 
-_TOP = {
-    "name",
-    "description",
-    "page_size",
-    "chunked_prefill_size",
-    "max_prefill_tokens",
-    "pool",
-    "kv_release_rounds",
-    "combo",
-    "requests",
-}
+#: the engine configuration's keys, at the top level of a scenario
+_CONFIG = set(EngineConfig.__dataclass_fields__)
+_TOP = {"name", "description", "pool", "combo", "requests"} | _CONFIG
+#: ``sliding_window`` is also read here, where scenarios written before it joined the rest of
+#: the configuration at the top level kept it
 _POOL = {"free_tokens", "evictable_tokens", "swa_free_tokens", "sliding_window"}
 _REQ = {
     "id",
@@ -73,49 +68,32 @@ class RequestSpec:
 
 @dataclass(frozen=True)
 class Scenario:
-    page_size: int
-    chunked_prefill_size: int
+    config: EngineConfig
     free_tokens: int
     evictable_tokens: int
     requests: tuple[RequestSpec, ...]
     name: str = "scenario"
     description: str = ""
-    max_prefill_tokens: int | None = None
-    kv_release_rounds: int | None = None
+    #: hybrid SWA (``config.sliding_window`` set): the sliding-window pool's free tokens
     swa_free_tokens: int | None = None
-    sliding_window: int | None = None
     combo: dict[str, str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def config(self) -> NodeConfig:
-        return NodeConfig(
-            page_size=self.page_size,
-            chunked_prefill_size=self.chunked_prefill_size,
-            max_prefill_tokens=self.max_prefill_tokens,
-            kv_release_rounds=self.kv_release_rounds,
-            sliding_window=self.sliding_window,
-        )
-
     def to_dict(self) -> dict[str, Any]:
+        config = self.config
         pool: dict[str, Any] = {
             "free_tokens": self.free_tokens,
             "evictable_tokens": self.evictable_tokens,
         }
-        if self.sliding_window is not None:
+        if config.hybrid_swa:
             pool["swa_free_tokens"] = self.swa_free_tokens
-            pool["sliding_window"] = self.sliding_window
         out: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
-            "page_size": self.page_size,
-            "chunked_prefill_size": self.chunked_prefill_size,
+            **config_fields(config),
             "pool": pool,
-            "kv_release_rounds": self.kv_release_rounds,
             "requests": [],
         }
-        if self.max_prefill_tokens is not None:
-            out["max_prefill_tokens"] = self.max_prefill_tokens
         if self.combo:
             out["combo"] = dict(self.combo)
         for r in self.requests:
@@ -132,6 +110,16 @@ class Scenario:
                     item[key] = getattr(r, key)
             out["requests"].append(item)
         return out
+
+
+def config_fields(config: EngineConfig) -> dict[str, Any]:
+    """The configuration's keys as a scenario file has them: the optional ones only when set
+    (``kv_release_rounds`` always: its ``null`` means never released, which is worth seeing)."""
+    fields = config.to_dict()
+    for key in ("sliding_window", "max_prefill_tokens"):
+        if fields[key] is None:
+            del fields[key]
+    return fields
 
 
 # --- validation helpers ------------------------------------------------------------------------
@@ -183,22 +171,20 @@ def parse_scenario(data: Any, *, source: str = "the scenario") -> Scenario:
     """Validate decoded JSON and build a :class:`Scenario`, or raise :class:`ScenarioError`."""
     top = _object(data, source)
     _unknown(top, _TOP, source)
-    page = _int(top, "page_size", source, minimum=1)
-    chunk = _int(top, "chunked_prefill_size", source, minimum=1)
-    max_prefill = _int(top, "max_prefill_tokens", source, default=None, minimum=1, nullable=True)
-    release = _int(top, "kv_release_rounds", source, default=None, minimum=0, nullable=True)
     pool = _object(top.get("pool"), f"{source}: 'pool'") if "pool" in top else None
     if pool is None:
         raise ScenarioError(f"{source} is missing the required field 'pool'.")
     where = f"{source}: pool"
     _unknown(pool, _POOL, where)
+    config = _parse_config(top, pool, source)
+    page = config.page_size
     free = _int(pool, "free_tokens", where)
     evictable = _int(pool, "evictable_tokens", where, default=0)
     swa_free = _int(pool, "swa_free_tokens", where, default=None, nullable=True)
-    window = _int(pool, "sliding_window", where, default=None, minimum=1, nullable=True)
-    if (swa_free is None) != (window is None):
+    if (swa_free is None) != (config.sliding_window is None):
         raise ScenarioError(
-            f"{where}: hybrid SWA needs both 'swa_free_tokens' and 'sliding_window' (or neither)."
+            f"{source}: hybrid SWA needs both 'sliding_window' and the pool's "
+            "'swa_free_tokens' (or neither)."
         )
     for key, value in (("free_tokens", free), ("evictable_tokens", evictable)):
         if value % page:
@@ -238,21 +224,42 @@ def parse_scenario(data: Any, *, source: str = "the scenario") -> Scenario:
             f"{where}: 'evictable_tokens' = {evictable} cannot hold the {unpinned} tokens of "
             "unpinned device prefixes; unpinned cached prefixes are part of the evictable total."
         )
-    if window is not None and swa_free is not None and swa_free < page:
+    if swa_free is not None and swa_free < page:
         raise ScenarioError(f"{where}: 'swa_free_tokens' must hold at least one page.")
     return Scenario(
-        page_size=page,
-        chunked_prefill_size=chunk,
+        config=config,
         free_tokens=free,
         evictable_tokens=evictable,
         requests=tuple(requests),
         name=_text(top, "name", "scenario", source),
         description=_text(top, "description", "", source),
-        max_prefill_tokens=max_prefill,
-        kv_release_rounds=release,
         swa_free_tokens=swa_free,
-        sliding_window=window,
         combo=combo,
+    )
+
+
+def _parse_config(top: dict, pool: dict, source: str) -> EngineConfig:
+    """The engine configuration at the scenario's top level (``sliding_window`` also read
+    from the pool, where older scenarios have it; not in both)."""
+    if "sliding_window" in top and "sliding_window" in pool:
+        raise ScenarioError(
+            f"{source} gives 'sliding_window' twice, at the top level and in 'pool': keep the "
+            "top-level one."
+        )
+    window_at = top if "sliding_window" in top else pool
+    where = source if window_at is top else f"{source}: pool"
+    return EngineConfig(
+        page_size=_int(top, "page_size", source, minimum=1),
+        chunked_prefill_size=_int(top, "chunked_prefill_size", source, minimum=1),
+        sliding_window=_int(
+            window_at, "sliding_window", where, default=None, minimum=1, nullable=True
+        ),
+        max_prefill_tokens=_int(
+            top, "max_prefill_tokens", source, default=None, minimum=1, nullable=True
+        ),
+        kv_release_rounds=_int(
+            top, "kv_release_rounds", source, default=None, minimum=0, nullable=True
+        ),
     )
 
 
@@ -332,7 +339,7 @@ def resolve_scenario_path(arg: str) -> Path:
 
 def pool_tokens(scenario: Scenario) -> int:
     """The size of the scenario's KV pool, as :func:`build_node` lays it out."""
-    page = scenario.page_size
+    page = scenario.config.page_size
     pinned = sum(r.device_prefix_tokens for r in scenario.requests if r.device_prefix_pinned)
     chunked_kv = sum(
         pages_for(r.computed_tokens - r.device_prefix_tokens, page) * page
@@ -370,7 +377,8 @@ def build_node(scenario: Scenario, device: str | torch.device = "cpu") -> Prefil
 
     The pool holds free + evictable + pinned device prefixes + the in-progress request's KV.
     """
-    page = scenario.page_size
+    page = scenario.config.page_size
+    window = scenario.config.sliding_window
     total = pool_tokens(scenario)
     if total < page:
         raise ScenarioError(
@@ -378,10 +386,8 @@ def build_node(scenario: Scenario, device: str | torch.device = "cpu") -> Prefil
         )
     pool = TokenPool(total, page, device=device)
     swa = None
-    if scenario.sliding_window is not None and scenario.swa_free_tokens is not None:
-        window_kv = sum(
-            min(scenario.sliding_window, r.computed_tokens) for r in scenario.requests if r.chunked
-        )
+    if window is not None and scenario.swa_free_tokens is not None:
+        window_kv = sum(min(window, r.computed_tokens) for r in scenario.requests if r.chunked)
         swa = TokenPool(scenario.swa_free_tokens + window_kv, 1, device=device, name="swa")
     node = PrefillNode(scenario.config, pool, swa_pool=swa)
     cache, host = node.cache, node.host

@@ -22,6 +22,7 @@ from typing import Any
 
 import z3
 
+from policykit.config import EngineConfig
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
 from policykit.registry import Combo
@@ -43,7 +44,6 @@ from policykit.spec.model import (
     Entry,
     Hit,
     IdleNode,
-    ModelConfig,
     Req,
     RoundModel,
     RoundState,
@@ -86,7 +86,7 @@ class Bounds:
     #: it runs with
     min_swa_pool_tokens: int | None = None
 
-    def granule_for(self, config: ModelConfig) -> int:
+    def granule_for(self, config: EngineConfig) -> int:
         return config.page_size if self.granule is None else self.granule
 
     def release_cap(self, rounds: int) -> int:
@@ -114,7 +114,7 @@ class Inputs:
     #: (:mod:`policykit.spec.cache`); without, every device prefix is pinned
     unpinned: bool
 
-    def shrinkable(self, config: ModelConfig, granule: int) -> list[tuple[Sym, int, int]]:
+    def shrinkable(self, config: EngineConfig, granule: int) -> list[tuple[Sym, int, int]]:
         """The integer inputs as ``(input, step, floor)``, in the order a counterexample is
         shrunk: the pool (in pages), then the prompts (in the granule), then timing."""
         page, reqs = config.page_size, self.requests
@@ -122,7 +122,7 @@ class Inputs:
         pool += [(r.device, page, 0) for r in reqs]
         if self.unpinned:
             pool += [(r.unpinned, page, 0) for r in reqs]
-        if config.hybrid:
+        if config.hybrid_swa:
             pool.append((self.swa_free, page, page))
         prompts = [(x, granule, 0) for r in reqs for x in (r.prompt, r.host)]
         timing = [(r.arrival, 1, 1) for r in reqs] + [(self.release_rounds, 1, 0)]
@@ -153,7 +153,7 @@ class Unrolling:
     """The growing BMC formula and, per round, each property's violation condition."""
 
     combo: Combo
-    config: ModelConfig
+    config: EngineConfig
     requests: int
     bounds: Bounds
     enc: Encoder
@@ -203,7 +203,7 @@ def make_inputs(
         delay.t >= 0,
         delay.t <= bounds.release_cap(rounds),
     ]
-    if config.hybrid:
+    if config.hybrid_swa:
         floor = max(page, bounds.min_swa_pool_tokens or 0)
         f += [swa_free.t >= floor, swa_free.t <= bounds.max_pool_tokens]
     else:
@@ -369,7 +369,7 @@ def unroll_round(
         e = model.resume(state, has, c_prompt, c_seq)
         room = z3.And(
             baseline.t >= owed(c_prompt, c_seq, page).t + page,
-            swa_free.t >= (c_prompt - c_seq).t + 2 * page if cfg.hybrid else z3.BoolVal(True),
+            swa_free.t >= (c_prompt - c_seq).t + 2 * page if cfg.hybrid_swa else z3.BoolVal(True),
         )
         progress_bad = z3.And(has, room, e.kind.t == DEFERRED)
         entries = [_combine(quiet_entry(), e, in_progress[i]) for i in range(n)]
@@ -424,7 +424,7 @@ def unroll_round(
         units, taken = evict(enc, units, enc.bind("demand", demand) - free)
         free = enc.bind("free_after", free + taken - (need - loaded))
     oom_full = need.t > (baseline - locks).t
-    if cfg.hybrid:
+    if cfg.hybrid_swa:
         swa_needed = sum((swa_need(e, page) for e in entries), Sym(num(0)))
         oom_swa = swa_needed.t > swa_free.t
     else:
@@ -446,9 +446,9 @@ def unroll_round(
             finish_pos[i] = enc.bind(
                 "finish_pos", ite(done, ite(kind == FINAL, 0, 1 + i), s.finish_pos[i])
             )
-        if cfg.hybrid and cfg.swa_window is not None:
+        if cfg.hybrid_swa and cfg.sliding_window is not None:
             grown = s.swa_hold[i] + e.tokens
-            kept = ite(grown.t > cfg.swa_window, cfg.swa_window, grown)
+            kept = ite(grown.t > cfg.sliding_window, cfg.sliding_window, grown)
             swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))
             swa_after = swa_after - ite(computes, e.tokens, 0) + ite(computes, grown - kept, 0)
     swa_after = enc.bind("swa_free_after", swa_after)
@@ -537,7 +537,7 @@ def unroll_round(
     violations[STUCK_ONLY] = z3.And(
         alive, z3.Not(state.bad_contract), z3.Not(oom), z3.Or(*stuck_now)
     )
-    if not cfg.hybrid:
+    if not cfg.hybrid_swa:
         violations["swa-no-oom"] = z3.BoolVal(False)
     u.rounds.append(
         RoundTrace(

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import time
 
+from policykit.config import EngineConfig
 from policykit.errors import PolicykitError
-from policykit.policy import EngineConfig
 from policykit.registry import Combo
 from policykit.spec.checker import (
     CheckOptions,
@@ -26,7 +26,6 @@ from policykit.spec.checker import (
     properties_for,
 )
 from policykit.spec.crossval import check_policies
-from policykit.spec.model import ModelConfig
 
 
 def checkable(combo: Combo, engine: EngineConfig) -> str | None:
@@ -44,7 +43,7 @@ REFUSED = "refused"
 
 def check_or_refuse(
     combo: Combo,
-    config: ModelConfig,
+    config: EngineConfig,
     options: CheckOptions,
     sources: dict[str, str] | None = None,
 ) -> list[Verdict]:

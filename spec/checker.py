@@ -18,9 +18,8 @@ from typing import Any
 
 import z3
 
-from policykit.policy import EngineConfig
+from policykit.config import EngineConfig
 from policykit.registry import Combo
-from policykit.scenario import Scenario, pool_tokens
 from policykit.spec.bmc import (
     PROPERTIES,
     STUCK_ONLY,
@@ -34,7 +33,7 @@ from policykit.spec.bmc import (
 from policykit.spec.counterexample import Counterexample, extract, replay
 from policykit.spec.crossval import check_lifted, check_policies
 from policykit.spec.induction import Obligations
-from policykit.spec.model import Encoder, ModelConfig, RoundModel
+from policykit.spec.model import Encoder, RoundModel
 from policykit.spec.shrink import shrunk_counterexample
 from policykit.spec.solver import QUERY_RLIMIT, WALL_CLOCK, solve, unrolled
 
@@ -101,17 +100,15 @@ class Verdict:
         }
 
 
-def config_dict(config: ModelConfig) -> dict[str, Any]:
-    """The engine configuration a verdict holds for (the model fixes these numbers)."""
-    return {
-        "page_size": config.page_size,
-        "chunked_prefill_size": config.chunked_prefill_size,
-        "swa_window": config.swa_window,
-        "max_prefill_tokens": config.max_prefill_tokens,
-    }
+def config_dict(config: EngineConfig) -> dict[str, Any]:
+    """The engine configuration a verdict holds for: the numbers the model fixes. The model
+    searches every release timing, so ``kv_release_rounds`` is not among them."""
+    fixed = config.to_dict()
+    del fixed["kv_release_rounds"]
+    return fixed
 
 
-def bounds_dict(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
+def bounds_dict(config: EngineConfig, options: CheckOptions) -> dict[str, Any]:
     """What the bounded search covered: rounds, requests, the largest pool, the length grain."""
     return {
         "rounds": options.rounds,
@@ -121,17 +118,17 @@ def bounds_dict(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
     } | swa_bounds(config, options)
 
 
-def swa_bounds(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
+def swa_bounds(config: EngineConfig, options: CheckOptions) -> dict[str, Any]:
     """Hybrid SWA only: the smallest sliding-window pool the bounded search covered."""
-    if not config.hybrid:
+    if not config.hybrid_swa:
         return {}
     floor = options.bounds.min_swa_pool_tokens
     return {"min_swa_pool_tokens": max(config.page_size, floor or 0)}
 
 
-def scope_text(config: ModelConfig, options: CheckOptions) -> str:
+def scope_text(config: EngineConfig, options: CheckOptions) -> str:
     """One line naming what every verdict of a run holds for, and the bounded ones' bounds."""
-    swa = "no SWA" if config.swa_window is None else f"SWA window {config.swa_window}"
+    swa = "no SWA" if config.sliding_window is None else f"SWA window {config.sliding_window}"
     if config.max_prefill_tokens is not None:
         swa += f", max_prefill_tokens {config.max_prefill_tokens}"
     b = bounds_dict(config, options)
@@ -145,33 +142,20 @@ def scope_text(config: ModelConfig, options: CheckOptions) -> str:
     )
 
 
-def config_from_scenario(scenario: Scenario) -> tuple[ModelConfig, int]:
-    """The engine configuration of a user's scenario, and its pool size as the pool cap: the
-    node the user runs, not the checker's defaults."""
-    config = ModelConfig(
-        scenario.page_size,
-        scenario.chunked_prefill_size,
-        scenario.sliding_window,
-        scenario.max_prefill_tokens,
-    )
-    return config, pool_tokens(scenario)
-
-
-def properties_for(config: ModelConfig, wanted: tuple[str, ...] | None = None) -> list[str]:
-    props = [p for p in PROPERTIES if config.hybrid or p != "swa-no-oom"]
+def properties_for(config: EngineConfig, wanted: tuple[str, ...] | None = None) -> list[str]:
+    props = [p for p in PROPERTIES if config.hybrid_swa or p != "swa-no-oom"]
     return props if wanted is None else [p for p in props if p in wanted]
 
 
 def check_combo(
     combo: Combo,
-    config: ModelConfig,
+    config: EngineConfig,
     options: CheckOptions,
     sources: dict[str, str] | None = None,
 ) -> list[Verdict]:
     """All verdicts for one combo."""
     sources = sources or {}
-    engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
-    check_policies(combo, engine, sources)
+    check_policies(combo, config, sources)
     name = combo_label(combo)
     props = properties_for(config, options.properties)
     verdicts: dict[str, Verdict] = {}
@@ -211,7 +195,7 @@ def check_combo(
             wanted = [p for p in wanted if verdicts[p].verdict == PROVED]
             if not wanted:
                 break
-    check_lifted(combo, engine, sources)
+    check_lifted(combo, config, sources)
     scope, bounds = config_dict(config), bounds_dict(config, options)
     for v in verdicts.values():
         v.config = scope
@@ -286,7 +270,7 @@ class _Deepening:
         A violation found so replays like any other; finding none proves nothing, and the
         verdict stays ``unknown`` at round ``k``. Each round is one query with its own
         budget: one budget shared by the rounds lost this very counterexample in a
-        ``check --all --swa-window 512``."""
+        ``check --all --sliding-window 512``."""
         if self.u.requests == 1:
             return False
         t0 = time.perf_counter()
@@ -385,7 +369,7 @@ class _Deepening:
 
 def _unroll_and_solve(
     combo: Combo,
-    config: ModelConfig,
+    config: EngineConfig,
     options: CheckOptions,
     sources: dict[str, str],
     name: str,

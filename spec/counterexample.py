@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from policykit.registry import Combo
-from policykit.scenario import parse_scenario
+from policykit.scenario import config_fields, parse_scenario
 from policykit.spec.bmc import Unrolling, value
 from policykit.spec.model import FINAL, KIND_NAMES, NONE, RESUMED, TRUNCATED, WHOLE
 
@@ -204,19 +204,14 @@ def scenario_of(
         "free_tokens": read(inp.free),
         "evictable_tokens": read(inp.evictable),
     }
-    if cfg.hybrid:
+    if cfg.hybrid_swa:
         pool["swa_free_tokens"] = read(inp.swa_free)
-        pool["sliding_window"] = cfg.swa_window
+    release = None if read(inp.release_never) else read(inp.release_rounds)
     scenario = {
         "name": f"counterexample-{prop}",
         "description": f"Found by policykit check: {prop} violated in round {depth} under {combo}.",
-        "page_size": cfg.page_size,
-        "chunked_prefill_size": cfg.chunked_prefill_size,
-        **(
-            {} if cfg.max_prefill_tokens is None else {"max_prefill_tokens": cfg.max_prefill_tokens}
-        ),
+        **config_fields(dataclasses.replace(cfg, kv_release_rounds=release)),
         "pool": pool,
-        "kv_release_rounds": None if read(inp.release_never) else read(inp.release_rounds),
         "combo": combo.as_dict(),
         "requests": requests,
     }
@@ -263,7 +258,9 @@ def start_table(scenario: dict[str, Any]) -> Table:
         f"evictable {pool['evictable_tokens']}",
     ]
     if "swa_free_tokens" in pool:
-        parts.append(f"SWA free {pool['swa_free_tokens']} (window {pool['sliding_window']})")
+        # the window sits in the pool in counterexamples exported before it moved to the top
+        window = scenario.get("sliding_window", pool.get("sliding_window"))
+        parts.append(f"SWA free {pool['swa_free_tokens']} (window {window})")
     if scenario.get("max_prefill_tokens") is not None:
         parts.append(f"max_prefill_tokens {scenario['max_prefill_tokens']}")
     release = scenario.get("kv_release_rounds")

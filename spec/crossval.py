@@ -38,13 +38,13 @@ from typing import Any
 
 import z3
 
+from policykit.config import EngineConfig
 from policykit.node import FIRST_TOKENS
 from policykit.policy import (
     DECISION_KINDS,
     AdmitView,
     AlignView,
     ChunkView,
-    EngineConfig,
     Policy,
     QueueView,
     TailView,

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 import z3
 
+from policykit.config import EngineConfig
 from policykit.ledger import Ledger
 from policykit.registry import Combo
 from policykit.spec.model import (
@@ -60,7 +61,6 @@ from policykit.spec.model import (
     Entry,
     Hit,
     IdleNode,
-    ModelConfig,
     Req,
     RoundModel,
     RoundState,
@@ -92,7 +92,7 @@ class Obligations:
     def __init__(
         self,
         combo: Combo,
-        config: ModelConfig,
+        config: EngineConfig,
         sources: dict[str, str],
         rlimit: int,
         granule: int = 1,
@@ -151,8 +151,8 @@ class Obligations:
             rem_chunk_tokens=enc.var("L_rem_chunk"),
             # no input budget: a spent one only stops the queue, which keeps every invariant
             rem_input_tokens=None,
-            swa_baseline=enc.var("L_swa_baseline") if cfg.hybrid else None,
-            sliding_window=cfg.swa_window,
+            swa_baseline=enc.var("L_swa_baseline") if cfg.hybrid_swa else None,
+            sliding_window=cfg.sliding_window,
             rem_total_token_offset=enc.var("L_total_offset"),
             cur_rem_token_offset=enc.var("L_cur_offset"),
             rem_swa_token_offset=enc.var("L_swa_offset"),
@@ -173,7 +173,7 @@ class Obligations:
             mid.swa.t >= 0,
             z3.Implies(deferred, has),
         ]
-        if cfg.hybrid:
+        if cfg.hybrid_swa:
             enc.facts.append(led.swa_baseline.t >= 0)  # type: ignore[union-attr]
         return mid
 
@@ -384,7 +384,7 @@ class Obligations:
                     lambda m: m.extend.t <= m.state.ledger.baseline.t,
                 )
         elif prop == "swa-no-oom":
-            if not cfg.hybrid:
+            if not cfg.hybrid_swa:
                 return "proved"
             out = self._two_level(self._j_swa, lambda i: z3.BoolVal(True), self._swa_fits)
         elif prop == "ledger":
@@ -441,7 +441,7 @@ class Obligations:
         cfg, page = self.config, self.config.page_size
         capacity, swa = enc.var("C"), enc.var("S")
         enc.facts += [capacity.t >= 0, (capacity % page).t == 0]
-        enc.facts.append(swa.t >= page if cfg.hybrid else swa.t == 0)
+        enc.facts.append(swa.t >= page if cfg.hybrid_swa else swa.t == 0)
         model = RoundModel(self.combo, cfg, enc, self.sources)
         f = z3.BoolVal(False)
         state = RoundState(model.open_ledger(capacity, swa), f, f, z3.BoolVal(True), f, f)
@@ -510,7 +510,7 @@ class Obligations:
             room = z3.And(
                 i["has"],
                 i["B"].t >= owed(i["p"], i["seq"], page).t + page,
-                swa_room if cfg.hybrid else z3.BoolVal(True),
+                swa_room if cfg.hybrid_swa else z3.BoolVal(True),
             )
             enc.facts.append(z3.Not(mid.state.bad_contract))
         return self._valid(enc, z3.Implies(room, i["entry"].end.t > i["entry"].start.t))

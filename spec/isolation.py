@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from policykit.config import EngineConfig
     from policykit.registry import PolicyRegistry
     from policykit.spec.checker import CheckOptions
-    from policykit.spec.model import ModelConfig
 
 Rows = list[dict[str, Any]]
 
@@ -44,7 +44,7 @@ class Task:
     """One combo to check: its policies by name, the configuration and the options."""
 
     combo: dict[str, str]
-    config: ModelConfig
+    config: EngineConfig
     options: CheckOptions
 
 
@@ -135,13 +135,11 @@ def _fork_each(
 
 
 def _child(task: Task, registry: PolicyRegistry, path: Path) -> int:  # pragma: no cover
-    from policykit.policy import EngineConfig
     from policykit.spec.checkable import check_or_refuse
 
     config = task.config
     try:
-        engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
-        combo = registry.resolve(task.combo, config=engine)
+        combo = registry.resolve(task.combo, config=config)
         verdicts = check_or_refuse(combo, config, task.options, registry.sources(combo))
         result: Any = [v.to_dict() for v in verdicts]
     except Exception as exc:  # reported as the combo's failure, never as a pass

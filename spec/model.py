@@ -27,6 +27,7 @@ from typing import Any
 import z3
 
 from policykit import kernel
+from policykit.config import EngineConfig
 from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.kernel import admit_view, chunk_view
 from policykit.ledger import Budget, Ledger
@@ -70,22 +71,6 @@ _LEDGER_FIELDS = (
     "rem_chunk_tokens",
     "rem_input_tokens",
 )
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The concrete facts of the checked configuration (linear arithmetic needs them fixed)."""
-
-    page_size: int = 64
-    chunked_prefill_size: int = 4096
-    #: hybrid SWA: tokens of the sliding window, or None
-    swa_window: int | None = None
-    #: the round's input budget (``Budget.OTHER`` once spent), or None for none
-    max_prefill_tokens: int | None = None
-
-    @property
-    def hybrid(self) -> bool:
-        return self.swa_window is not None
 
 
 def t(x: Any) -> Any:
@@ -348,7 +333,7 @@ class RoundModel:
     """Steps of one planning round, with the combo's policies evaluated symbolically."""
 
     def __init__(
-        self, combo: Combo, config: ModelConfig, enc: Encoder, sources: dict[str, str]
+        self, combo: Combo, config: EngineConfig, enc: Encoder, sources: dict[str, str]
     ) -> None:
         self.combo, self.config, self.enc, self.sources = combo, config, enc, sources
         self.num = Terms(enc, combo, sources)
@@ -365,8 +350,8 @@ class RoundModel:
             rem_input_tokens=None
             if cfg.max_prefill_tokens is None
             else Sym(num(cfg.max_prefill_tokens)),
-            swa_baseline=swa_free if cfg.hybrid else None,
-            sliding_window=cfg.swa_window,
+            swa_baseline=swa_free if cfg.hybrid_swa else None,
+            sliding_window=cfg.sliding_window,
             rem_total_token_offset=Sym(num(0)),
             cur_rem_token_offset=Sym(num(0)),
             rem_swa_token_offset=Sym(num(0)),
@@ -442,7 +427,7 @@ class RoundModel:
         hit = hit or Hit.pinned(req, self.config.page_size)
         # the sliding-window pool's size: the idle node's, or (induction step) any size
         swa_pool = None
-        if self.config.hybrid:
+        if self.config.hybrid_swa:
             swa_pool = idle.swa_total if idle is not None else self.enc.var("swa_pool")
         ok = self._admits(req, hit.cached, hit.host, led, swa_pool)
         first = self._attempt(state, req, hit, ok, swa_pool)
@@ -574,14 +559,14 @@ class RoundModel:
             remaining = req.prompt - req.device
             host = req.idle_host
             swa = None
-            if cfg.swa_window is not None:
+            if cfg.sliding_window is not None:
                 swa = idle_swa_facts(
                     remaining - host,
                     FIRST_TOKENS,
                     page,
                     cfg.chunked_prefill_size,
                     idle.swa_total,
-                    cfg.swa_window,
+                    cfg.sliding_window,
                 )
             view = idle_admit_view(
                 req.prompt, remaining, host, FIRST_TOKENS, page, idle.capacity, swa
@@ -592,7 +577,7 @@ class RoundModel:
                 page,
                 cfg.chunked_prefill_size,
                 idle.capacity,
-                idle.swa_total if cfg.hybrid else None,
+                idle.swa_total if cfg.hybrid_swa else None,
                 swa,
             )
             self._idle[req.name] = (

@@ -16,12 +16,12 @@ from typing import Any
 
 import z3
 
+from policykit.config import EngineConfig
 from policykit.documents import stamped
 from policykit.registry import Combo
 from policykit.spec.bmc import Bounds
-from policykit.spec.checker import CheckOptions, Verdict, scope_text
+from policykit.spec.checker import CheckOptions, Verdict, config_dict, scope_text
 from policykit.spec.isolation import Task, check_isolated
-from policykit.spec.model import ModelConfig
 
 SCHEMA = "policykit.check/1"
 VERDICT_ORDER = ("proved", "violated", "unknown", "refused")
@@ -29,7 +29,7 @@ VERDICT_ORDER = ("proved", "violated", "unknown", "refused")
 
 def isolated_rows(
     combos: list[Combo],
-    config: ModelConfig,
+    config: EngineConfig,
     options: CheckOptions,
     jobs: int = 1,
     on_done: Callable[[int, Combo], None] | None = None,
@@ -96,14 +96,11 @@ def summary_line(rows: list[dict[str, Any]], combos: int) -> str:
 
 
 def config_block(
-    config: ModelConfig, options: CheckOptions, timeout_s: float | None
+    config: EngineConfig, options: CheckOptions, timeout_s: float | None
 ) -> dict[str, Any]:
     """The configuration and budget every verdict of a run holds for."""
     return {
-        "page_size": config.page_size,
-        "chunked_prefill_size": config.chunked_prefill_size,
-        "swa_window": config.swa_window,
-        "max_prefill_tokens": config.max_prefill_tokens,
+        **config_dict(config),
         "rounds": options.rounds,
         "requests": options.requests,
         "granule": options.bounds.granule_for(config),
@@ -136,14 +133,11 @@ def check_document(
 
 
 # -- a check as unit arguments (another process or machine) -----------------------------------
-def unit_args(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
+def unit_args(config: EngineConfig, options: CheckOptions) -> dict[str, Any]:
     """What a ``check_unit`` needs besides the combo: the configuration, the bounds and the
     budget (``rlimit``; ``deadline`` is the wall-clock safety net, a ``time.time()`` instant)."""
     return {
-        "page_size": config.page_size,
-        "chunk_size": config.chunked_prefill_size,
-        "swa_window": config.swa_window,
-        "max_prefill_tokens": config.max_prefill_tokens,
+        "config": config.to_dict(),
         "rounds": options.rounds,
         "requests": options.requests,
         "rlimit": options.rlimit,
@@ -155,14 +149,10 @@ def unit_args(config: ModelConfig, options: CheckOptions) -> dict[str, Any]:
     }
 
 
-def from_unit_args(args: dict[str, Any]) -> tuple[ModelConfig, CheckOptions]:
-    """The inverse of :func:`unit_args`, with ``policykit check``'s defaults."""
-    config = ModelConfig(
-        int(args["page_size"]),
-        int(args["chunk_size"]),
-        args.get("swa_window"),
-        args.get("max_prefill_tokens"),
-    )
+def from_unit_args(args: dict[str, Any]) -> tuple[EngineConfig, CheckOptions]:
+    """The inverse of :func:`unit_args`, with ``policykit check``'s defaults (a unit written
+    before the configuration had a key of its own carries its numbers at the top level)."""
+    config = EngineConfig.from_dict(args.get("config", args))
     defaults = CheckOptions()
     props = args.get("properties")
     options = CheckOptions(

@@ -254,7 +254,7 @@ def bench(
     max_rounds = 10_000 if max_rounds is None else max_rounds
     bench_input = resolve_input(workload, pool_tokens, seed)
     pm, registry = load_registry()
-    engine = bench_input.config.engine
+    engine = bench_input.config
     chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
     warned: set[str] = set()
     for combo in chosen:

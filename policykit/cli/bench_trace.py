@@ -153,7 +153,7 @@ def bench_trace(
         host_tier=args.host_tier,
     )
     pm, registry = load_registry()
-    engine = config.node_config().engine
+    engine = config.node_config()
     chosen = (
         list(registry.all_combos(engine))
         if not combo_texts

@@ -14,7 +14,7 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,10 @@ from policykit.cli.common import (
     ray_address_option,
     write_json,
 )
+from policykit.config import EngineConfig
 from policykit.errors import ComboError, PolicykitError
 from policykit.fidelity import Holds, approximation_lines
 from policykit.heartbeat import Heartbeat
-from policykit.policy import EngineConfig
 from policykit.registry import Combo, PolicyRegistry
 from policykit.render import default_console, fold
 
@@ -68,19 +68,27 @@ def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineCon
 @combo_options
 @click.option("--rounds", type=click.IntRange(1, 12), default=4, show_default=True)
 @click.option("--requests", type=click.IntRange(1, 8), default=3, show_default=True)
-@click.option("--page-size", type=click.IntRange(1, 4096), default=64, show_default=True)
 @click.option(
-    "--chunk-size",
-    type=click.IntRange(1, 1 << 20),
-    default=4096,
-    show_default=True,
-    help="chunked_prefill_size (the compute budget per round).",
+    "--page-size", type=click.IntRange(1, 4096), default=EngineConfig.page_size, show_default=True
 )
 @click.option(
+    "--chunked-prefill-size",
+    "--chunk-size",
+    "chunked_prefill_size",
+    type=click.IntRange(1, 1 << 20),
+    default=EngineConfig.chunked_prefill_size,
+    show_default=True,
+    help="The compute budget per round, SGLang's chunked_prefill_size (--chunk-size: its "
+    "former name here).",
+)
+@click.option(
+    "--sliding-window",
     "--swa-window",
+    "sliding_window",
     type=click.IntRange(1, 1 << 24),
     default=None,
-    help="Check a hybrid sliding-window model with this window (tokens).",
+    help="Check a hybrid sliding-window model with this window (tokens; --swa-window: its "
+    "former name).",
 )
 @click.option(
     "--max-prefill-tokens",
@@ -105,7 +113,7 @@ def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineCon
     "--min-swa-pool",
     type=click.IntRange(1, 1 << 26),
     default=None,
-    help="Bounded checking with --swa-window: the smallest sliding-window pool searched, in "
+    help="Bounded checking with --sliding-window: the smallest sliding-window pool searched, in "
     "tokens (default: one page). SGLang 0.5.23 refuses to start with a pool of at most "
     "window + page; give window + page + 1 to search only pools it runs with.",
 )
@@ -141,7 +149,9 @@ def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineCon
     "table, e.g. 1,16,64,256.",
 )
 @click.option(
+    "--sliding-windows",
     "--swa-windows",
+    "sliding_windows",
     default=None,
     metavar="LIST",
     help="Check every combo without (0) and with each of these sliding windows, e.g. 0,4096. "
@@ -151,7 +161,7 @@ def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineCon
 @click.option(
     "--matrix",
     is_flag=True,
-    help="The whole matrix as one gate: --page-sizes 1,16,64,256 --swa-windows 0,4096.",
+    help="The whole matrix as one gate: --page-sizes 1,16,64,256 --sliding-windows 0,4096.",
 )
 @click.option(
     "--export-counterexample",
@@ -191,8 +201,8 @@ def check(
     rounds: int,
     requests: int,
     page_size: int,
-    chunk_size: int,
-    swa_window: int | None,
+    chunked_prefill_size: int,
+    sliding_window: int | None,
     max_prefill_tokens: int | None,
     granule: int | None,
     pool_cap: int | None,
@@ -201,7 +211,7 @@ def check(
     rlimit: int | None,
     timeout: float,
     page_sizes: str | None,
-    swa_windows: str | None,
+    sliding_windows: str | None,
     matrix: bool,
     export_dir: Path | None,
     jobs: int | None,
@@ -225,21 +235,15 @@ def check(
     """
     from policykit.spec.report import row_of
 
+    config = EngineConfig(page_size, chunked_prefill_size, sliding_window, max_prefill_tokens)
     if config_scenario is not None:
-        page_size, chunk_size, swa_window, max_prefill_tokens, pool_cap = _from_scenario(
-            config_scenario, pool_cap
-        )
-    pages, windows = _matrix_axes(page_size, swa_window, page_sizes, swa_windows, matrix)
+        config, pool_cap = _from_scenario(config_scenario, pool_cap)
+    configs = _matrix_configs(config, page_sizes, sliding_windows, matrix)
     check_out_path(out)
     _, registry = load_registry()
     texts = combo_texts(combos, combo_list, check_all)
     budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool)
-    several = len(pages) * len(windows) > 1
-    plans = [
-        _plan(registry, texts, (page, chunk_size, window, max_prefill_tokens), budget, several)
-        for page in pages
-        for window in windows
-    ]
+    plans = [_plan(registry, texts, c, budget, len(configs) > 1) for c in configs]
     count = sum(len(p.combos) for p in plans)
     jobs = min(jobs or os.cpu_count() or 1, count)
     if executor != "pool":
@@ -251,7 +255,7 @@ def check(
     if export_dir is not None:
         _export(export_dir, rows)
     data = _document(rows, plans, timeout, ran_on)
-    hybrid = any(w is not None for w in windows)
+    hybrid = any(c.hybrid_swa for c in configs)
     data["approximations"] = approximation_lines(
         [c for p in plans for c in p.combos], Holds.of_checker(hybrid)
     )
@@ -300,7 +304,7 @@ class _Budget:
 class _Plan:
     """One configuration of a run and the combos checked under it."""
 
-    config: Any
+    config: EngineConfig
     options: Any
     combos: list[Combo]
 
@@ -308,61 +312,53 @@ class _Plan:
 def _plan(
     registry: PolicyRegistry,
     texts: list[str] | None,
-    engine_numbers: tuple[int, int, int | None, int | None],
+    config: EngineConfig,
     b: _Budget,
     matrix: bool,
 ) -> _Plan:
-    """The combos, configuration and options of one (page size, chunk size, window,
-    max_prefill_tokens) of a run. In a matrix,
-    sliding-window pools SGLang refuses to start with are left out unless asked for."""
+    """The combos and options of one configuration of a run. In a matrix, sliding-window
+    pools SGLang refuses to start with are left out unless asked for."""
     from policykit.spec.bmc import Bounds
     from policykit.spec.checker import CheckOptions
-    from policykit.spec.model import ModelConfig
     from policykit.spec.report import wall_deadline
     from policykit.spec.solver import QUERY_RLIMIT
 
-    page, chunk, window, max_prefill_tokens = engine_numbers
     pool_cap = b.pool_cap or Bounds.max_pool_tokens
-    _refuse_bad_bounds(page, window, pool_cap, b.min_swa_pool)
+    _refuse_bad_bounds(config, pool_cap, b.min_swa_pool)
     floor = b.min_swa_pool
-    if matrix and window is not None and floor is None:
-        floor = window + page + 1
-    engine = EngineConfig(page, chunk, hybrid_swa=window is not None)
+    if matrix and config.sliding_window is not None and floor is None:
+        floor = config.sliding_window + config.page_size + 1
     bounds = Bounds(max_pool_tokens=pool_cap, granule=b.granule, min_swa_pool_tokens=floor)
     options = CheckOptions(
         b.rounds, b.requests, b.rlimit or QUERY_RLIMIT, bounds, deadline=wall_deadline(b.timeout)
     )
-    config = ModelConfig(page, chunk, window, max_prefill_tokens)
-    return _Plan(config, options, _combos(registry, texts, engine))
+    return _Plan(config, options, _combos(registry, texts, config))
 
 
-def _matrix_axes(
-    page_size: int,
-    swa_window: int | None,
-    page_sizes: str | None,
-    swa_windows: str | None,
-    matrix: bool,
-) -> tuple[list[int], list[int | None]]:
-    """The page sizes and windows a run covers: one of each, or the lists asked for."""
+def _matrix_configs(
+    config: EngineConfig, page_sizes: str | None, sliding_windows: str | None, matrix: bool
+) -> list[EngineConfig]:
+    """The configurations a run covers: ``config``, or it at each page size and window asked
+    for (every pair)."""
     ctx = click.get_current_context()
-    for flag, given in (("--page-sizes", page_sizes), ("--swa-windows", swa_windows)):
-        single = "page_size" if flag == "--page-sizes" else "swa_window"
+    for flag, given in (("--page-sizes", page_sizes), ("--sliding-windows", sliding_windows)):
+        single = "page_size" if flag == "--page-sizes" else "sliding_window"
         explicit = ctx.get_parameter_source(single) is not click.core.ParameterSource.DEFAULT
         if (given is not None or matrix) and explicit:
             raise ComboError(
                 f"{flag} (or --matrix) and --{single.replace('_', '-')} both set the "
                 "configuration: give one."
             )
-    pages = list(MATRIX_PAGES) if matrix else [page_size]
-    windows = list(MATRIX_WINDOWS) if matrix else [swa_window]
+    pages = list(MATRIX_PAGES) if matrix else [config.page_size]
+    windows = list(MATRIX_WINDOWS) if matrix else [config.sliding_window]
     if page_sizes is not None:
         pages = [_positive(x, "--page-sizes") for x in _items(page_sizes, "--page-sizes")]
-    if swa_windows is not None:
+    if sliding_windows is not None:
         windows = [
-            _positive(x, "--swa-windows", zero=True) or None
-            for x in _items(swa_windows, "--swa-windows")
+            _positive(x, "--sliding-windows", zero=True) or None
+            for x in _items(sliding_windows, "--sliding-windows")
         ]
-    return pages, windows
+    return [replace(config, page_size=p, sliding_window=w) for p in pages for w in windows]
 
 
 def _items(text: str, flag: str) -> list[str]:
@@ -387,22 +383,23 @@ def _matrix_block(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         **{k: first[k] for k in (*shared, "timeout_s", "pool_cap_tokens")},
         "page_sizes": list(dict.fromkeys(b["page_size"] for b in blocks)),
-        "swa_windows": list(dict.fromkeys(b["swa_window"] for b in blocks)),
+        "sliding_windows": list(dict.fromkeys(b["sliding_window"] for b in blocks)),
         "scope": " | ".join(b["scope"] for b in blocks),
     }
 
 
-def _refuse_bad_bounds(
-    page_size: int, swa_window: int | None, pool_cap: int, min_swa_pool: int | None
-) -> None:
+def _refuse_bad_bounds(config: EngineConfig, pool_cap: int, min_swa_pool: int | None) -> None:
+    page_size, sliding_window = config.page_size, config.sliding_window
     if pool_cap < page_size:
         raise ComboError(f"--pool-cap {pool_cap} is smaller than one {page_size}-token page.")
-    if swa_window is not None and swa_window < page_size:
-        raise ComboError(f"--swa-window {swa_window} is smaller than one {page_size}-token page.")
-    if min_swa_pool is not None and swa_window is None:
+    if sliding_window is not None and sliding_window < page_size:
+        raise ComboError(
+            f"--sliding-window {sliding_window} is smaller than one {page_size}-token page."
+        )
+    if min_swa_pool is not None and sliding_window is None:
         raise ComboError(
             "--min-swa-pool bounds the sliding-window pool, which only a hybrid-SWA check has: "
-            "give --swa-window too (or a --config scenario with a sliding window)."
+            "give --sliding-window too (or a --config scenario with a sliding window)."
         )
 
 
@@ -414,7 +411,7 @@ def _print_text(data: dict[str, Any], detailed: bool, export_dir: Path | None, c
 
     rows = data["verdicts"]
     configs = data.get("configs") or [data["config"]]
-    blocks = {(b["page_size"], b["swa_window"]): b for b in configs}
+    blocks = {(b["page_size"], b["sliding_window"]): b for b in configs}
     console = default_console()
     console.print(_table(rows) if detailed else _matrix(rows))
     for block in configs:
@@ -433,7 +430,7 @@ def _print_text(data: dict[str, Any], detailed: bool, export_dir: Path | None, c
             console.print(fold(start_table(cx["scenario"])))
             console.print(fold(trace_table(cx, title)))
             c = v.get("config") or {}
-            block = blocks.get((c.get("page_size"), c.get("swa_window")), data["config"])
+            block = blocks.get((c.get("page_size"), c.get("sliding_window")), data["config"])
             hint = _replay_hint(v, block, export_dir)
             console.print(Text(hint, style="cyan"), soft_wrap=True)
     click.echo(summary_line(rows, combos))
@@ -451,9 +448,9 @@ def _replay_hint(row: dict[str, Any], block: dict[str, Any], export_dir: Path | 
     if export_dir is not None:
         return f"Replay it:\n  {replay}"
     flags = [("--combo", row["combo"]), ("--page-size", block["page_size"])]
-    flags.append(("--chunk-size", block["chunked_prefill_size"]))
+    flags.append(("--chunked-prefill-size", block["chunked_prefill_size"]))
     for flag, key in (
-        ("--swa-window", "swa_window"),
+        ("--sliding-window", "sliding_window"),
         ("--max-prefill-tokens", "max_prefill_tokens"),
         ("--min-swa-pool", "min_swa_pool_tokens"),
     ):
@@ -539,7 +536,7 @@ def _prefix(plan: _Plan, plans: list[_Plan]) -> str:
     """A unit id's configuration part, where a run has several."""
     if len(plans) == 1:
         return ""
-    return f"page{plan.config.page_size}/swa{plan.config.swa_window or 0}/"
+    return f"page{plan.config.page_size}/swa{plan.config.sliding_window or 0}/"
 
 
 def _pm_injected() -> bool:
@@ -550,17 +547,16 @@ def _pm_injected() -> bool:
     return isinstance(obj, dict) and obj.get("pm") is not None
 
 
-def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None, int | None, int]:
-    """``--config``: page size, chunk size, SWA window, max_prefill_tokens and pool cap of a
-    user's scenario (an explicit --pool-cap wins; an explicit option for any of the others is
-    refused as ambiguous)."""
-    from policykit.scenario import load_scenario, resolve_scenario_path
-    from policykit.spec.checker import config_from_scenario
+def _from_scenario(arg: str, pool_cap: int | None) -> tuple[EngineConfig, int]:
+    """``--config``: the engine configuration of a user's scenario and its pool as the pool
+    cap (an explicit --pool-cap wins; an explicit option for any of the configuration's
+    numbers is refused as ambiguous)."""
+    from policykit.scenario import load_scenario, pool_tokens, resolve_scenario_path
 
     ctx = click.get_current_context()
     clash = [
         f"--{name.replace('_', '-')}"
-        for name in ("page_size", "chunk_size", "swa_window", "max_prefill_tokens")
+        for name in ("page_size", "chunked_prefill_size", "sliding_window", "max_prefill_tokens")
         if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
     ]
     if clash:
@@ -568,14 +564,8 @@ def _from_scenario(arg: str, pool_cap: int | None) -> tuple[int, int, int | None
             f"--config takes the engine configuration from {arg!r}; give it or "
             f"{', '.join(clash)}, not both."
         )
-    config, pool = config_from_scenario(load_scenario(resolve_scenario_path(arg)))
-    return (
-        config.page_size,
-        config.chunked_prefill_size,
-        config.swa_window,
-        config.max_prefill_tokens,
-        pool_cap or pool,
-    )
+    scenario = load_scenario(resolve_scenario_path(arg))
+    return scenario.config, pool_cap or pool_tokens(scenario)
 
 
 def _check_units(
@@ -645,7 +635,9 @@ def _config_label(row: dict[str, Any]) -> str:
     c = row.get("config") or {}
     if "page_size" not in c:
         return ""
-    return f"page {c['page_size']}" + (f", SWA {c['swa_window']}" if c.get("swa_window") else "")
+    return f"page {c['page_size']}" + (
+        f", SWA {c['sliding_window']}" if c.get("sliding_window") else ""
+    )
 
 
 def _several_configs(rows: list[dict[str, Any]]) -> bool:

@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 import click
 
+from policykit.config import EngineConfig
 from policykit.documents import stamped
 from policykit.errors import ComboError, PolicykitError
 from policykit.plugin_manager import PolicykitPluginManager, make_plugin_manager
-from policykit.policy import EngineConfig
 from policykit.registry import COMBO_FORM, Combo, PolicyRegistry
 
 F = TypeVar("F", bound=Callable[..., Any])

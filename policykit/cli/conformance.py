@@ -120,7 +120,7 @@ def _coverage(scenarios: list[Scenario], verdicts: list[Verdict]) -> dict[str, i
     return {
         "host": sum(any(r.host_prefix_tokens for r in sc.requests) for sc in scenarios),
         "evicted_prefix": sum(v.evicted_prefix for v in verdicts),
-        "hybrid_swa": sum(sc.sliding_window is not None for sc in scenarios),
+        "hybrid_swa": sum(sc.config.hybrid_swa for sc in scenarios),
     }
 
 

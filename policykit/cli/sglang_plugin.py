@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from policykit.cli.common import echo_json, json_option, named_combo
+from policykit.config import EngineConfig
 from policykit.errors import ComboError
 from policykit.integrations.sglang import check, settings, startup
 from policykit.integrations.sglang.check import Finding
-from policykit.policy import EngineConfig
 
 EXIT_NOT_READY = 1
 
@@ -25,18 +25,28 @@ EXIT_NOT_READY = 1
     default=None,
     help=f"Combo to check; default: ${settings.COMBO_ENV}, else the file ${settings.CONFIG_ENV}.",
 )
-@click.option("--page-size", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option(
+    "--page-size", default=EngineConfig.page_size, show_default=True, type=click.IntRange(min=1)
+)
+@click.option(
+    "--chunked-prefill-size",
     "--chunk-size",
-    default=4096,
+    "chunked_prefill_size",
+    default=EngineConfig.chunked_prefill_size,
     show_default=True,
     type=click.IntRange(min=1),
-    help="chunked_prefill_size, as `policykit check` takes it (same default).",
+    help="SGLang's chunked_prefill_size, as `policykit check` takes it (same default; "
+    "--chunk-size: its former name).",
 )
 @click.option("--prove/--no-prove", default=True, help="Run policykit check on the combo (z3).")
 @json_option
 def sglang_plugin(
-    do_check: bool, combo: str | None, page_size: int, chunk_size: int, prove: bool, as_json: bool
+    do_check: bool,
+    combo: str | None,
+    page_size: int,
+    chunked_prefill_size: int,
+    prove: bool,
+    as_json: bool,
 ) -> None:
     """Check, without a GPU, that the installed SGLang is a supported version, that every hook
     target exists, and that the combo loads (and, with --prove, what policykit check proves).
@@ -49,9 +59,9 @@ def sglang_plugin(
     version = check.version_finding()
     # without SGLang every hook target is missing too: one finding says it, not six
     findings = [version, *check.target_findings()] if check.installed_version() else [version]
-    config = EngineConfig(page_size, chunk_size)
+    config = EngineConfig(page_size, chunked_prefill_size)
     chosen, registry = _resolve(text, config)
-    where = f"page size {page_size}, chunk size {chunk_size}"
+    where = f"page size {page_size}, chunk size {chunked_prefill_size}"
     findings.append(Finding("combo", True, f"{chosen} loads and validates ({where})."))
     # not a failure: the engine runs, with SGLang's own waiting queue
     findings.append(Finding("queue", True, startup.queue_line(chosen).split(": ", 1)[1] + "."))
@@ -64,7 +74,7 @@ def sglang_plugin(
                 "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "ready": ready,
                 "combo": chosen.as_dict(),
-                "config": {"page_size": page_size, "chunked_prefill_size": chunk_size},
+                "config": {"page_size": page_size, "chunked_prefill_size": chunked_prefill_size},
                 "findings": [f.to_dict() for f in findings],
                 "verdicts": [
                     {"property": v.property, "verdict": v.verdict, "label": v.label} for v in proofs

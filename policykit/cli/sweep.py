@@ -62,7 +62,7 @@ def sweep_units(
         )
     units = []
     for sc in scenarios:
-        config = sc.config.engine
+        config = sc.config
         if not combos:
             chosen = [str(c) for c in registry.all_combos(config)]
         else:

@@ -12,12 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from policykit.policy import EngineConfig
+from policykit.config import EngineConfig
 from policykit.registry import Combo, PolicyRegistry
-
-#: ``policykit check``'s defaults, the configuration the comparison page's verdicts are for
-PAGE_SIZE = 64
-CHUNK_SIZE = 4096
 
 
 def check_each(
@@ -31,12 +27,10 @@ def check_each(
     """A ``policykit.check/1`` document for ``combos`` (default: all registered), each
     checked on its own; a policy error becomes ``refused`` rows instead of an abort."""
     from policykit.spec.checker import CheckOptions
-    from policykit.spec.model import ModelConfig
     from policykit.spec.report import check_document, config_block, isolated_rows
 
-    engine = EngineConfig(PAGE_SIZE, CHUNK_SIZE)
-    chosen = list(combos if combos is not None else registry.all_combos(engine))
-    config = ModelConfig(PAGE_SIZE, CHUNK_SIZE)
+    config = EngineConfig()  # ``policykit check``'s defaults, as the comparison page says
+    chosen = list(combos if combos is not None else registry.all_combos(config))
     options = CheckOptions(rounds=rounds, requests=requests)
     if on_combo is not None and chosen:
         on_combo(0, len(chosen), chosen[0])

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
+from policykit.config import EngineConfig
 from policykit.docsgen.results import Verdict, combo_key, combo_parts
-from policykit.policy import EngineConfig
 from policykit.registry import (
     COMBO_SEPARATOR,
     DEFAULT_COMBO,
@@ -23,7 +23,7 @@ from policykit.registry import (
 )
 
 #: the engine facts registered combinations are enumerated for (the bundled scenarios' page)
-ENUMERATION_CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
+ENUMERATION_CONFIG = EngineConfig()
 #: the kinds a table gives a column each: those that change a verdict
 SHOWN_KINDS = VERDICT_KINDS
 
@@ -37,7 +37,8 @@ def sliding_window_only(registry: PolicyRegistry) -> list[str]:
     """Keys of the combinations that run only with a sliding window (``sglang-pre-swa-fix``
     refuses a plain pool), which :func:`registered_combos` therefore leaves out."""
     plain = set(registered_combos(registry))
-    swa = replace(ENUMERATION_CONFIG, hybrid_swa=True)
+    # any window: a policy's validation asks only whether there is one
+    swa = replace(ENUMERATION_CONFIG, sliding_window=4096)
     keys = [combo_key(c.as_dict()) for c in registry.all_combos(swa)]
     return [k for k in keys if k not in plain]
 

@@ -96,7 +96,7 @@ def replay(
     chosen = (
         combo
         if isinstance(combo, Combo)
-        else registry.resolve(scenario.combo, combo, config=scenario.config.engine)
+        else registry.resolve(scenario.combo, combo, config=scenario.config)
     )
     node = build_node(scenario, device="cpu")
     result = Scheduler(node, chosen).run(max_rounds=max_rounds)

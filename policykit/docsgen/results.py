@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from policykit.config import current_keys
 from policykit.docsgen.markdown import Provenance
 from policykit.errors import ComboError, PolicykitError
 from policykit.registry import DEFAULT_COMBO, parse_combo
@@ -336,7 +337,8 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
             )
         )
     config = top.get("config") if isinstance(top.get("config"), dict) else {}
-    return [CheckResults(provenance_of(top, "check"), tuple(verdicts), path, dict(config))]
+    config = current_keys(config)  # an older document's ``swa_window`` is ``sliding_window``
+    return [CheckResults(provenance_of(top, "check"), tuple(verdicts), path, config)]
 
 
 def _series(value: Any, at: str) -> tuple[float, ...]:

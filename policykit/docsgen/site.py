@@ -296,7 +296,7 @@ def run_harness(folder: Path, report: DocsReport) -> list[Results]:
     try:
         pm = make_plugin_manager()
         bench = resolve_input(HARNESS_WORKLOAD, HARNESS_POOL_TOKENS)
-        combos = list(Registry.from_plugins(pm).all_combos(bench.config.engine))
+        combos = list(Registry.from_plugins(pm).all_combos(bench.config))
         label = f"{LABEL}: bench {HARNESS_WORKLOAD}, {HARNESS_REPEATS} runs per combination"
         with Step(label, len(combos) * HARNESS_REPEATS) as beat:
 
@@ -348,7 +348,7 @@ def run_traces(
         config, source = replay_config(
             get_preset(PREDICT_MODEL), get_gpu(TRACE_GPU), pool_tokens=TRACE_POOL_TOKENS
         )
-        engine = config.node_config().engine
+        engine = config.node_config()
         combos = [str(c) for c in Registry.from_plugins(make_plugin_manager()).all_combos(engine)]
         base = {
             "requests": TRACE_REQUESTS,

@@ -90,7 +90,7 @@ def config_sentence(check: CheckResults) -> str:
     c = check.config
     if not c:
         return "The results file does not record the engine configuration it was checked under."
-    swa = c.get("swa_window")
+    swa = c.get("sliding_window")
     parts = [
         f"page size **{c.get('page_size', '?')}** tokens",
         f"chunk size (`chunked_prefill_size`) **{c.get('chunked_prefill_size', '?')}** tokens",

@@ -39,7 +39,7 @@ def simulate_unit(args: dict[str, Any]) -> dict[str, Any]:
     scenario = _scenario(args["scenario"])
     pm = make_plugin_manager()
     registry = PolicyRegistry.from_plugins(pm)
-    combo = registry.resolve(scenario.combo, args.get("combo"), config=scenario.config.engine)
+    combo = registry.resolve(scenario.combo, args.get("combo"), config=scenario.config)
     node = build_node(scenario)
     run = Scheduler(node, combo, pm=pm).run(max_rounds=int(args.get("max_rounds", 100_000)))
     # the round that ran out of memory planned its batch but computed nothing
@@ -92,7 +92,7 @@ def bench_unit(args: dict[str, Any]) -> dict[str, Any]:
     seed = int(args.get("seed", 0))
     bench = resolve_input(args["workload"], int(args.get("pool_tokens", 8192)), seed)
     pm = make_plugin_manager()
-    combo = PolicyRegistry.from_plugins(pm).resolve(args["combo"], config=bench.config.engine)
+    combo = PolicyRegistry.from_plugins(pm).resolve(args["combo"], config=bench.config)
     model = Decoder(get_preset(args.get("model", "tiny")), device, seed=seed)
     run = run_combo(
         bench, combo, PrefixKV(model), pm=pm, max_rounds=int(args.get("max_rounds", 10_000))
@@ -108,20 +108,18 @@ def bench_unit(args: dict[str, Any]) -> dict[str, Any]:
 def check_unit(args: dict[str, Any]) -> dict[str, Any]:
     """Check one combo against every property with z3; return its verdicts.
 
-    ``args``: ``combo`` (a combo string) and what
-    :func:`policykit.spec.report.unit_args` writes: ``page_size``, ``chunk_size``, and
-    optionally ``swa_window``, ``max_prefill_tokens``, ``rounds``, ``requests``, ``rlimit`` (z3
-    resource units per solver query), ``deadline`` (the wall-clock safety net), ``granule``,
-    ``pool_cap``, ``min_swa_pool`` and ``properties``, with ``policykit check``'s defaults. A
-    violated property is a result, not a failure, and so is a refusal (``refused`` verdicts
-    with the reason): the unit raises only when the check itself cannot run.
+    ``args``: ``combo`` (a combo string) and what :func:`policykit.spec.report.unit_args`
+    writes: ``config`` (the engine configuration, :meth:`EngineConfig.to_dict
+    <policykit.config.EngineConfig.to_dict>`) and optionally ``rounds``, ``requests``,
+    ``rlimit`` (z3 resource units per solver query), ``deadline`` (the wall-clock safety net),
+    ``granule``, ``pool_cap``, ``min_swa_pool`` and ``properties``, with ``policykit check``'s
+    defaults. A violated property is a result, not a failure, and so is a refusal (``refused``
+    verdicts with the reason): the unit raises only when the check itself cannot run.
     """
-    from policykit.policy import EngineConfig
     from policykit.spec.report import from_unit_args, isolated_rows
 
     config, options = from_unit_args(args)
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
-    engine = EngineConfig(config.page_size, config.chunked_prefill_size, config.hybrid)
-    combo = registry.resolve(args["combo"], config=engine)
+    combo = registry.resolve(args["combo"], config=config)
     rows = isolated_rows([combo], config, options)
     return {"combo": args["combo"], "verdicts": rows}

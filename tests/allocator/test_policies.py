@@ -182,7 +182,7 @@ def test_scheduler_calls_on_serving_once_before_the_first_round():
 
     sc = load_scenario(resolve_scenario_path("seed-abc"))
     _, registry = load_registry()
-    combo = registry.resolve(sc.combo, None, config=sc.config.engine)
+    combo = registry.resolve(sc.combo, None, config=sc.config)
     fake = FakeAllocator()
     phased = PhasedExpandable(facade=fake)
     combo = dataclasses.replace(combo, allocator_phase=phased)

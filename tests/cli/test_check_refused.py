@@ -137,11 +137,11 @@ def test_simulate_warns_but_runs(cli, float_plugin):
 
 
 def test_checkable_is_none_for_every_built_in():
-    from policykit.policy import EngineConfig
+    from policykit.config import EngineConfig
     from policykit.registry import registry_from
     from policykit.spec import checkable
 
     registry = registry_from(make_plugin_manager(entry_points=False))
-    for engine in (EngineConfig(64, 4096), EngineConfig(64, 4096, hybrid_swa=True)):
+    for engine in (EngineConfig(64, 4096), EngineConfig(64, 4096, sliding_window=4096)):
         for combo in registry.all_combos(engine):
             assert checkable(combo, engine) is None, str(combo)

@@ -76,7 +76,7 @@ def test_simulate_says_so_in_text_and_json(cli, host_swa_file):
 
 def test_check_says_so_with_a_sliding_window_only(cli):
     args = ["check", "--combo", "sglang/sglang/page", "--rounds", "1", "--requests", "1"]
-    swa = json.loads(cli(*args, "--swa-window", "4096", "--json").stdout)
+    swa = json.loads(cli(*args, "--sliding-window", "4096", "--json").stdout)
     assert len(swa["approximations"]) == 1
     assert json.loads(cli(*args, "--json").stdout)["approximations"] == []
 

@@ -70,7 +70,7 @@ def test_errors_under_json_are_json_on_stderr_with_exit_2(cli, case):
 def test_min_swa_pool_bounds_the_search_and_is_reported(cli):
     """On a sliding-window pool SGLang 0.5.23 starts with (more than window + page), one request
     is never stranded in 3 rounds; the document and the scope line say which pools were searched."""
-    args = ["check", "--combo", "sglang/sglang/none", "--swa-window", "512", "--json"]
+    args = ["check", "--combo", "sglang/sglang/none", "--sliding-window", "512", "--json"]
     res = cli(*args, "--min-swa-pool", "577", "--requests", "1", "--rounds", "3", "--timeout", "60")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)

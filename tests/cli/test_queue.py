@@ -29,7 +29,7 @@ def registry() -> PolicyRegistry:
 
 def _run(registry, scenario: dict, combo: str):
     sc = parse_scenario(scenario, source="test")
-    chosen = registry.resolve(sc.combo, combo, config=sc.config.engine)
+    chosen = registry.resolve(sc.combo, combo, config=sc.config)
     return Scheduler(build_node(sc), chosen).run(max_rounds=20)
 
 

@@ -52,7 +52,7 @@ def _default(command, name: str):
 
 
 def test_the_engine_defaults_are_the_same_in_both_commands():
-    for name in ("page_size", "chunk_size"):
+    for name in ("page_size", "chunked_prefill_size"):
         assert _default(sglang_plugin, name) == _default(check_command, name), name
 
 

@@ -22,6 +22,6 @@ def run_scenario(registry):
     def run(name: str, combo: str) -> RunResult:
         sc = load_scenario(SCENARIOS / f"{name}.json")
         node = build_node(sc)
-        return Scheduler(node, registry.resolve(combo, config=sc.config.engine)).run()
+        return Scheduler(node, registry.resolve(combo, config=sc.config)).run()
 
     return run

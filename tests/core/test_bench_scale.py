@@ -23,7 +23,7 @@ from tests.core.scale_scenario import COMBO, scale_scenario
 def test_simulate_scales_linearly(benchmark, registry, requests):
     n = requests // 40 if benchmark.disabled else requests
     sc = parse_scenario(scale_scenario(n))
-    combo = registry.resolve(COMBO, config=sc.config.engine)
+    combo = registry.resolve(COMBO, config=sc.config)
 
     def fresh():
         return (Scheduler(build_node(sc), combo),), {}

@@ -6,8 +6,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from policykit.config import EngineConfig
 from policykit.plugin_manager import make_plugin_manager
-from policykit.policy import EngineConfig
 from policykit.registry import PolicyRegistry
 from policykit.request import State
 from policykit.scenario import build_node, parse_scenario
@@ -65,7 +65,7 @@ def check_pool(node) -> None:
 def test_random_runs_keep_the_books(data, combo):
     sc = parse_scenario(data)
     node = build_node(sc)
-    sched = Scheduler(node, REGISTRY.resolve(combo, config=sc.config.engine))
+    sched = Scheduler(node, REGISTRY.resolve(combo, config=sc.config))
 
     def after_round(record):
         check_pool(node)

@@ -14,7 +14,7 @@ from tests.core.scale_scenario import COMBO, scale_scenario
 def _run(registry, data, **kw):
     sc = parse_scenario(data)
     node = build_node(sc)
-    sched = Scheduler(node, registry.resolve(COMBO, config=sc.config.engine))
+    sched = Scheduler(node, registry.resolve(COMBO, config=sc.config))
     log = io.StringIO()
     with RunProgress(node, stream=log, **kw) as progress:
         result = sched.run(on_round=progress.on_round)

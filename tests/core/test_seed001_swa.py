@@ -34,7 +34,7 @@ def resume(registry, *, page, chunk_budget, left, rem_total, rem_swa, chunking, 
     ledger = Ledger(
         page_size=page, baseline=rem_total, rem_chunk_tokens=chunk_budget, swa_baseline=rem_swa
     )
-    combo = registry.resolve(f"chunking={chunking},alignment={align}", config=sc.config.engine)
+    combo = registry.resolve(f"chunking={chunking},alignment={align}", config=sc.config)
     (entry,) = Planner(node, combo).plan(1, ledger).entries
     return entry, node.requests["r"]
 

@@ -88,7 +88,7 @@ def direct(registry: PolicyRegistry, unit: Unit) -> dict[str, Any]:
     """The unit's outcome computed in this process straight from the core, no executor."""
     _, name, combo = unit.id.split("/", 2)
     sc = load_scenario(SCENARIOS / f"{name}.json")
-    run = Scheduler(build_node(sc), registry.resolve(combo, config=sc.config.engine)).run()
+    run = Scheduler(build_node(sc), registry.resolve(combo, config=sc.config)).run()
     committed = [r for r in run.rounds if run.oom is None or r.plan.round != run.oom.round]
     entries = [e for r in committed for e in r.plan.batch]
     return {

@@ -47,7 +47,7 @@ def test_bench_units_equal_the_harness_run_in_process(local_sweep, bench_units, 
     torch.set_num_threads(1)
     for workload in BENCH_WORKLOADS:
         bench = resolve_input(workload, 8192, 0)
-        combos = [registry.resolve(c, config=bench.config.engine) for c in BENCH_COMBOS]
+        combos = [registry.resolve(c, config=bench.config) for c in BENCH_COMBOS]
         model = Decoder(get_preset("tiny"), torch.device("cpu"), seed=0)
         expected = run_bench(bench, combos, model)["combos"]
         got = [rows[f"bench/{workload}/{c}"] for c in BENCH_COMBOS]

@@ -74,7 +74,7 @@ def test_smt_matrix_on_ray_equals_local(cluster):
         "admission=sglang,chunking=sglang,alignment=checkpoint:256",
         "admission=reserve-tail,chunking=sglang,alignment=checkpoint:256,queue=fcfs-skip",
     ]
-    args = {"page_size": 64, "chunk_size": 4096, "rounds": 4, "requests": 3}
+    args = {"page_size": 64, "chunked_prefill_size": 4096, "rounds": 4, "requests": 3}
     units = [
         Unit(f"check/{c}", "check", "policykit.executor.units:check_unit", {**args, "combo": c})
         for c in combos

@@ -32,7 +32,7 @@ def test_every_combo_computes_the_dense_logits(
     dense_logits: dict[str, torch.Tensor],
 ) -> None:
     bench = from_workload(coverage_workload)
-    combos = list(registry.all_combos(bench.config.engine))
+    combos = list(registry.all_combos(bench.config))
     assert len(combos) >= 27
     paths: set[str] = set()
     checked = 0

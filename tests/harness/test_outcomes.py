@@ -25,7 +25,7 @@ def test_the_same_bench_twice_gives_identical_outcomes_and_predictions(
     tiny, registry, coverage_workload
 ):
     bench = from_workload(coverage_workload)
-    combos = [registry.resolve(c, config=bench.config.engine) for c in COMBOS]
+    combos = [registry.resolve(c, config=bench.config) for c in COMBOS]
     first = run_bench(bench, combos, tiny, repeats=3)
     second = run_bench(bench, combos, tiny, repeats=1)
     assert _deterministic(first) == _deterministic(second)
@@ -49,7 +49,7 @@ def test_ttft_and_completion_are_counted_in_rounds(tiny, registry):
     """host-hit-heavy at a small pool under the default combo: every request arrives in round
     1, so a request's TTFT in rounds equals the round it finished in."""
     bench = from_workload(generate("host-hit-heavy", 2048))
-    doc = run_bench(bench, [registry.resolve(None, config=bench.config.engine)], tiny)
+    doc = run_bench(bench, [registry.resolve(None, config=bench.config)], tiny)
     out = doc["combos"][0]["outcomes"]
     assert out["completion_round"]["max"] <= out["rounds"]
     assert out["ttft_rounds"]["p50"] >= 1
@@ -71,7 +71,7 @@ def test_a_prefix_computed_twice_counts_as_recomputed(tiny, registry):
         ),
     )
     bench = from_workload(twins)
-    doc = run_bench(bench, [registry.resolve(None, config=bench.config.engine)], tiny)
+    doc = run_bench(bench, [registry.resolve(None, config=bench.config)], tiny)
     out = doc["combos"][0]["outcomes"]
     assert out["recomputed_tokens"] == 192
     assert out["computed_tokens"] == 700

@@ -36,7 +36,7 @@ def run_bundled():
         registry = PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))
         sc = load_scenario(SCENARIOS / f"{name}.json")
         node = build_node(sc)
-        sched = Scheduler(node, registry.resolve(combo, config=sc.config.engine))
+        sched = Scheduler(node, registry.resolve(combo, config=sc.config))
         commit = node.commit
         before = []
 

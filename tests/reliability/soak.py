@@ -17,8 +17,9 @@ import resource
 import time
 from dataclasses import asdict, dataclass, field
 
+from policykit.config import EngineConfig
 from policykit.errors import PrefillOutOfMemory
-from policykit.node import NodeConfig, PrefillNode
+from policykit.node import PrefillNode
 from policykit.plugin_manager import make_plugin_manager
 from policykit.pool import TokenPool
 from policykit.registry import PolicyRegistry
@@ -100,9 +101,9 @@ class Workload:
 def run_soak(rounds: int, *, seed: int = 0, sample_every: int = 1000, check_every: int = 5000):
     """Run ``rounds`` rounds, then drain; return a :class:`SoakReport`."""
     registry = PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))
-    config = NodeConfig(page_size=PAGE, chunked_prefill_size=512, kv_release_rounds=2)
+    config = EngineConfig(page_size=PAGE, chunked_prefill_size=512, kv_release_rounds=2)
     node = PrefillNode(config, TokenPool(256 * PAGE, PAGE))
-    combos = [registry.resolve(c, config=config.engine) for c in SAFE_COMBOS]
+    combos = [registry.resolve(c, config=config) for c in SAFE_COMBOS]
     sched = Scheduler(node, combos[0], history=False)
     work = Workload(node, seed)
     report = SoakReport(rounds=rounds, seconds=0.0)

@@ -13,8 +13,9 @@ import json
 import pytest
 import torch
 
+from policykit.config import EngineConfig
 from policykit.errors import PlanError, PrefillOutOfMemory
-from policykit.node import NodeConfig, PrefillNode
+from policykit.node import PrefillNode
 from policykit.plan import Entry, EntryKind, Plan
 from policykit.plugin_manager import make_plugin_manager
 from policykit.pool import KVLayout
@@ -42,7 +43,7 @@ def make(
 ) -> tuple[PrefillNode, FlakyPool, Scheduler]:
     """A node whose requests all arrived (round 1) with distinct tokens."""
     pool = FlakyPool(pages * PAGE, PAGE, layout=layout)
-    config = NodeConfig(page_size=PAGE, chunked_prefill_size=chunk)
+    config = EngineConfig(page_size=PAGE, chunked_prefill_size=chunk)
     node = node_cls(config, pool, **node_kwargs)
     for i, (rid, n) in enumerate(prompts.items()):
         node.add(Request(rid, tuple(range(i * 100_000, i * 100_000 + n)), arrival_round=1))

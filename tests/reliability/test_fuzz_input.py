@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from policykit.cli import main
+from policykit.config import EngineConfig
 from policykit.errors import ComboError, PolicykitError, ScenarioError
 from policykit.plugin_manager import make_plugin_manager
-from policykit.policy import EngineConfig
 from policykit.registry import PolicyRegistry, parse_combo
 from policykit.scenario import build_node, load_scenario, parse_scenario
 from policykit.scheduler import Scheduler
@@ -90,7 +90,7 @@ def _loads_or_explains(data) -> None:
         node = build_node(scenario)
     except ScenarioError:
         return
-    combo = REGISTRY.resolve(None, config=scenario.config.engine)
+    combo = REGISTRY.resolve(None, config=scenario.config)
     Scheduler(node, combo, history=False).run(max_rounds=50)
 
 
@@ -215,7 +215,9 @@ def test_any_combo_text_resolves_or_gives_a_combo_error(text, page, swa):
     except ComboError as err:
         assert str(err)
     try:
-        REGISTRY.resolve(text, config=EngineConfig(page, 4096, hybrid_swa=swa))
+        REGISTRY.resolve(
+            text, config=EngineConfig(page, 4096, sliding_window=4096 if swa else None)
+        )
     except ComboError as err:
         assert str(err) and len(str(err)) < 5000
 

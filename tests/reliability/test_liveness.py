@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from policykit.cli import main
-from policykit.node import NodeConfig, PrefillNode
+from policykit.config import EngineConfig
+from policykit.node import PrefillNode
 from policykit.plugin_manager import make_plugin_manager
 from policykit.pool import TokenPool
 from policykit.registry import PolicyRegistry
@@ -25,7 +26,7 @@ PAGE = 16
 
 
 def node_with(pages: int, chunk: int = 4096, page: int = PAGE, **config) -> PrefillNode:
-    cfg = NodeConfig(page_size=page, chunked_prefill_size=chunk, **config)
+    cfg = EngineConfig(page_size=page, chunked_prefill_size=chunk, **config)
     return PrefillNode(cfg, TokenPool(pages * page, page))
 
 
@@ -203,7 +204,7 @@ def test_regression_an_in_progress_request_deferred_forever_is_failed():
     memory that could never come back, holding its KV, with the queue behind it. (``no-evict``
     admission, which ignores the sliding-window budget: SGLang 0.5.23's ``sglang`` admission
     refuses this request up front, its window-capped estimate never fitting the pool.)"""
-    cfg = NodeConfig(page_size=1, chunked_prefill_size=1, sliding_window=1)
+    cfg = EngineConfig(page_size=1, chunked_prefill_size=1, sliding_window=1)
     node = PrefillNode(cfg, TokenPool(13, 1), swa_pool=TokenPool(2, 1, name="swa"))
     stuck = add(node, "stuck", [0, 1])
     add(node, "next", [7], arrival=3)

@@ -18,9 +18,9 @@ from hypothesis.stateful import (
     rule,
 )
 
+from policykit.config import EngineConfig
 from policykit.errors import PrefillOutOfMemory
 from policykit.host_tier import LOAD_BACK_THRESHOLD
-from policykit.node import NodeConfig
 from policykit.pool import KVLayout, TokenPool
 from policykit.request import Request, State
 from policykit.scheduler import Scheduler
@@ -56,7 +56,7 @@ class NodeMachine(RuleBasedStateMachine):
         data=st.data(),
     )
     def build(self, page, pages, chunk_pages, release, window, swa_pages, max_prefill, data):
-        config = NodeConfig(
+        config = EngineConfig(
             page_size=page,
             chunked_prefill_size=chunk_pages * page,
             max_prefill_tokens=None if max_prefill is None else max_prefill * page,
@@ -72,13 +72,11 @@ class NodeMachine(RuleBasedStateMachine):
         kinds = ("admission", "chunking", "alignment")
         self.combos = [
             f"{c}/default/fcfs-skip"
-            for c in REGISTRY.all_combos(config.engine, kinds=kinds)
+            for c in REGISTRY.all_combos(config, kinds=kinds)
             if c.admission.source == "built-in" and c.alignment.source == "built-in"
         ]
         combo = data.draw(st.sampled_from(self.combos), label="combo")
-        self.sched = Scheduler(
-            self.node, REGISTRY.resolve(combo, config=config.engine), history=False
-        )
+        self.sched = Scheduler(self.node, REGISTRY.resolve(combo, config=config), history=False)
         self.ids = itertools.count()
 
     @rule(
@@ -169,13 +167,13 @@ class NodeMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def switch_policies(self, data):
         combo = data.draw(st.sampled_from(self.combos), label="switch to")
-        self.sched.use(REGISTRY.resolve(combo, config=self.node.config.engine))
+        self.sched.use(REGISTRY.resolve(combo, config=self.node.config))
 
     @rule(data=st.data())
     def switch_to_misbehaving_policy(self, data):
         bad = data.draw(st.sampled_from(MISBEHAVING_COMBOS), label="misbehaving")
         combo = f"{self.sched.combo},{bad}"
-        self.sched.use(REGISTRY.resolve(*combo.split(","), config=self.node.config.engine))
+        self.sched.use(REGISTRY.resolve(*combo.split(","), config=self.node.config))
 
     @invariant()
     def books_balance(self):

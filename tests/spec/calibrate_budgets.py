@@ -1,6 +1,6 @@
 """Measure the z3 resource units the checker's queries spend, to set the default budgets.
 
-Not a test: a script (``python tests/spec/calibrate_budgets.py [--swa-window 4096] [--page-size
+Not a test: a script (``python tests/spec/calibrate_budgets.py [--sliding-window 4096] [--page-size
 64] [--rlimit N]``). It checks every built-in combo in this process with a per-query budget of
 ``--rlimit`` (default: 8x the shipped one), records what each query spent and how it ended, and
 prints the distribution per kind of query: the induction's obligations, the bounded search's
@@ -19,11 +19,10 @@ from collections import defaultdict
 import z3
 
 from policykit.cli.common import load_registry
-from policykit.policy import EngineConfig
+from policykit.config import EngineConfig
 from policykit.spec import checker, induction, shrink, solver
 from policykit.spec.checkable import check_or_refuse
 from policykit.spec.checker import CheckOptions
-from policykit.spec.model import ModelConfig
 
 SPENT: dict[str, list[tuple[int, str, float]]] = defaultdict(list)
 
@@ -46,25 +45,24 @@ def _percentile(values: list[int], p: float) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--page-size", type=int, default=64)
-    ap.add_argument("--swa-window", type=int, default=None)
+    ap.add_argument("--sliding-window", type=int, default=None)
     ap.add_argument("--rlimit", type=int, default=8 * solver.QUERY_RLIMIT)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     for kind, module in (("obligation", induction), ("unrolled", checker), ("pin", shrink)):
         module.solve = _recording(kind, module.solve)  # type: ignore[attr-defined]
     _, registry = load_registry()
-    engine = EngineConfig(a.page_size, 4096, hybrid_swa=a.swa_window is not None)
-    config = ModelConfig(a.page_size, 4096, a.swa_window)
+    config = EngineConfig(a.page_size, sliding_window=a.sliding_window)
     options = CheckOptions(rlimit=a.rlimit)
     t0 = time.perf_counter()
     verdicts = []
-    for combo in registry.all_combos(engine):
+    for combo in registry.all_combos(config):
         verdicts += check_or_refuse(combo, config, options, registry.sources(combo))
     wall = time.perf_counter() - t0
     report = {
         "z3": z3.get_version_string(),
         "page_size": a.page_size,
-        "swa_window": a.swa_window,
+        "sliding_window": a.sliding_window,
         "rlimit": a.rlimit,
         "wall_s": round(wall, 1),
         "verdicts": {v: sum(x.verdict == v for x in verdicts) for v in checker_verdicts()},

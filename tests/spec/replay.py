@@ -15,6 +15,7 @@ from typing import Any
 
 import z3
 
+from policykit.config import EngineConfig
 from policykit.registry import Combo
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
@@ -27,7 +28,6 @@ from policykit.spec.model import (
     TRUNCATED,
     WHOLE,
     Encoder,
-    ModelConfig,
     RoundModel,
 )
 from tests.spec.evaluation import Program
@@ -71,7 +71,7 @@ class Compiled:
 _BUILT: dict[tuple[Any, ...], Compiled] = {}
 
 
-def unrolling(combo: Combo, config: ModelConfig, rounds: int) -> Compiled:
+def unrolling(combo: Combo, config: EngineConfig, rounds: int) -> Compiled:
     """The encoding of ``rounds`` rounds with :data:`MAX_REQUESTS` symbolic requests (arrivals
     allowed up to ``rounds + 1``, which is how padding requests stay away), compiled, built
     once per z3 context."""
@@ -91,17 +91,17 @@ def unrolling(combo: Combo, config: ModelConfig, rounds: int) -> Compiled:
     return _BUILT[key]
 
 
-def _input_terms(u: Unrolling, config: ModelConfig) -> list[z3.ExprRef]:
+def _input_terms(u: Unrolling, config: EngineConfig) -> list[z3.ExprRef]:
     inp = u.inputs
     out = [inp.free.t, inp.evictable.t, inp.release_never, inp.release_rounds.t]
-    if config.hybrid:
+    if config.hybrid_swa:
         out.append(inp.swa_free.t)
     for q in inp.requests:
         out += [q.prompt.t, q.device.t, q.unpinned.t, q.host.t, q.arrival.t]
     return out
 
 
-def _build(combo: Combo, config: ModelConfig, rounds: int) -> Unrolling:
+def _build(combo: Combo, config: EngineConfig, rounds: int) -> Unrolling:
     bounds = Bounds(granule=1)
     with Encoder() as enc:
         model = RoundModel(combo, config, enc, {})
@@ -116,10 +116,10 @@ def _build(combo: Combo, config: ModelConfig, rounds: int) -> Unrolling:
 def model_rounds(scenario: dict[str, Any], combo: Combo, rounds: int) -> tuple[list, int | None]:
     """The same, read from the z3 encoding with every input fixed to the scenario's values."""
     pool = scenario["pool"]
-    config = ModelConfig(
+    config = EngineConfig(
         scenario["page_size"],
         scenario["chunked_prefill_size"],
-        pool.get("sliding_window"),
+        scenario.get("sliding_window", pool.get("sliding_window")),  # older scenarios: the pool
         scenario.get("max_prefill_tokens"),
     )
     compiled = unrolling(combo, config, rounds)
@@ -131,7 +131,7 @@ def model_rounds(scenario: dict[str, Any], combo: Combo, rounds: int) -> tuple[l
         (inp.release_never, release is None),
         (inp.release_rounds.t, release or 0),
     ]
-    if config.hybrid:
+    if config.hybrid_swa:
         values.append((inp.swa_free.t, pool["swa_free_tokens"]))
     reqs = scenario["requests"]
     padding = [{"prompt_tokens": 1, "arrival_round": rounds + 1}] * (MAX_REQUESTS - len(reqs))

@@ -8,13 +8,13 @@ import pytest
 from click.testing import CliRunner
 
 from policykit.cli import main
+from policykit.config import EngineConfig
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
 from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
 from policykit.spec.solver import QUERY_RLIMIT
 
-PAGE64 = ModelConfig(page_size=64, chunked_prefill_size=4096)
+PAGE64 = EngineConfig(page_size=64, chunked_prefill_size=4096)
 
 
 #: z3 resource units per solver query: the CLI's default (a budget, not seconds, so a slow
@@ -22,7 +22,7 @@ PAGE64 = ModelConfig(page_size=64, chunked_prefill_size=4096)
 RLIMIT = QUERY_RLIMIT
 
 
-def _verdicts(registry, combo: str, config: ModelConfig = PAGE64, **kw) -> dict:
+def _verdicts(registry, combo: str, config: EngineConfig = PAGE64, **kw) -> dict:
     options = CheckOptions(**{"rounds": 4, "requests": 3, "rlimit": RLIMIT, **kw})
     return {v.property: v for v in check_combo(registry.resolve(combo), config, options)}
 
@@ -68,7 +68,7 @@ def test_upstream_implicit_protection_is_proved_unbounded(registry, alignment) -
         assert (v[prop].verdict, v[prop].bound) == ("proved", "unbounded"), prop
 
 
-SWA = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)
+SWA = EngineConfig(page_size=64, chunked_prefill_size=4096, sliding_window=512)
 
 
 def test_seed_001_pre_fix_swa_chunking_is_violated(registry) -> None:
@@ -116,7 +116,7 @@ def test_cli_exports_a_scenario_that_simulate_replays_to_the_oom(tmp_path) -> No
     [
         ["--combo", "admission=nope"],
         ["--all", "--combo", "admission=sglang"],
-        ["--swa-window", "8"],
+        ["--sliding-window", "8"],
         ["--rounds", "0"],
     ],
 )

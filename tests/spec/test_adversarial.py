@@ -12,18 +12,17 @@ import itertools
 
 import pytest
 
+from policykit.config import EngineConfig
 from policykit.plugin_manager import PluginSource, make_plugin_manager
 from policykit.plugins.queue import FcfsQueue
-from policykit.policy import EngineConfig
 from policykit.registry import PolicyRegistry
 from policykit.spec.checker import CheckOptions, check_combo
 from policykit.spec.crossval import PolicyRefused, check_policies
-from policykit.spec.model import ModelConfig
 from policykit.spec.solver import QUERY_RLIMIT
 from policykit.spec.symbolic import SymbolicEvaluationError
 from tests.spec import adversarial_policies as adv
 
-CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)
+CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
 OPTIONS = CheckOptions(rounds=2, requests=2, properties=("no-oom",), rlimit=12 * QUERY_RLIMIT)
 
 

@@ -22,11 +22,11 @@ def test_bench_check_all_matrix(benchmark) -> None:
     out = benchmark.pedantic(run, rounds=1, iterations=1)
     assert out.exit_code in (1, 3), out.output  # the built-ins include violated combos
     doc = json.loads(out.stdout)
-    pairs = {(b["page_size"], b["swa_window"]) for b in doc["configs"]}
+    pairs = {(b["page_size"], b["sliding_window"]) for b in doc["configs"]}
     assert pairs == {(p, w) for p in (1, 16, 64, 256) for w in (None, 4096)}
     # sliding-window pools SGLang 0.5.23 refuses to start with are left out
     assert all(
-        b["min_swa_pool_tokens"] == b["swa_window"] + b["page_size"] + 1
+        b["min_swa_pool_tokens"] == b["sliding_window"] + b["page_size"] + 1
         for b in doc["configs"]
-        if b["swa_window"]
+        if b["sliding_window"]
     )

@@ -9,11 +9,10 @@ from click.testing import CliRunner
 
 from policykit.cli import main
 from policykit.cli.common import load_registry
-from policykit.policy import EngineConfig
+from policykit.config import EngineConfig
 from policykit.spec.checker import CheckOptions, check_combo, combo_label
-from policykit.spec.model import ModelConfig
 
-CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)
+CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
 
 
 def _enabled(benchmark) -> None:

@@ -16,12 +16,11 @@ import z3
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from policykit.config import EngineConfig
 from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.plugin_manager import make_plugin_manager
-from policykit.policy import EngineConfig
 from policykit.registry import PolicyRegistry
 from policykit.spec.counterexample import scenario_of
-from policykit.spec.model import ModelConfig
 from tests.spec.replay import MAX_REQUESTS, concrete_rounds, model_rounds, unrolling
 
 ROUNDS = 4
@@ -398,7 +397,7 @@ def test_a_counterexample_exports_unpinned_prefixes_as_evictable(registry) -> No
     """``scenario_of`` writes an unpinned prefix without ``device_prefix_pinned``, inside the
     evictable tokens, and the scenario replays to the same rounds as the model's."""
     combo = registry.resolve("sglang/sglang/none")
-    config = ModelConfig(64, 4096)
+    config = EngineConfig(64, 4096)
     u = unrolling(combo, config, ROUNDS).u
     inp = u.inputs
     given = {**EVICTED_WHILE_WAITING, "requests": [*EVICTED_WHILE_WAITING["requests"]]}

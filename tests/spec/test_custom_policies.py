@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from policykit.config import EngineConfig
 from policykit.plugin_manager import PluginSource, make_plugin_manager
 from policykit.registry import PolicyRegistry
 from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
 from policykit.spec.solver import QUERY_RLIMIT
 from policykit.spec.symbolic import SymbolicEvaluationError
 from tests.spec import custom_policies
 
-CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)
+CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
 
 
 @pytest.fixture(scope="module")

@@ -15,19 +15,19 @@ import pytest
 from click.testing import CliRunner
 
 from policykit.cli import main
+from policykit.config import EngineConfig
 from policykit.errors import PluginError
 from policykit.ledger import ceil_paged
 from policykit.plugin_manager import PluginSource, make_plugin_manager
-from policykit.policy import AdmissionPolicy, AdmitView, EngineConfig
+from policykit.policy import AdmissionPolicy, AdmitView
 from policykit.registry import PolicyRegistry
 from policykit.spec import crossval
 from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
 from policykit.spec.solver import QUERY_RLIMIT
 from policykit.spec.symbolic import SymbolicEvaluationError
 from tests.spec import idiom_policies as idioms
 
-CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)
+CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
 SOURCE = "acme-idioms 1.0"
 
 

@@ -19,6 +19,7 @@ import z3
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from policykit.config import EngineConfig
 from policykit.ledger import Ledger
 from policykit.liveness import owed_tokens
 from policykit.plan import EntryKind
@@ -26,7 +27,7 @@ from policykit.pool import extend_pages
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
 from policykit.spec.induction import Mid, Obligations
-from policykit.spec.model import KIND_NAMES, Encoder, ModelConfig, RoundModel, owed
+from policykit.spec.model import KIND_NAMES, Encoder, RoundModel, owed
 from policykit.spec.solver import QUERY_RLIMIT
 from policykit.spec.symbolic import Sym
 
@@ -38,7 +39,7 @@ PROVED = [
     "admission=sglang,chunking=sglang,alignment=page",
 ]
 PAGE, CHUNK = 64, 512
-CONFIG = ModelConfig(PAGE, CHUNK)
+CONFIG = EngineConfig(PAGE, CHUNK)
 
 
 @dataclasses.dataclass

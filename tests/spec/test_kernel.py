@@ -15,11 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policykit import kernel
+from policykit.config import EngineConfig
 from policykit.errors import PolicyError
 from policykit.kernel import Ints
 from policykit.ledger import Ledger
 from policykit.plugin_manager import make_plugin_manager
-from policykit.policy import AlignmentPolicy, EngineConfig
+from policykit.policy import AlignmentPolicy
 from policykit.registry import Combo, PolicyRegistry
 from policykit.spec.model import Encoder, Terms, t
 from policykit.spec.symbolic import Sym, num

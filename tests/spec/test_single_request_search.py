@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 import z3
 
+from policykit.config import EngineConfig
 from policykit.spec import checker
 from policykit.spec.bmc import Bounds
 from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
 from policykit.spec.solver import BUDGET_SPENT, Outcome
 
-HYBRID = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)
+HYBRID = EngineConfig(page_size=64, chunked_prefill_size=4096, sliding_window=512)
 COMBO = "admission=sglang,chunking=sglang,alignment=none,queue=fcfs"
 
 

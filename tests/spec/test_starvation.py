@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from policykit.config import EngineConfig
 from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
 
-CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)
+CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
 UPSTREAM = "admission=sglang,chunking=sglang,alignment=none"
 
 

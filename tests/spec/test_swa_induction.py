@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import pytest
 
+from policykit.config import EngineConfig
 from policykit.plugin_manager import PluginSource, make_plugin_manager
 from policykit.registry import PolicyRegistry
 from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
 from tests.spec import custom_policies
 
-HYBRID = ModelConfig(page_size=64, chunked_prefill_size=4096, swa_window=512)
+HYBRID = EngineConfig(page_size=64, chunked_prefill_size=4096, sliding_window=512)
 
 
 @pytest.fixture(scope="module")

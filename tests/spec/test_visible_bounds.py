@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from policykit.cli import main
+from policykit.config import EngineConfig
 from policykit.hookspecs import hookimpl
 from policykit.plugin_manager import PluginSource, make_plugin_manager
 from policykit.plugins.admission import ReserveTailAdmission
@@ -22,7 +23,6 @@ from policykit.policy import AdmitView, ChunkView
 from policykit.registry import PolicyRegistry
 from policykit.spec.bmc import Bounds
 from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
 
 #: above this many free tokens the policies below stop counting
 BIG = 300_000
@@ -57,7 +57,7 @@ def policykit_register_policies(register):
 
 
 COMBO = "admission=big-pool-admission,chunking=big-pool-chunking,alignment=page"
-CONFIG = ModelConfig(page_size=64, chunked_prefill_size=4096)
+CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_a_bounded_proof_names_its_pool_cap(registry) -> None:
     assert v.config == {
         "page_size": 64,
         "chunked_prefill_size": 4096,
-        "swa_window": None,
+        "sliding_window": None,
         "max_prefill_tokens": None,
     }
     data = v.to_dict()

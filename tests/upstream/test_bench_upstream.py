@@ -41,7 +41,7 @@ def test_plan_round_policykit(benchmark, registry, waiting):
     driver = UpstreamDriver(waiting_scenario(waiting))  # same node layout as upstream's run
     node = driver.node
     node.arrive(1)
-    planner = Planner(node, registry.resolve(UPSTREAM_COMBO, config=node.config.engine))
+    planner = Planner(node, registry.resolve(UPSTREAM_COMBO, config=node.config))
     plan = benchmark(planner.plan, 1)
     assert plan.batch
 

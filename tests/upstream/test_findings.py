@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import pytest
 
+from policykit.config import EngineConfig
 from policykit.conformance.sglang.compare import UPSTREAM_COMBO, conform
 from policykit.conformance.sglang.run import drive
 from policykit.scenario import parse_scenario
 from policykit.spec.bmc import Bounds
 from policykit.spec.checker import CheckOptions, check_combo
-from policykit.spec.model import ModelConfig
 
 
 def test_the_starvation_counterexample_starves_upstream_too(upstream, registry):
     combo = registry.resolve(UPSTREAM_COMBO)
     options = CheckOptions(properties=("no-starvation",))
-    (verdict,) = check_combo(combo, ModelConfig(64, 4096), options)
+    (verdict,) = check_combo(combo, EngineConfig(64, 4096), options)
     assert verdict.verdict == "violated"
     cx = verdict.counterexample
     starving = cx.failure.request
@@ -49,13 +49,13 @@ def test_a_request_the_sliding_window_pool_can_never_finish_is_admitted_upstream
     stops idle with it pending, a state no later round changes."""
     combo = registry.resolve(UPSTREAM_COMBO)
     options = CheckOptions(requests=1, properties=("admitted-completes",))
-    (verdict,) = check_combo(combo, ModelConfig(64, 4096, 512), options)
+    (verdict,) = check_combo(combo, EngineConfig(64, 4096, 512), options)
     assert (verdict.verdict, verdict.bound) == ("violated", "round 3")
     cx = verdict.counterexample
     assert cx.failure.detail == "stuck"
     stuck = cx.failure.request
     scenario = parse_scenario(cx.scenario, source="the counterexample")
-    assert scenario.swa_free_tokens < scenario.sliding_window
+    assert scenario.swa_free_tokens < scenario.config.sliding_window
     theirs = drive(scenario, max_rounds=50)
     computed = [
         e
@@ -91,7 +91,7 @@ def test_on_a_pool_sglang_starts_with_one_request_alone_is_never_stuck(registry)
         properties=("admitted-completes",),
         bounds=Bounds(min_swa_pool_tokens=512 + 64 + 1),
     )
-    (verdict,) = check_combo(combo, ModelConfig(64, 4096, 512), options)
+    (verdict,) = check_combo(combo, EngineConfig(64, 4096, 512), options)
     assert (verdict.verdict, verdict.bound) == ("proved", "K=3,N=1")
     assert verdict.bounds["min_swa_pool_tokens"] == 577
 

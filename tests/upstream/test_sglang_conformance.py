@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from policykit.config import EngineConfig
 from policykit.scenario import RequestSpec, Scenario, load_scenario
 
 if importlib.util.find_spec("sglang") is None:
@@ -52,9 +53,9 @@ def scenario(page, chunk, free, requests, **kw) -> Scenario:
     specs = tuple(
         RequestSpec(f"r{i}", *r) if isinstance(r, tuple) else r for i, r in enumerate(requests)
     )
+    config = {k: kw.pop(k) for k in EngineConfig.__dataclass_fields__ if k in kw}
     return Scenario(
-        page_size=page,
-        chunked_prefill_size=chunk,
+        config=EngineConfig(page, chunk, **config),
         free_tokens=free,
         evictable_tokens=kw.pop("evictable", 0),
         requests=specs,

@@ -127,7 +127,7 @@ def _compare_with_simulate(
     with applied(chosen):
         while compared < count:
             scenario = random_scenario(rng, compared, hybrid_swa=False)
-            if chosen.alignment.name == "checkpoint" and 256 % scenario.page_size:
+            if chosen.alignment.name == "checkpoint" and 256 % scenario.config.page_size:
                 continue
             theirs = drive(scenario, max_rounds=400, schedule_policy=schedule_policy)
             if not hasattr(theirs, "rounds"):

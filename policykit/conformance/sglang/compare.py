@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from policykit.config import EngineConfig
 from policykit.conformance.sglang.driver import NotExpressible, UpstreamRun
 from policykit.conformance.sglang.run import drive
 from policykit.conformance.sglang.storage_driver import storage_view_of
@@ -90,7 +91,7 @@ def run_policykit(
     blocks it) unless ``combo`` names another, and a stuck in-progress request not failed.
     With ``storage``, each round's storage view (:func:`node_storage_view`) is appended."""
     node = build_node(scenario)
-    chosen = _registry().resolve({"queue": "fcfs"}, combo, config=scenario.config.engine)
+    chosen = _registry().resolve({"queue": "fcfs"}, combo, config=scenario.config)
     ids = [r.id for r in scenario.requests]
 
     def on_round(record: RoundRecord) -> None:
@@ -257,15 +258,18 @@ def random_scenario(
         requests = [replace(r, host_prefix_tokens=0) for r in requests]
         window = rng.choice((128, 512, 4096))
         swa_free = max(page, rng.randint(0, 8000))
-    return Scenario(
+    config = EngineConfig(
         page_size=page,
         chunked_prefill_size=chunk,
+        sliding_window=window,
+        max_prefill_tokens=rng.choice((None, None, rng.randint(1, 16384))),
+        kv_release_rounds=rng.choice((None, 0, 1, 2)),
+    )
+    return Scenario(
+        config=config,
         free_tokens=free,
         evictable_tokens=evictable,
         requests=tuple(requests),
         name=f"random-{index}",
-        max_prefill_tokens=rng.choice((None, None, rng.randint(1, 16384))),
-        kv_release_rounds=rng.choice((None, 0, 1, 2)),
         swa_free_tokens=swa_free,
-        sliding_window=window,
     )

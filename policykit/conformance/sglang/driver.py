@@ -288,7 +288,9 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
 # --- the scenario's side -----------------------------------------------------------------------
 def not_expressible(scenario: Scenario) -> NotExpressible | None:
     """Why upstream cannot be driven on ``scenario`` here, or None."""
-    if scenario.sliding_window is not None and any(r.host_prefix_tokens for r in scenario.requests):
+    if scenario.config.sliding_window is not None and any(
+        r.host_prefix_tokens for r in scenario.requests
+    ):
         return NotExpressible(
             "a host-tier prefix with hybrid SWA: upstream loads the sliding-window part of a "
             "host hit separately (swa_host_hit_length), which the scenario format does not say"
@@ -313,7 +315,9 @@ class UpstreamDriver:
             self.allocator = self.up["CountingAllocator"](node)
         else:
             self.allocator = self.up["CountingSWAAllocator"](node)
-        self.cache = self.up["CountingPrefixCache"](node, self.allocator, scenario.sliding_window)
+        self.cache = self.up["CountingPrefixCache"](
+            node, self.allocator, scenario.config.sliding_window
+        )
         self.reqs: dict[str, Any] = {rid: self._req(q) for rid, q in node.requests.items()}
         self.schedule = self.up["schedule_policy"].SchedulePolicy(
             schedule_policy, self.cache, False, False, False

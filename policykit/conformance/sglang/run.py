@@ -25,6 +25,6 @@ def drive(
     why = not_expressible(scenario)
     if why is not None:
         return why
-    if scenario.sliding_window is None:
+    if scenario.config.sliding_window is None:
         return drive_storage(scenario, max_rounds, schedule_policy)
     return UpstreamDriver(scenario, schedule_policy).run(max_rounds)

@@ -125,7 +125,7 @@ class Storage:
     def __init__(self, up: dict[str, Any], scenario: Scenario, requests: list[Request]) -> None:
         s = up["storage"]
         self.s = s
-        page = scenario.page_size
+        page = scenario.config.page_size
         self.page = page
         total = pool_tokens(scenario)
         if page == 1:

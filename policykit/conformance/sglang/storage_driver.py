@@ -135,7 +135,7 @@ class StorageDriver(UpstreamDriver):
                 break
             self._after_forward(record.plan, round_no)
             record.storage = self.storage_view()
-            releases_due = bool(self.held) and self.scenario.kv_release_rounds is not None
+            releases_due = bool(self.held) and self.scenario.config.kv_release_rounds is not None
             if not record.plan.batch and not self.future and not releases_due:
                 break
         else:
@@ -147,7 +147,7 @@ class StorageDriver(UpstreamDriver):
         return run
 
     def _release_due(self, round_no: int) -> None:
-        delay = self.scenario.kv_release_rounds
+        delay = self.scenario.config.kv_release_rounds
         release = self.up["storage"]["common"].release_kv_cache
         while delay is not None and self.held and self.held[0][1] + delay <= round_no:
             req, _ = self.held.pop(0)

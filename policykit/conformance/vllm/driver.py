@@ -149,10 +149,10 @@ def drive(
     """Run ``scenario`` through vLLM's scheduler; one :class:`StepRecord` per round."""
     refuse_unmappable(scenario)
     knobs = knobs or SchedulerKnobs()
-    page = scenario.page_size
+    page = scenario.config.page_size
     prompts = [_prompt(i, r.prompt_tokens) for i, r in enumerate(scenario.requests)]
     longest = max((r.prompt_tokens for r in scenario.requests), default=1)
-    budget = scenario.chunked_prefill_size
+    budget = scenario.config.chunked_prefill_size
     seqs = knobs.max_num_seqs or max(len(scenario.requests), 1) + 1
     scheduler = build_scheduler(
         block_size=page,
@@ -163,7 +163,9 @@ def drive(
         knobs=knobs,
     )
     usable = scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1  # less the null block
-    run = _Run(scheduler, scenario.kv_release_rounds, _block_hasher(page), usable_blocks=usable)
+    run = _Run(
+        scheduler, scenario.config.kv_release_rounds, _block_hasher(page), usable_blocks=usable
+    )
     warmup = _warm_prefixes(run, scenario, prompts)
     pending = sorted(zip(scenario.requests, prompts, strict=True), key=lambda p: p[0].arrival_round)
     steps: list[StepRecord] = []
@@ -181,7 +183,7 @@ def drive(
         num_blocks=usable,
         budget=budget,
         knobs=knobs,
-        kv_release_rounds=scenario.kv_release_rounds,
+        kv_release_rounds=scenario.config.kv_release_rounds,
         warmup_steps=warmup,
         steps=steps,
         finished_round=dict(run.finished_round),

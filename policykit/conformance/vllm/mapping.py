@@ -26,14 +26,14 @@ def refuse_unmappable(scenario: Scenario) -> None:
             "not part of the scheduler this oracle drives. Remove the host prefixes (or fold "
             "them into the prompt) to compare with vLLM."
         )
-    if scenario.sliding_window is not None:
+    if scenario.config.sliding_window is not None:
         raise ScenarioError(
             f"scenario {name!r} turns hybrid SWA on ('sliding_window'), but the vLLM oracle "
             "builds one full-attention KV cache group; vLLM's hybrid allocator sizes its "
             "sliding-window groups from the model, not from a free-token count, so there is no "
             "faithful mapping. Drop 'swa_free_tokens' and 'sliding_window'."
         )
-    if scenario.max_prefill_tokens is not None:
+    if scenario.config.max_prefill_tokens is not None:
         raise ScenarioError(
             f"scenario {name!r} sets 'max_prefill_tokens' (SGLang's second budget, "
             "rem_input_tokens, which counts new requests' whole inputs); vLLM has one step "
@@ -50,6 +50,6 @@ def refuse_unmappable(scenario: Scenario) -> None:
 
 def pool_blocks(scenario: Scenario) -> int:
     """Usable blocks: free + evictable + pinned device prefixes (vLLM adds its null block)."""
-    page = scenario.page_size
+    page = scenario.config.page_size
     pinned = sum(r.device_prefix_tokens for r in scenario.requests if r.device_prefix_pinned)
     return (scenario.free_tokens + scenario.evictable_tokens + pinned) // page

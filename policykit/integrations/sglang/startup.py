@@ -14,9 +14,9 @@ import dataclasses
 import logging
 from typing import Any
 
+from policykit.config import EngineConfig
 from policykit.errors import PolicykitError
 from policykit.integrations.sglang import hooks, settings
-from policykit.policy import EngineConfig
 from policykit.registry import Combo, PolicyRegistry, registry_from
 
 logger = logging.getLogger("policykit.sglang")
@@ -39,12 +39,17 @@ def resolve(text: str, config: EngineConfig | None = None) -> tuple[Combo, Polic
 
 
 def engine_config(scheduler: Any) -> EngineConfig:
-    """The engine facts policies validate against, read off a constructed ``Scheduler``."""
+    """The engine facts policies validate against, read off a constructed ``Scheduler``
+    (``max_prefill_tokens`` is left out: the start-up check is the default ``policykit
+    check``, which has none)."""
     chunk = scheduler.chunked_prefill_size
+    window = None
+    if getattr(scheduler, "is_hybrid_swa", False):
+        window = int(scheduler.sliding_window_size)
     return EngineConfig(
         page_size=int(scheduler.page_size),
         chunked_prefill_size=int(chunk) if chunk and chunk > 0 else 0,
-        hybrid_swa=bool(getattr(scheduler, "is_hybrid_swa", False)),
+        sliding_window=window,
     )
 
 
@@ -82,11 +87,9 @@ def verdicts(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> li
     """``policykit check``'s verdicts for ``combo`` as SGLang runs it (:func:`as_sglang_runs`)
     on ``config`` (default bounds and timeout)."""
     from policykit.spec.checker import CheckOptions, check_combo
-    from policykit.spec.model import ModelConfig
 
-    model = ModelConfig(config.page_size, config.chunked_prefill_size)
     engine = as_sglang_runs(combo)
-    return check_combo(engine, model, CheckOptions(), registry.sources(engine))
+    return check_combo(engine, config, CheckOptions(), registry.sources(engine))
 
 
 def check_lines(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> list[str]:
