@@ -53,6 +53,9 @@ class SchedulerKnobs:
 def load() -> Any:
     """Import vLLM's scheduler module, or raise :class:`VllmUnavailable` saying how to install."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # vLLM warns about the missing CUDA extension and the KV connector's limits at INFO and
+    # WARNING on every scheduler it builds; none of it is about the decisions compared here
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         from importlib.metadata import version
 
