@@ -1,10 +1,12 @@
-"""``policykit conformance sglang``: what SGLang 0.5.23's real scheduler does differently.
+"""``policykit conformance sglang|vllm``: what an engine's real scheduler does differently.
 
-Runs each scenario through policykit's upstream-faithful combo and through upstream's own
-``PrefillAdder`` and storage (see :mod:`policykit.conformance.sglang.driver`), and prints every
-difference: per round the first differing field of the decisions, then of the storage.
-Exit 0 when all are identical, 1 when any differs, 2 on bad input or when SGLang is not
-installed.
+``sglang`` runs each scenario through policykit's upstream-faithful combo and through upstream's
+own ``PrefillAdder`` and storage (see :mod:`policykit.conformance.sglang.driver`), and prints
+every difference: per round the first differing field of the decisions, then of the storage.
+``vllm`` runs each through policykit's node that preempts under vLLM's combo and through vLLM
+0.33.0's real v1 ``Scheduler`` (:mod:`policykit.conformance.vllm.compare`), and prints each
+round's first differing decision. Exit 0 when all are identical, 1 when any differs, 2 on bad
+input or when the engine is not installed.
 """
 
 from __future__ import annotations

@@ -158,3 +158,23 @@ def test_an_unmappable_scenario_is_bad_input(compare, tmp_path):
     path.write_text(json.dumps(data))
     res = CliRunner().invoke(main, ["conformance", "vllm", str(path)])
     assert res.exit_code == 2 and "host tier" in res.output and "Traceback" not in res.output
+
+
+def test_an_admitted_request_that_can_never_complete_stalls_alike(compare):
+    # B's KV is held for good (8 of 10 blocks). Without full-sequence reservation A enters on
+    # its first chunk, cannot grow, preempts itself, enters again with its cached blocks, and
+    # then waits forever: vLLM 0.33.0 admits a request it can never complete. With
+    # reservation on, A is never admitted.
+    from policykit.conformance.vllm import SchedulerKnobs, drive
+
+    requests = [
+        {"id": "B", "prompt_tokens": 120, "arrival_round": 1},
+        {"id": "A", "prompt_tokens": 120, "arrival_round": 2},
+    ]
+    sc = scenario(requests, chunk=32)
+    off = SchedulerKnobs(scheduler_reserve_full_isl=False)
+    assert compare.conform(sc, off).differences == []
+    trace = drive(sc, off)
+    assert trace.preemptions() == [(5, "A"), (7, "A")] and trace.unfinished == ["A"]
+    assert compare.conform(sc).differences == []
+    assert "A" not in {rid for s in drive(sc).steps for rid in s.scheduled}
