@@ -45,3 +45,11 @@ def test_a_request_that_never_completes_exits_3(cli, tmp_path):
 def test_a_scenario_field_the_node_has_no_meaning_for_is_bad_input(cli):
     res = cli("simulate", "seed-abc", "--combo", "vllm/vllm/none/default/fcfs/vllm")
     assert res.exit_code == 2 and "host tier" in res.output
+
+
+def test_check_refuses_a_preempting_combo_with_the_reason(cli):
+    res = cli("check", "--combo", "vllm/vllm/none/default/fcfs/vllm", "--json")
+    assert res.exit_code == 2, res.output
+    doc = json.loads(res.stdout)
+    assert doc["summary"]["refused"] == len(doc["verdicts"]) > 0
+    assert "never does" in doc["verdicts"][0]["note"]
