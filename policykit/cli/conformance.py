@@ -164,6 +164,14 @@ def _progress(total: int) -> Iterator[Callable[[], None]]:
     show_default=True,
     help="vLLM's scheduler_reserve_full_isl for the SCENARIO files.",
 )
+@click.option(
+    "--scheduling-policy",
+    type=click.Choice(["fcfs", "priority"]),
+    default="fcfs",
+    show_default=True,
+    help="vLLM's --scheduling-policy for the SCENARIO files (priority: every request's "
+    "priority is 0, so arrival time orders; compared with the same combo).",
+)
 @json_option
 def vllm(
     scenarios: tuple[str, ...],
@@ -171,6 +179,7 @@ def vllm(
     seed: int,
     threshold: int,
     reserve_full_isl: bool,
+    scheduling_policy: str,
     as_json: bool,
 ) -> None:
     """Diff SCENARIO... (files or bundled names) against vLLM 0.33.0's real v1 Scheduler, run
@@ -184,8 +193,11 @@ def vllm(
 
     if not scenarios and not random_count:
         raise click.UsageError("give SCENARIO files or bundled names, or --random N")
-    knobs = SchedulerKnobs(long_prefill_token_threshold=threshold,
-                           scheduler_reserve_full_isl=reserve_full_isl)  # fmt: skip
+    knobs = SchedulerKnobs(
+        long_prefill_token_threshold=threshold,
+        scheduler_reserve_full_isl=reserve_full_isl,
+        scheduling_policy=scheduling_policy,
+    )
     runs = [(load_scenario(resolve_scenario_path(s)), knobs) for s in scenarios]
     for sc, _ in runs:
         refuse_unmappable(sc)
@@ -205,6 +217,7 @@ def vllm(
         "preemption": sum(v.preemptions > 0 for v in verdicts),
         "long_prefill_threshold": sum(k.long_prefill_token_threshold > 0 for _, k in runs),
         "reserve_full_isl_off": sum(not k.scheduler_reserve_full_isl for _, k in runs),
+        "priority": sum(k.scheduling_policy == "priority" for _, k in runs),
         "device_prefix": sum(any(r.device_prefix_tokens for r in sc.requests) for sc, _ in runs),
     }
     if as_json:
@@ -235,7 +248,9 @@ def vllm(
         click.echo(
             "with preemptions {preemption}, with the long-prefill threshold "
             "{long_prefill_threshold}, with full-sequence reservation off {reserve_full_isl_off}, "
-            "with device prefixes {device_prefix}".format(**covered)
+            "with priority scheduling {priority}, with device prefixes {device_prefix}".format(
+                **covered
+            )
         )
     if different:
         sys.exit(EXIT_DIFFERENT)

@@ -52,6 +52,7 @@ def test_300_random_scenarios_are_identical(compare):
     assert sum(v.preemptions > 0 for v in verdicts) >= 20
     assert sum(k.long_prefill_token_threshold > 0 for _, k in runs) >= 50
     assert sum(not k.scheduler_reserve_full_isl for _, k in runs) >= 50
+    assert sum(k.scheduling_policy == "priority" for _, k in runs) >= 30
 
 
 TWO_LONG = [{"id": "A", "prompt_tokens": 120}, {"id": "B", "prompt_tokens": 120}]

@@ -126,11 +126,13 @@ def conform(
 def random_knobs(rng: random.Random, budget: int, longest: int) -> SchedulerKnobs:
     """vLLM settings to compare under: the long-prefill threshold in 40% of them (vLLM
     refuses one above its ``max_model_len``, the longest prompt and one), full sequence
-    reservation off in half (what makes a prefill node preempt most)."""
+    reservation off in half (what makes a prefill node preempt most), and priority scheduling
+    (with equal priorities) in a quarter."""
     threshold = rng.randint(1, min(budget, longest)) if rng.random() < 0.4 else 0
     return SchedulerKnobs(
         long_prefill_token_threshold=threshold,
         scheduler_reserve_full_isl=rng.random() >= 0.5,
+        scheduling_policy="priority" if rng.random() < 0.25 else "fcfs",
     )
 
 

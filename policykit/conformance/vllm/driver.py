@@ -37,6 +37,11 @@ class _Run:
     finished_round: dict[str, int] = field(default_factory=dict)
     held: list[str] = field(default_factory=list)  # finished, blocks not yet released
     usable_blocks: int = 0
+    added: int = 0  # requests added so far: the next one's arrival time
+
+    def arrivals(self) -> float:
+        self.added += 1
+        return float(self.added)
 
 
 def _prompt(index: int, length: int) -> list[int]:
@@ -53,7 +58,9 @@ def _block_hasher(block_size: int) -> Any:
     return get_request_block_hasher(block_size, sha256)
 
 
-def _make_request(request_id: str, tokens: list[int], hasher: Any) -> Any:
+def _make_request(request_id: str, tokens: list[int], hasher: Any, arrival: float) -> Any:
+    """A prefill-only request; ``arrival`` orders it in vLLM's priority queue (all priorities
+    are equal), as distinct arrival times do in a deployment."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request
 
@@ -62,7 +69,7 @@ def _make_request(request_id: str, tokens: list[int], hasher: Any) -> Any:
         prompt_token_ids=tokens,
         sampling_params=SamplingParams(max_tokens=1, ignore_eos=True),
         pooling_params=None,
-        arrival_time=0.0,
+        arrival_time=arrival,
         block_hasher=hasher,
     )
 
@@ -138,7 +145,7 @@ def _warm_prefixes(run: _Run, scenario: Scenario, prompts: list[list[int]]) -> i
             rid = OWNER + spec.id
             owners[rid] = spec.device_prefix_pinned
             prefix = tokens[: spec.device_prefix_tokens]
-            run.scheduler.add_request(_make_request(rid, prefix, run.hasher))
+            run.scheduler.add_request(_make_request(rid, prefix, run.hasher, run.arrivals()))
     steps = 0
     sched = run.scheduler
     while owners and steps < _MAX_WARMUP_STEPS:
@@ -186,7 +193,7 @@ def drive(
     for round_no in range(1, max_rounds + 1):
         while pending and pending[0][0].arrival_round <= round_no:
             spec, tokens = pending.pop(0)
-            scheduler.add_request(_make_request(spec.id, tokens, run.hasher))
+            scheduler.add_request(_make_request(spec.id, tokens, run.hasher, run.arrivals()))
         step = _step(run, round_no)
         steps.append(step)
         finished = len(run.finished_round) == len(scenario.requests)

@@ -49,6 +49,8 @@ class SchedulerKnobs:
     #: None: as many as the scenario has requests, so the cap never binds (policykit has none)
     max_num_seqs: int | None = None
     enable_prefix_caching: bool = True
+    #: vLLM's ``--scheduling-policy``: ``fcfs`` or ``priority`` (every request's priority 0)
+    scheduling_policy: str = "fcfs"
 
 
 def load() -> Any:
@@ -126,6 +128,7 @@ def build_scheduler(
         long_prefill_token_threshold=knobs.long_prefill_token_threshold,
         enable_chunked_prefill=True,
         scheduler_reserve_full_isl=knobs.scheduler_reserve_full_isl,
+        policy=knobs.scheduling_policy,
     )
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=knobs.enable_prefix_caching)
     cache.num_gpu_blocks = num_blocks
