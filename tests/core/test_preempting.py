@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from policykit.errors import ComboError, ScenarioError
+import policykit
+from policykit.errors import ComboError, PolicyError, ScenarioError
 from policykit.plugin_manager import make_plugin_manager
 from policykit.preempting_scenario import prepare, run
 from policykit.registry import PolicyRegistry, format_combo, parse_combo
@@ -173,3 +174,48 @@ def test_fields_a_preempting_node_has_no_meaning_for_are_refused():
     )
     with pytest.raises(ScenarioError, match="host tier"):
         prepare(sc, REGISTRY.resolve(VLLM))
+
+
+class _Recorder:
+    """An observer plugin: the preemptions the node reports through the hook."""
+
+    def __init__(self):
+        self.seen = []
+
+    @policykit.hookimpl
+    def policykit_preempt(self, round_no, request_id, victim_id):
+        self.seen.append((round_no, request_id, victim_id))
+
+
+class _Broken(policykit.PreemptionPolicy):
+    """Ranks with a string: a broken contract."""
+
+    name = "broken"
+
+    def victim_rank(self, v):
+        return "last"
+
+
+class _BrokenPlugin:
+    @policykit.hookimpl
+    def policykit_register_policies(self, register):
+        register(_Broken)
+
+
+def test_preemptions_reach_the_observer_hook_and_a_broken_rank_names_its_policy():
+    recorder = _Recorder()
+    pm = make_plugin_manager(entry_points=False)
+    pm.register(recorder, name="recorder")
+
+    pm.register(_BrokenPlugin(), name="broken-preemption")
+    registry = PolicyRegistry.from_plugins(pm)
+    two = scenario(
+        [{"id": "A", "prompt_tokens": 120}, {"id": "B", "prompt_tokens": 120}], release=0
+    )
+    combo = "vllm/vllm-threshold:32/none/default/fcfs/"
+    sched, _ = prepare(two, registry.resolve(combo + "vllm"), pm=pm)
+    run(sched, 2)
+    assert recorder.seen == [(3, "B", "B")]
+    sched, _ = prepare(two, registry.resolve(combo + "broken"), pm=pm)
+    with pytest.raises(PolicyError, match=r"preemption policy 'broken'.*'last'"):
+        run(sched, 2)
