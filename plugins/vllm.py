@@ -26,7 +26,7 @@ from policykit.policy import (
 class VllmAdmission(AdmissionPolicy):
     """vLLM 0.33.0's default: a request enters only if its whole prompt fits now.
 
-    ``scheduler_reserve_full_isl=True``: ``allocate_slots`` first asks whether the blocks of
+    With ``scheduler_reserve_full_isl=True``, ``allocate_slots`` first asks whether the blocks of
     the full sequence (its prompt, less its prefix-cache hit, plus the hit blocks that are only
     evictable) fit the free blocks, then whether this step's chunk does. Nothing is promised
     beyond this step: running requests that later outgrow the pool together are preempted, not
@@ -44,7 +44,7 @@ class VllmAdmission(AdmissionPolicy):
 
 
 class VllmNoReserveAdmission(VllmAdmission):
-    """vLLM 0.33.0 with ``scheduler_reserve_full_isl=False``: only the first chunk must fit.
+    """vLLM 0.33.0, ``scheduler_reserve_full_isl=False``: only the first chunk must fit.
 
     A long prompt enters as soon as its first chunk's blocks are free, so more requests run at
     once and preemption does the rest (the behaviour before vLLM added the full-sequence
@@ -67,7 +67,7 @@ def _budgeted(v: ChunkView, threshold: int) -> int:
 
 
 class VllmChunking(ChunkingPolicy):
-    """vLLM 0.33.0's chunked prefill: as many tokens as the step's token budget leaves.
+    """vLLM 0.33.0's chunked prefill: what the step's token budget leaves.
 
     ``max_num_batched_tokens`` is the budget (the scenario's ``chunked_prefill_size``); running
     requests are served first, then waiting ones, each taking what is left. Chunks end
@@ -85,16 +85,16 @@ class VllmChunking(ChunkingPolicy):
 
 
 class VllmThresholdChunking(ChunkingPolicy):
-    """vLLM 0.33.0 with ``long_prefill_token_threshold``: no request computes more than the
-    threshold in one step, unless it is the only request running or waiting.
+    """vLLM 0.33.0's ``long_prefill_token_threshold``: at most N tokens a step, unless alone.
 
-    The threshold keeps one long prompt from taking the whole budget while others wait; with
-    a single eligible request there is nobody to starve, so vLLM lifts it.
+    No request computes more than the threshold in one step, unless it is the only request
+    running or waiting: the threshold keeps one long prompt from taking the whole budget while
+    others wait, and with a single eligible request there is nobody to starve.
     """
 
     name = "vllm-threshold"
     preempting_only = True
-    parameter = Parameter("threshold", "a positive int: vLLM's long_prefill_token_threshold")
+    parameter = Parameter("n", "a positive int: vLLM's long_prefill_token_threshold")
 
     def __init__(self, arg: int | None = None) -> None:
         if arg is None or arg < 1:

@@ -13,7 +13,7 @@ from policykit.policy import PreemptionPolicy, PreemptView
 
 
 class NoPreemption(PreemptionPolicy):
-    """The node never preempts (SGLang 0.5.23's prefill node; policykit's default).
+    """The node never preempts (SGLang 0.5.23's; the default).
 
     The combo runs on the ledger planner: what a running chunk will need is promised when the
     request enters, and a broken promise is an out-of-memory crash, not a preemption.
@@ -27,7 +27,7 @@ class NoPreemption(PreemptionPolicy):
 
 
 class VllmPreemption(PreemptionPolicy):
-    """vLLM 0.33.0: preempt the request admitted last (``self.running[-1]``).
+    """vLLM 0.33.0: preempt the request admitted last (``running[-1]``).
 
     With ``--scheduling-policy priority`` vLLM takes the lowest-priority, latest-arriving one
     instead; with equal priorities (a scenario has no field for them) that is the same request,
