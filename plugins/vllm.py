@@ -95,6 +95,8 @@ class VllmThresholdChunking(ChunkingPolicy):
     name = "vllm-threshold"
     preempting_only = True
     parameter = Parameter("n", "a positive int: vLLM's long_prefill_token_threshold")
+    #: the threshold an enumeration of every combo tries
+    samples = ("256",)
 
     def __init__(self, arg: int | None = None) -> None:
         if arg is None or arg < 1:

@@ -7,6 +7,7 @@ blocks.
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 
@@ -219,3 +220,23 @@ def test_preemptions_reach_the_observer_hook_and_a_broken_rank_names_its_policy(
     sched, _ = prepare(two, registry.resolve(combo + "broken"), pm=pm)
     with pytest.raises(PolicyError, match=r"preemption policy 'broken'.*'last'"):
         run(sched, 2)
+
+
+def test_every_preempting_combo_runs_and_accounts_for_every_request():
+    from policykit.conformance.vllm.compare import random_scenario
+    from policykit.policy import EngineConfig
+
+    kinds = ("admission", "chunking", "alignment", "queue", "preemption")
+    combos = [c for c in REGISTRY.all_combos(EngineConfig(16, 64), kinds=kinds) if c.preempts]
+    assert len(combos) > 100 and any(c.chunking.name == "vllm-threshold" for c in combos)
+    rng = random.Random(3)
+    scenarios = [sc for sc, _ in (random_scenario(rng, i) for i in range(40))]
+    scenarios = [sc for sc in scenarios if sc.page_size == 16][:6]
+    for combo in combos:
+        for sc in scenarios:
+            sched, _ = prepare(sc, combo)
+            steps = run(sched, len(sc.requests), 500)
+            node = sched.node
+            on_node = node.waiting + node.running + node.finished + node.future
+            assert sorted(r.id for r in on_node) == sorted(r.id for r in sc.requests)
+            assert all(s.blocks_used + s.blocks_free == node.pool.num_blocks for s in steps)
