@@ -140,9 +140,12 @@ class PreemptingScheduler:
         self.round_no += 1
         node.arrive(self.round_no)
         scheduled: dict[str, int] = {}
-        preempted = self._schedule_running(scheduled)
+        # vLLM counts the eligible requests once, before either loop (its threshold is off when
+        # there is only one)
+        eligible = len(node.running) + len(node.waiting)
+        preempted = self._schedule_running(scheduled, eligible)
         if not preempted:
-            self._schedule_waiting(scheduled)
+            self._schedule_waiting(scheduled, eligible)
         used, free = node.pool.used_blocks, node.pool.free_blocks
         completed = self._compute(scheduled)
         released = self._release(completed)
@@ -157,10 +160,9 @@ class PreemptingScheduler:
         return not moved and not node.future and not due
 
     # -- running requests --------------------------------------------------------------------
-    def _schedule_running(self, scheduled: dict[str, int]) -> list[str]:
+    def _schedule_running(self, scheduled: dict[str, int], eligible: int) -> list[str]:
         node, cfg = self.node, self.node.config
         budget = cfg.budget - sum(scheduled.values())
-        eligible = len(node.running) + len(node.waiting)
         preempted: list[str] = []
         index = 0
         while index < len(node.running) and budget > 0:
@@ -215,10 +217,9 @@ class PreemptingScheduler:
             )
 
     # -- waiting requests --------------------------------------------------------------------
-    def _schedule_waiting(self, scheduled: dict[str, int]) -> None:
+    def _schedule_waiting(self, scheduled: dict[str, int], eligible: int) -> None:
         node, cfg = self.node, self.node.config
         budget = cfg.budget - sum(scheduled.values())
-        eligible = len(node.running) + len(node.waiting)
         for req in self._queue():
             if budget <= 0 or (
                 cfg.max_running is not None and len(node.running) >= cfg.max_running
