@@ -83,9 +83,24 @@ class LeastWorkFirst(policykit.QueuePolicy):
 # --8<-- [end:queue]
 
 
+# --8<-- [start:preemption]
+class LeastProgressFirst(policykit.PreemptionPolicy):
+    """Preempt the running request that has computed the fewest tokens: the one whose
+    recomputation costs least (vLLM takes the one admitted last)."""
+
+    name = "least-progress"
+
+    def victim_rank(self, v: policykit.PreemptView) -> int:
+        return -v.computed_tokens
+
+
+# --8<-- [end:preemption]
+
+
 @policykit.hookimpl
 def policykit_register_policies(register):
     register(WholePagesChunking)
     register(TwoPageAlignment)
     register(EmptyCacheAtServing)
     register(LeastWorkFirst)
+    register(LeastProgressFirst)

@@ -58,5 +58,12 @@ def policykit_round_end(round_no: int, plan: Plan) -> None:
 
 
 @hookspec
+def policykit_preempt(round_no: int, request_id: str, victim_id: str) -> None:
+    """A running request (``victim_id``) gave its KV back so ``request_id``'s chunk could be
+    allocated: on a node that preempts (vLLM's), the recomputation it causes is the cost a
+    tracing plugin wants to see, and a run of these without progress is a livelock."""
+
+
+@hookspec
 def policykit_oom(round_no: int, error: PrefillOutOfMemory) -> None:
     """Allocation failed: the simulated engine crashes at this round."""

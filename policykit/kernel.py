@@ -30,7 +30,7 @@ from policykit.errors import PolicyError
 from policykit.ledger import Ledger
 from policykit.liveness import swa_facts
 from policykit.node import FIRST_TOKENS
-from policykit.policy import AdmitView, AlignView, ChunkView, Policy, TailView
+from policykit.policy import AdmitView, AlignView, ChunkView, Policy, PreemptView, TailView
 from policykit.registry import Combo
 
 
@@ -307,3 +307,92 @@ def resume(
         num, ledger, seq, length, final, prompt, request_id, placed=lambda: not deferred
     )
     return Resumed(length, bad_range, deferred, final, placed, end, bad)
+
+
+# -- a node that preempts (vLLM 0.33.0's v1 scheduler) ---------------------------------------
+def blocks_to_allocate(tokens: Any, held_blocks: Any, page_size: int) -> Any:
+    """Blocks a request holding ``held_blocks`` must still get to hold ``tokens`` tokens
+    (vLLM's ``get_num_blocks_to_allocate`` for one full-attention group)."""
+    return -(-tokens // page_size) - held_blocks
+
+
+def preempting_chunk_view(
+    remaining: Any, budget: Any, free_tokens: Any, eligible: Any, page_size: int
+) -> ChunkView:
+    """The chunking question on a node that preempts: ``budget`` tokens left in the step,
+    ``free_tokens`` of free blocks (what a chunk may take without a preemption) and
+    ``eligible`` requests running or waiting."""
+    return ChunkView(
+        remaining_tokens=remaining,
+        rem_chunk_tokens=budget,
+        rem_total_tokens=free_tokens,
+        rem_swa_tokens=free_tokens,
+        page_size=page_size,
+        hybrid_swa=False,
+        eligible_requests=eligible,
+    )
+
+
+def preempting_admit_view(
+    prompt: Any, remaining: Any, free_tokens: Any, page_size: int
+) -> AdmitView:
+    """The admission question on a node that preempts: ``remaining`` of the ``prompt`` not
+    hit in the prefix cache, ``free_tokens`` of free blocks once the hit is taken. Nothing is
+    promised to later steps there, so what may be promised and what the batch leaves are one."""
+    return AdmitView(
+        prompt_tokens=prompt,
+        remaining_tokens=remaining,
+        host_prefix_tokens=0,
+        first_tokens=FIRST_TOKENS,
+        page_size=page_size,
+        rem_total_tokens=free_tokens,
+        cur_rem_tokens=free_tokens,
+    )
+
+
+def aligned_end(
+    num: Numbers, start: Any, end: Any, page_size: int, request_id: str
+) -> tuple[Any, Any]:
+    """The alignment policy's end for the non-final chunk ``[start, end)``, which must be in
+    ``(start, end]``; and whether it is not."""
+    return num.decide(
+        "alignment",
+        "align_end",
+        AlignView(start=start, end=end, page_size=page_size),
+        request_id,
+        label="aligned",
+        bad=lambda a: num.not_(num.all(start < a, a <= end)),
+        complaint=lambda a: (
+            f"moved the end of the chunk [{start}, {end}) of request {request_id!r} to "
+            f"{a!r}; an aligned end must be an int in ({start}, {end}]."
+        ),
+    )
+
+
+def victim(num: Numbers, views: list[PreemptView], request_ids: list[str]) -> tuple[Any, Any]:
+    """Which running request to preempt, by its place in ``views`` (the running list): the
+    preemption policy's highest rank, a tie going to the later one. Returns that place and
+    whether a rank broke the contract (ranks are ints; any int is a rank)."""
+    best: Any = 0
+    best_rank: Any = None
+    broken: Any = False
+    for place, (view, rid) in enumerate(zip(views, request_ids, strict=True)):
+        rank, bad = num.decide(
+            "preemption",
+            "victim_rank",
+            view,
+            rid,
+            label=f"victim_rank_{place}",
+            bad=lambda r: False,
+            complaint=lambda r, rid=rid: (
+                f"ranked running request {rid!r} {r!r}; a victim rank is an int."
+            ),
+        )
+        broken = num.any(broken, bad)
+        if best_rank is None:
+            best_rank = rank
+            continue
+        later = rank >= best_rank
+        best = num.choose(later, place, best)
+        best_rank = num.choose(later, rank, best_rank)
+    return best, broken

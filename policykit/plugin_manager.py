@@ -37,6 +37,8 @@ BUILTIN_PLUGINS = (
     "policykit.plugins.alignment",
     "policykit.plugins.allocator_phase",
     "policykit.plugins.queue",
+    "policykit.plugins.vllm",
+    "policykit.plugins.vllm_preemption",
 )
 
 

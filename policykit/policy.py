@@ -1,4 +1,4 @@
-"""The five policy kinds and the small, pure views they decide on.
+"""The six policy kinds and the small, pure views they decide on.
 
 A policy sees a frozen *view* of plain integers and returns integers or booleans. It never
 touches the pool, the cache or the request objects. That restriction is what lets the same
@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from policykit.config import EngineConfig
 
-KINDS = ("admission", "chunking", "alignment", "allocator-phase", "queue")
+KINDS = ("admission", "chunking", "alignment", "allocator-phase", "queue", "preemption")
 #: the kinds whose decisions plan a round, and so the ones ``policykit check`` evaluates
 DECISION_KINDS = ("admission", "chunking", "alignment", "queue")
 
@@ -54,6 +54,9 @@ class Policy:
     kind: ClassVar[str]
     name: ClassVar[str]
     parameter: ClassVar[Parameter | None] = None
+    #: the policy decides on facts only a node that preempts has (vLLM's block pool, its count
+    #: of running and waiting requests), so a combo that never preempts refuses it
+    preempting_only: ClassVar[bool] = False
     #: where the policy came from ("built-in" or "distribution version"); the registry sets it
     #: so that an error raised while the policy decides can name who to ask
     source: str = "not from the registry"
@@ -129,6 +132,7 @@ class ChunkView:
     swa_need: int = 0  #: hybrid SWA: as in AdmitView, for what is left to compute
     swa_pool_tokens: int = 0  #: hybrid SWA: the whole sliding-window pool
     swa_chunk_cap: int = 0  #: hybrid SWA: longest first chunk for a request that never fits
+    eligible_requests: int = 1  #: running + waiting requests (vLLM's ``num_eligible_reqs``)
 
 
 class ChunkingPolicy(Policy):
@@ -229,12 +233,50 @@ class QueuePolicy(Policy):
         raise NotImplementedError(_missing(self, "priority"))
 
 
+# --- preemption ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PreemptView:
+    """A running request, as a candidate to give its KV back so another chunk can be allocated.
+
+    Only a node that preempts asks (vLLM 0.33.0's v1 scheduler): when ``allocate_slots`` cannot
+    place a running request's chunk, one running request loses every block and its computed
+    tokens and goes back to the front of the waiting queue, to be computed again (its full
+    blocks may still be prefix-cache hits then)."""
+
+    position: int  #: its place in the running list: 0 was admitted first, the last most recently
+    prompt_tokens: int  #: the whole prompt
+    computed_tokens: int  #: tokens computed so far (what a preemption throws away)
+    held_blocks: int  #: KV blocks it holds, cached prefix included
+    is_requester: bool  #: it is the request whose chunk could not be allocated
+    page_size: int  #: tokens per KV block (concrete: the engine's configuration)
+
+
+class PreemptionPolicy(Policy):
+    """Decides which running request gives its KV back when a running chunk cannot be allocated.
+
+    The node ranks every running request with :meth:`victim_rank` and preempts the highest (on a
+    tie, the one later in the running list), again until the chunk fits or the requester itself
+    was preempted. A policy with ``preempts = False`` says the node never preempts: the
+    engine's memory promises (SGLang's ledger) must keep every running chunk allocatable, and
+    the combo is planned by the SGLang-style planner.
+    """
+
+    kind = "preemption"
+    #: False: the node never preempts (SGLang's nodes); the combo runs on the ledger planner
+    preempts: ClassVar[bool] = True
+
+    def victim_rank(self, v: PreemptView) -> int:
+        """How strongly to preempt this running request: the highest rank goes first."""
+        raise NotImplementedError(_missing(self, "victim_rank"))
+
+
 POLICY_BASES: dict[str, type[Policy]] = {
     "admission": AdmissionPolicy,
     "chunking": ChunkingPolicy,
     "alignment": AlignmentPolicy,
     "allocator-phase": AllocatorPhasePolicy,
     "queue": QueuePolicy,
+    "preemption": PreemptionPolicy,
 }
 
 #: the decisions a policy of each kind must make itself (the bases only raise)
@@ -243,6 +285,7 @@ REQUIRED_METHODS: dict[str, tuple[str, ...]] = {
     "chunking": ("new_chunk", "resume_chunk"),
     "alignment": ("align_end",),
     "queue": ("priority",),
+    "preemption": ("victim_rank",),
 }
 
 

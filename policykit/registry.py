@@ -2,8 +2,8 @@
 
 A *combo* is one policy per kind. The tool prints a combo one way only, positionally
 (:func:`format_combo`): ``reserve-tail/sglang/checkpoint:256`` is admission/chunking/alignment,
-with a fourth part (the allocator phase) and a fifth (the waiting queue) only as far as one is
-not the default. ``--combo`` accepts that
+with a fourth part (the allocator phase), a fifth (the waiting queue) and a sixth (preemption)
+only as far as one is not the default. ``--combo`` accepts that
 form back, the explicit ``admission=reserve-tail,alignment=checkpoint:256`` form (kinds left
 out keep the defaults in :data:`DEFAULT_COMBO`, or a scenario's own choice), and the older
 printed spellings ``sglang+sglang+page`` and ``sglang · sglang · page`` (:func:`parse_combo`).
@@ -14,6 +14,12 @@ printed in three parts is then one an engine can run as printed, and ``policykit
 (reject a request that can never fit) is a verdict-changing choice, so it is always printed
 (``reserve-tail/sglang/page/default/fcfs-skip``). Versions before this one defaulted to
 ``fcfs-skip``: a three-part combo they printed still parses, but now means the ``fcfs`` queue.
+
+The default preemption is ``none``: the node never preempts, as SGLang's, and its combo is
+printed as before. A combo whose preemption policy preempts (``vllm``) runs on a node that
+preempts (vLLM 0.33.0's v1 scheduler, :mod:`policykit.preempting`) and is always printed in six
+parts (``vllm/vllm/none/default/fcfs/vllm``). Combos printed before the preemption kind existed
+have at most five parts and parse as before, with no preemption.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ DEFAULT_COMBO: dict[str, str] = {
     "alignment": "page",
     "allocator-phase": "default",
     "queue": "fcfs",
+    "preemption": "none",
 }
 
 #: the kinds whose choice can change a ``policykit check`` verdict, so the kinds ``--all``
@@ -49,7 +56,7 @@ DEFAULT_COMBO: dict[str, str] = {
 VERDICT_KINDS: tuple[str, ...] = ("admission", "chunking", "alignment", "queue")
 
 #: the printed form, for help texts and table headers
-COMBO_FORM = "ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE[/QUEUE]]"
+COMBO_FORM = "ADMISSION/CHUNKING/ALIGNMENT[/ALLOCATOR-PHASE[/QUEUE[/PREEMPTION]]]"
 
 #: parameter values ``--all`` tries for policies that require one
 SAMPLE_ARGS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -91,12 +98,25 @@ class Combo:
     alignment: Policy
     allocator_phase: Policy
     queue: Policy
+    preemption: Policy
+
+    @property
+    def preempts(self) -> bool:
+        """Whether the node this combo runs on preempts (vLLM's) rather than never does."""
+        return bool(getattr(self.preemption, "preempts", False))
 
     def as_dict(self) -> dict[str, str]:
         return {p.kind: p.spec for p in self.policies()}
 
     def policies(self) -> tuple[Policy, ...]:
-        return (self.admission, self.chunking, self.alignment, self.allocator_phase, self.queue)
+        return (
+            self.admission,
+            self.chunking,
+            self.alignment,
+            self.allocator_phase,
+            self.queue,
+            self.preemption,
+        )
 
     def __str__(self) -> str:
         return format_combo(self.as_dict())
@@ -111,11 +131,12 @@ NAME_FORBIDDEN = ",=:/+· \t"
 
 def format_combo(combo: Mapping[str, str]) -> str:
     """The one printed form of a combo:
-    ``admission/chunking/alignment[/allocator-phase[/queue]]``.
+    ``admission/chunking/alignment[/allocator-phase[/queue[/preemption]]]``.
 
     Kinds missing from ``combo`` are the defaults. The trailing kinds are printed only as far as
     one differs from its default (most combos leave the allocator phase and the queue alone):
-    a non-default queue brings the allocator phase with it, so the parts keep their places.
+    a non-default queue brings the allocator phase with it, and a preemption policy both, so
+    the parts keep their places.
     """
     chosen = {**DEFAULT_COMBO, **combo}
     parts = [chosen[k] for k in KINDS]
@@ -202,7 +223,8 @@ class PolicyRegistry:
         if not (isinstance(policy_cls, type) and issubclass(policy_cls, Policy)):
             raise PluginError(
                 f"{where} registered {policy_cls!r}, which is not a policy class (a subclass "
-                "of AdmissionPolicy, ChunkingPolicy, AlignmentPolicy or AllocatorPhasePolicy)."
+                "of AdmissionPolicy, ChunkingPolicy, AlignmentPolicy, AllocatorPhasePolicy, "
+                "QueuePolicy or PreemptionPolicy)."
             )
         kind = getattr(policy_cls, "kind", None)
         name = getattr(policy_cls, "name", None)
@@ -299,13 +321,16 @@ class PolicyRegistry:
                     raise ComboError(f"The combo names the unknown kind {quote(kind)}.")
             chosen.update(mapping)
         made = {kind: self.make(kind, spec, config) for kind, spec in chosen.items()}
-        return Combo(
+        combo = Combo(
             admission=made["admission"],
             chunking=made["chunking"],
             alignment=made["alignment"],
             allocator_phase=made["allocator-phase"],
             queue=made["queue"],
+            preemption=made["preemption"],
         )
+        refuse_mixed(combo)
+        return combo
 
     def all_combos(
         self, config: EngineConfig | None = None, *, kinds: tuple[str, ...] = VERDICT_KINDS
@@ -331,6 +356,35 @@ class PolicyRegistry:
                 continue
 
 
+def refuse_mixed(combo: Combo) -> None:
+    """Raise :class:`ComboError` for policies that cannot decide on the node ``combo`` runs on.
+
+    A combo whose preemption policy preempts runs on vLLM's kind of node; one that never
+    preempts on SGLang's ledger planner. Most policies decide on either (their views are
+    filled by both), but not all."""
+    if not combo.preempts:
+        for policy in combo.policies():
+            if policy.preempting_only:
+                raise ComboError(
+                    f"The {policy.kind} policy {quote(policy.spec)} decides on facts that only "
+                    "a node that preempts has (vLLM's block pool and its count of running and "
+                    f"waiting requests), but the preemption policy "
+                    f"{quote(combo.preemption.spec)} never preempts, so the combo would run on "
+                    "SGLang's ledger planner, which has neither. Give the combo a preemption "
+                    "policy that preempts (sixth part, for example vllm), or pick a policy of "
+                    "that kind that does not need one."
+                )
+        return
+    if getattr(combo.queue, "skips_never_fitting", False):
+        raise ComboError(
+            f"The queue policy {quote(combo.queue.spec)} rejects a request that an idle node "
+            "could never admit, a question SGLang's ledger planner answers; a node that "
+            f"preempts (preemption {quote(combo.preemption.spec)}) has no such test, and vLLM "
+            "keeps such a request waiting at the head of its queue. Use the fcfs or lpm "
+            "queue with a preempting combo."
+        )
+
+
 def registry_from(pm: PolicykitPluginManager | None = None) -> PolicyRegistry:
     """Registry of ``pm`` (or of a fresh manager with every installed plugin)."""
     from policykit.plugin_manager import make_plugin_manager
@@ -348,5 +402,6 @@ __all__ = [
     "PolicyRegistry",
     "format_combo",
     "parse_combo",
+    "refuse_mixed",
     "registry_from",
 ]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from policykit.errors import PolicyError, PrefillOutOfMemory, RequestFault
+from policykit.errors import ComboError, PolicyError, PrefillOutOfMemory, RequestFault
 from policykit.ledger import Ledger
 from policykit.liveness import never_completes, owed_tokens
 from policykit.node import PrefillNode
@@ -165,6 +165,17 @@ class RunResult:
         }
 
 
+def refuse_preempting(combo: Combo) -> None:
+    """This loop is SGLang's node, which never preempts: a combo whose preemption policy does
+    runs on :class:`~policykit.preempting.PreemptingScheduler` instead."""
+    if combo.preempts:
+        raise ComboError(
+            f"The combo {combo} preempts (preemption policy {combo.preemption.spec!r}), so it "
+            "runs on a node that preempts (vLLM's v1 scheduler, policykit.preempting), not on "
+            "SGLang's ledger planner, which never takes KV back once it is promised."
+        )
+
+
 class _HookObserver(Observer):
     def __init__(self, pm: PolicykitPluginManager | None) -> None:
         self.pm = pm
@@ -197,6 +208,7 @@ class Scheduler:
         history: bool = True,
         fail_stuck: bool = True,
     ) -> None:
+        refuse_preempting(combo)
         self.node = node
         self.combo = combo
         self.pm = pm
@@ -230,6 +242,7 @@ class Scheduler:
 
     def use(self, combo: Combo) -> None:
         """Switch policies between rounds (the next round plans under ``combo``)."""
+        refuse_preempting(combo)
         self.combo = self.planner.combo = combo
 
     def step(self) -> RoundRecord:

@@ -162,6 +162,14 @@ def check_policies(
 ) -> None:
     """Cross-validate every decision of ``combo``'s policies; raise :class:`PolicyRefused`."""
     sources = sources or {}
+    if combo.preempts:
+        raise PolicyRefused(
+            f"The preemption policy {combo.preemption.spec!r} preempts, so the combo runs on a "
+            "node that preempts (vLLM's v1 scheduler), and the checker's round model is SGLang's "
+            "node, which never does: it has no preemption, no per-request block accounting and "
+            "no waiting loop that pauses after a preemption. Its decisions are compared with "
+            "vLLM's own scheduler by `policykit conformance vllm` instead."
+        )
     for kind in DECISION_KINDS:
         policy = getattr(combo, kind)
         forget_stale(policy)

@@ -72,6 +72,10 @@ def simulate(
     sc = load_scenario(path)
     pm, registry = load_registry()
     chosen = registry.resolve(sc.combo, *combos, config=sc.config)
+    if chosen.preempts:
+        from policykit.cli.simulate_preempting import simulate_preempting
+
+        simulate_preempting(sc, chosen, pm, max_rounds, as_json)
     warn_if_uncheckable(chosen, sc.config, as_json=as_json)
     notes = approximations(chosen, Holds.of_scenario(sc))
     node = build_node(sc, device=resolve_device(device))

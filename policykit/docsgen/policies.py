@@ -24,6 +24,8 @@ _KIND_DOC = {
     "allocator-phase": "the torch caching-allocator settings of each process phase",
     "queue": "the order of the waiting requests, and whether one that can never fit stops the "
     "queue",
+    "preemption": "which running request gives its KV back when a running chunk cannot be "
+    "allocated, on a node that preempts (vLLM's); `none` keeps the combo on SGLang's node",
 }
 
 

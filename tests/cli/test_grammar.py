@@ -14,9 +14,9 @@ from policykit.registry import PolicyRegistry, format_combo, parse_combo
 
 REGISTRY = PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))
 _NAMES = sorted({e.name for e in REGISTRY.entries()}, key=len, reverse=True)
-#: a printed combo: three to five policy names (with an optional :arg) joined by '/'
+#: a printed combo: three to six policy names (with an optional :arg) joined by '/'
 _NAME = "(?:" + "|".join(map(re.escape, _NAMES)) + r")(?::\d+)?"
-_PRINTED = re.compile(rf"(?<![\w/-])(?:{_NAME}/){{2,4}}{_NAME}(?![\w/-])")
+_PRINTED = re.compile(rf"(?<![\w/-])(?:{_NAME}/){{2,5}}{_NAME}(?![\w/-])")
 TWO = ("sglang/sglang/checkpoint:256", "reserve-tail/sglang/checkpoint:256")
 
 
@@ -36,27 +36,31 @@ def strings_in(doc) -> set[str]:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("sglang/defer/page", ("sglang", "defer", "page", "default", "fcfs")),
+        ("sglang/defer/page", ("sglang", "defer", "page", "default", "fcfs", "none")),
         ("sglang/defer/page/expandable", ("sglang", "defer", "page", "expandable",
-                                          "fcfs")),
-        ("sglang/defer/page/default/lpm", ("sglang", "defer", "page", "default", "lpm")),
+                                          "fcfs", "none")),
+        ("sglang/defer/page/default/lpm", ("sglang", "defer", "page", "default", "lpm", "none")),
         ("sglang/defer/page/default/fcfs-skip", ("sglang", "defer", "page", "default",
-                                                 "fcfs-skip")),
+                                                 "fcfs-skip", "none")),
         ("sglang+sglang+checkpoint:256", ("sglang", "sglang", "checkpoint:256", "default",
-                                          "fcfs")),
+                                          "fcfs", "none")),
         ("margin-tail:2/half-budget/checkpoint:256", ("margin-tail:2", "half-budget",
-                                                      "checkpoint:256", "default", "fcfs")),
+                                                      "checkpoint:256", "default", "fcfs", "none")),
         ("sglang · sglang · page · default", ("sglang", "sglang", "page", "default",
-                                              "fcfs")),
+                                              "fcfs", "none")),
         (" reserve-tail / sglang / page ", ("reserve-tail", "sglang", "page", "default",
-                                            "fcfs")),
+                                            "fcfs", "none")),
+        ("vllm/vllm/none/default/fcfs/vllm", ("vllm", "vllm", "none", "default", "fcfs",
+                                              "vllm")),
+        ("vllm-no-reserve/vllm-threshold:64/none/default/fcfs/vllm",
+         ("vllm-no-reserve", "vllm-threshold:64", "none", "default", "fcfs", "vllm")),
     ],
 )  # fmt: skip
 def test_every_printed_spelling_parses(text, expected):
     assert tuple(parse_combo(text).values()) == expected
 
 
-@pytest.mark.parametrize("text", ["sglang/defer", "a/b/c/d/e/f", "sglang//page", "sglang"])
+@pytest.mark.parametrize("text", ["sglang/defer", "a/b/c/d/e/f/g", "sglang//page", "sglang"])
 def test_malformed_short_forms_are_combo_errors(text):
     with pytest.raises(ComboError):
         parse_combo(text)
@@ -64,7 +68,8 @@ def test_malformed_short_forms_are_combo_errors(text):
 
 def test_format_then_parse_is_the_identity_on_every_registered_combo():
     for combo in REGISTRY.all_combos(kinds=("admission", "chunking", "alignment",
-                                            "allocator-phase", "queue")):  # fmt: skip
+                                            "allocator-phase", "queue",
+                                            "preemption")):  # fmt: skip
         assert REGISTRY.resolve(str(combo)).as_dict() == combo.as_dict()
         assert format_combo(parse_combo(str(combo))) == str(combo)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policykit.conformance.vllm.engine import SchedulerKnobs, build_scheduler
-from policykit.conformance.vllm.mapping import pool_blocks, refuse_unmappable
+from policykit.conformance.vllm.mapping import OWNER, pool_blocks, refuse_unmappable
 from policykit.conformance.vllm.record import StepRecord, Trace
 from policykit.scenario import Scenario
 
@@ -25,8 +25,6 @@ from policykit.scenario import Scenario
 _ID_STRIDE = 1 << 40
 #: the token every finished prefill "samples"; its value never matters to the scheduler
 _SAMPLED = 0
-#: the prefix owners' ids, outside any scenario id space
-_OWNER = "policykit-prefix-owner:"
 #: computing the device prefixes takes at most one step per budget's worth of prefix tokens
 _MAX_WARMUP_STEPS = 1 << 20
 
@@ -39,6 +37,11 @@ class _Run:
     finished_round: dict[str, int] = field(default_factory=dict)
     held: list[str] = field(default_factory=list)  # finished, blocks not yet released
     usable_blocks: int = 0
+    added: int = 0  # requests added so far: the next one's arrival time
+
+    def arrivals(self) -> float:
+        self.added += 1
+        return float(self.added)
 
 
 def _prompt(index: int, length: int) -> list[int]:
@@ -55,7 +58,9 @@ def _block_hasher(block_size: int) -> Any:
     return get_request_block_hasher(block_size, sha256)
 
 
-def _make_request(request_id: str, tokens: list[int], hasher: Any) -> Any:
+def _make_request(request_id: str, tokens: list[int], hasher: Any, arrival: float) -> Any:
+    """A prefill-only request; ``arrival`` orders it in vLLM's priority queue (all priorities
+    are equal), as distinct arrival times do in a deployment."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request
 
@@ -64,7 +69,7 @@ def _make_request(request_id: str, tokens: list[int], hasher: Any) -> Any:
         prompt_token_ids=tokens,
         sampling_params=SamplingParams(max_tokens=1, ignore_eos=True),
         pooling_params=None,
-        arrival_time=0.0,
+        arrival_time=arrival,
         block_hasher=hasher,
     )
 
@@ -77,7 +82,10 @@ def _runner_output(sched: Any, ids: list[str], finished: list[str], release: lis
         req_ids=ids,
         req_id_to_index={rid: i for i, rid in enumerate(ids)},
         sampled_token_ids=[[_SAMPLED] if rid in finished else [] for rid in ids],
-        kv_connector_output=KVConnectorOutput(finished_sending=set(release)),
+        # vLLM frees finished transfers in the order it iterates them: a worker's set, whose
+        # order varies from process to process. Handed over in finish order (a set's view that
+        # keeps it), the frees, and so which cached blocks are evicted first, are reproducible.
+        kv_connector_output=KVConnectorOutput(finished_sending=dict.fromkeys(release).keys()),
     )
 
 
@@ -120,15 +128,24 @@ def _step(run: _Run, round_no: int) -> StepRecord:
     )
 
 
+def _idle(run: _Run, step: StepRecord, pending: list) -> bool:
+    """Nothing can change any more: nothing ran, was preempted or freed this round, nothing
+    arrives later and no held KV is due back (a request that can never be admitted waits
+    forever in vLLM)."""
+    due = run.release_delay is not None and bool(run.held)
+    moved = step.scheduled or step.preempted or step.released
+    return not moved and not pending and not due
+
+
 def _warm_prefixes(run: _Run, scenario: Scenario, prompts: list[list[int]]) -> int:
     """Compute each device prefix before round 1; return the steps it took (not recorded)."""
     owners = {}
     for spec, tokens in zip(scenario.requests, prompts, strict=True):
         if spec.device_prefix_tokens:
-            rid = _OWNER + spec.id
+            rid = OWNER + spec.id
             owners[rid] = spec.device_prefix_pinned
             prefix = tokens[: spec.device_prefix_tokens]
-            run.scheduler.add_request(_make_request(rid, prefix, run.hasher))
+            run.scheduler.add_request(_make_request(rid, prefix, run.hasher, run.arrivals()))
     steps = 0
     sched = run.scheduler
     while owners and steps < _MAX_WARMUP_STEPS:
@@ -143,6 +160,13 @@ def _warm_prefixes(run: _Run, scenario: Scenario, prompts: list[list[int]]) -> i
     return steps
 
 
+def max_num_seqs(scenario: Scenario, knobs: SchedulerKnobs) -> int:
+    """vLLM's ``max_num_seqs`` for ``scenario``: the knob, or one more than its requests (so it
+    never binds), never above the token budget (vLLM refuses that)."""
+    seqs = knobs.max_num_seqs or max(len(scenario.requests), 1) + 1
+    return min(seqs, scenario.config.chunked_prefill_size)
+
+
 def drive(
     scenario: Scenario, knobs: SchedulerKnobs | None = None, *, max_rounds: int = 10_000
 ) -> Trace:
@@ -153,13 +177,12 @@ def drive(
     prompts = [_prompt(i, r.prompt_tokens) for i, r in enumerate(scenario.requests)]
     longest = max((r.prompt_tokens for r in scenario.requests), default=1)
     budget = scenario.config.chunked_prefill_size
-    seqs = knobs.max_num_seqs or max(len(scenario.requests), 1) + 1
     scheduler = build_scheduler(
         block_size=page,
         num_blocks=pool_blocks(scenario) + 1,
         budget=budget,
         max_model_len=longest + 1,
-        max_num_seqs=min(seqs, budget),
+        max_num_seqs=max_num_seqs(scenario, knobs),
         knobs=knobs,
     )
     usable = scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1  # less the null block
@@ -172,10 +195,13 @@ def drive(
     for round_no in range(1, max_rounds + 1):
         while pending and pending[0][0].arrival_round <= round_no:
             spec, tokens = pending.pop(0)
-            scheduler.add_request(_make_request(spec.id, tokens, run.hasher))
-        steps.append(_step(run, round_no))
+            scheduler.add_request(_make_request(spec.id, tokens, run.hasher, run.arrivals()))
+        step = _step(run, round_no)
+        steps.append(step)
         finished = len(run.finished_round) == len(scenario.requests)
         if finished and (run.release_delay is None or not run.held):
+            break
+        if _idle(run, step, pending):
             break
     return Trace(
         scenario=scenario.name,

@@ -10,6 +10,7 @@ ever computed. The model is a one-layer Llama ``config.json`` written to a tempo
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
@@ -48,11 +49,17 @@ class SchedulerKnobs:
     #: None: as many as the scenario has requests, so the cap never binds (policykit has none)
     max_num_seqs: int | None = None
     enable_prefix_caching: bool = True
+    #: vLLM's ``--scheduling-policy``: ``fcfs`` or ``priority`` (every request's priority 0)
+    scheduling_policy: str = "fcfs"
 
 
 def load() -> Any:
     """Import vLLM's scheduler module, or raise :class:`VllmUnavailable` saying how to install."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # vLLM warns about its missing CUDA extension, and about the KV connector's limits on every
+    # scheduler it builds, through loggers it leaves unconfigured here: none of it is about the
+    # decisions compared, and a conformance run would print it hundreds of times
+    logging.getLogger("vllm").setLevel(logging.ERROR)
     try:
         from importlib.metadata import version
 
@@ -121,6 +128,7 @@ def build_scheduler(
         long_prefill_token_threshold=knobs.long_prefill_token_threshold,
         enable_chunked_prefill=True,
         scheduler_reserve_full_isl=knobs.scheduler_reserve_full_isl,
+        policy=knobs.scheduling_policy,
     )
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=knobs.enable_prefix_caching)
     cache.num_gpu_blocks = num_blocks

@@ -70,6 +70,7 @@ def chunk_view(
     swa_need: int = 0,
     swa_pool_tokens: int = 0,
     swa_chunk_cap: int = 0,
+    eligible_requests: int = 1,
 ) -> ChunkView:
     view = _new(ChunkView)
     _install(
@@ -85,6 +86,7 @@ def chunk_view(
             "swa_need": swa_need,
             "swa_pool_tokens": swa_pool_tokens,
             "swa_chunk_cap": swa_chunk_cap,
+            "eligible_requests": eligible_requests,
         },
     )
     return view

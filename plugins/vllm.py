@@ -1,0 +1,118 @@
+"""vLLM 0.33.0's admission and chunking, as policies of a node that preempts.
+
+vLLM's v1 scheduler (``vllm/v1/core/sched/scheduler.py``) decides a prefill step in two
+places a policy can own: whether a waiting request may enter (``allocate_slots`` with
+``full_sequence_must_fit=scheduler_reserve_full_isl``) and how many tokens a request computes
+this step (the token budget, capped by ``long_prefill_token_threshold``). Both decide on vLLM's
+block pool and on its count of running and waiting requests, which only the preempting node
+fills in (:mod:`policykit.preempting`), so they are ``preempting_only``. ``policykit
+conformance vllm`` checks them against the real scheduler round by round.
+"""
+
+from __future__ import annotations
+
+from policykit.hookspecs import hookimpl
+from policykit.ledger import ceil_paged
+from policykit.policy import (
+    AdmissionPolicy,
+    AdmitView,
+    ChunkingPolicy,
+    ChunkView,
+    Parameter,
+    TailView,
+)
+
+
+class VllmAdmission(AdmissionPolicy):
+    """vLLM 0.33.0's default: a request enters only if its whole prompt fits now.
+
+    With ``scheduler_reserve_full_isl=True``, ``allocate_slots`` first asks whether the blocks of
+    the full sequence (its prompt, less its prefix-cache hit, plus the hit blocks that are only
+    evictable) fit the free blocks, then whether this step's chunk does. Nothing is promised
+    beyond this step: running requests that later outgrow the pool together are preempted, not
+    refused. (The chunk check is the node's, not the policy's.)
+    """
+
+    name = "vllm"
+    preempting_only = True
+
+    def admit(self, v: AdmitView) -> bool:
+        return ceil_paged(v.remaining_tokens, v.page_size) <= v.rem_total_tokens
+
+    def tail_reserve(self, v: TailView) -> int:
+        return 0
+
+
+class VllmNoReserveAdmission(VllmAdmission):
+    """vLLM 0.33.0, ``scheduler_reserve_full_isl=False``: only the first chunk must fit.
+
+    A long prompt enters as soon as its first chunk's blocks are free, so more requests run at
+    once and preemption does the rest (the behaviour before vLLM added the full-sequence
+    check).
+    """
+
+    name = "vllm-no-reserve"
+
+    def admit(self, v: AdmitView) -> bool:
+        return True
+
+
+def _budgeted(v: ChunkView, threshold: int) -> int:
+    """vLLM's chunk: the rest of the prompt, capped by the long-prefill threshold when more than
+    one request is eligible, then by the step's token budget."""
+    tokens = v.remaining_tokens
+    if v.eligible_requests > 1 and 0 < threshold < tokens:
+        tokens = threshold
+    return min(tokens, v.rem_chunk_tokens)
+
+
+class VllmChunking(ChunkingPolicy):
+    """vLLM 0.33.0's chunked prefill: what the step's token budget leaves.
+
+    ``max_num_batched_tokens`` is the budget (the scenario's ``chunked_prefill_size``); running
+    requests are served first, then waiting ones, each taking what is left. Chunks end
+    anywhere (use the ``none`` alignment to stay vLLM's).
+    """
+
+    name = "vllm"
+    preempting_only = True
+
+    def new_chunk(self, v: ChunkView) -> int:
+        return _budgeted(v, 0)
+
+    def resume_chunk(self, v: ChunkView) -> int:
+        return _budgeted(v, 0)
+
+
+class VllmThresholdChunking(ChunkingPolicy):
+    """vLLM 0.33.0's ``long_prefill_token_threshold``: at most N tokens a step, unless alone.
+
+    No request computes more than the threshold in one step, unless it is the only request
+    running or waiting: the threshold keeps one long prompt from taking the whole budget while
+    others wait, and with a single eligible request there is nobody to starve.
+    """
+
+    name = "vllm-threshold"
+    preempting_only = True
+    parameter = Parameter("n", "a positive int: vLLM's long_prefill_token_threshold")
+    #: the threshold an enumeration of every combo tries
+    samples = ("256",)
+
+    def __init__(self, arg: int | None = None) -> None:
+        if arg is None or arg < 1:
+            raise ValueError(f"the threshold must be a positive int, got {arg!r}")
+        super().__init__(arg)
+
+    def new_chunk(self, v: ChunkView) -> int:
+        return _budgeted(v, self.arg)
+
+    def resume_chunk(self, v: ChunkView) -> int:
+        return _budgeted(v, self.arg)
+
+
+@hookimpl
+def policykit_register_policies(register):
+    register(VllmAdmission)
+    register(VllmNoReserveAdmission)
+    register(VllmChunking)
+    register(VllmThresholdChunking)

@@ -1,0 +1,332 @@
+"""A prefill node that preempts: vLLM 0.33.0's v1 scheduler, one step per round.
+
+SGLang's node promises memory up front (its ledger) and never takes it back; vLLM's promises
+nothing beyond the step and, when a running request's chunk cannot be allocated, takes every
+block from another running request and sends it back to wait (a preemption). A step, in
+vLLM's order (``Scheduler.schedule``):
+
+1. running requests first, in the running list's order, each with the chunking policy's
+   ``resume_chunk`` (``0``: skip it this step); when its blocks do not fit, the preemption
+   policy picks a running victim, whose blocks are freed and whose computed tokens are reset,
+   until the chunk fits or the requester itself was the victim;
+2. waiting requests only if nothing was preempted: the queue policy's order, each with its
+   prefix-cache hit, ``new_chunk``, the admission policy's ``admit`` and the chunk's blocks;
+   the first one that does not get in stops the queue.
+
+The arithmetic (blocks to allocate, the views, the victim) is :mod:`policykit.kernel`'s, so the
+checker can run the same rules on symbolic values; the blocks themselves are
+:class:`~policykit.block_pool.BlockPool`'s. A request finishes when its prompt is computed and
+holds its KV until its transfer is done, as on a disaggregated prefill instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from policykit import kernel
+from policykit.block_pool import BlockPool
+from policykit.errors import PolicyError
+from policykit.kernel import Ints, ask, describe
+from policykit.plugin_manager import PolicykitPluginManager
+from policykit.policy import PreemptView, QueueView
+from policykit.registry import Combo
+
+
+@dataclass
+class PagedRequest:
+    """A request on a node that preempts."""
+
+    id: str
+    prompt_tokens: int
+    arrival_round: int
+    #: what each full block of its prompt holds (equal keys share prefix-cache blocks)
+    keys: tuple[Hashable, ...]
+    #: rounds its finished KV is held before the transfer is done; None: held for good
+    release_rounds: int | None
+    computed: int = 0
+    blocks: list[int] = field(default_factory=list)
+    finished_round: int | None = None
+    preemptions: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.prompt_tokens - self.computed
+
+
+@dataclass(frozen=True)
+class PreemptingConfig:
+    page_size: int
+    #: tokens one step may compute (vLLM's ``max_num_batched_tokens``)
+    budget: int
+    #: requests that may run at once (vLLM's ``max_num_seqs``); None: no cap
+    max_running: int | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One round's decisions, as ``policykit conformance vllm`` compares them."""
+
+    round: int
+    #: request id -> tokens scheduled, in scheduling order
+    scheduled: dict[str, int]
+    preempted: list[str]
+    completed: list[str]
+    released: list[str]
+    #: blocks held right after scheduling (before this round's releases)
+    blocks_used: int
+    blocks_free: int
+
+
+class PreemptingNode:
+    """Requests and blocks of one node that preempts, between rounds."""
+
+    def __init__(self, config: PreemptingConfig, num_blocks: int) -> None:
+        self.config = config
+        self.pool = BlockPool(num_blocks)
+        self.future: list[PagedRequest] = []
+        self.waiting: list[PagedRequest] = []
+        self.running: list[PagedRequest] = []
+        self.held: list[PagedRequest] = []
+        self.finished: list[PagedRequest] = []
+
+    def add(self, request: PagedRequest) -> None:
+        """Queue a request for its arrival round (same round: in the order added)."""
+        at = len(self.future)
+        while at and self.future[at - 1].arrival_round > request.arrival_round:
+            at -= 1
+        self.future.insert(at, request)
+
+    def arrive(self, round_no: int) -> None:
+        while self.future and self.future[0].arrival_round <= round_no:
+            self.waiting.append(self.future.pop(0))
+
+    def take(self, req: PagedRequest, tokens: int, hit: list[int]) -> None:
+        """Give ``req`` the blocks to hold ``tokens`` tokens (its hit first), and cache the full
+        ones: vLLM caches a chunk's blocks when it allocates them."""
+        page = self.config.page_size
+        self.pool.touch(hit)
+        req.blocks.extend(hit)
+        need = kernel.blocks_to_allocate(tokens, len(req.blocks), page)
+        req.blocks.extend(self.pool.allocate(need))
+        full = min(tokens // page, len(req.keys))
+        for index in range(full):
+            self.pool.cache(req.blocks[index], req.keys[index])
+
+    def give_back(self, req: PagedRequest) -> None:
+        """Free ``req``'s blocks, last first (so its tail is evicted first)."""
+        self.pool.free(reversed(req.blocks))
+        req.blocks = []
+
+    def hit(self, req: PagedRequest) -> list[int]:
+        """Its prefix-cache hit: never the whole prompt (vLLM keeps one token to compute)."""
+        return self.pool.hit(req.keys[: (req.prompt_tokens - 1) // self.config.page_size])
+
+
+class PreemptingScheduler:
+    """Drives a :class:`PreemptingNode` round by round under one combo that preempts."""
+
+    def __init__(
+        self, node: PreemptingNode, combo: Combo, *, pm: PolicykitPluginManager | None = None
+    ) -> None:
+        self.node = node
+        self.combo = combo
+        self.num = Ints(combo)
+        self.pm = pm
+        self.round_no = 0
+
+    def step(self) -> Step:
+        node = self.node
+        self.round_no += 1
+        node.arrive(self.round_no)
+        scheduled: dict[str, int] = {}
+        # vLLM counts the eligible requests once, before either loop (its threshold is off when
+        # there is only one)
+        eligible = len(node.running) + len(node.waiting)
+        preempted = self._schedule_running(scheduled, eligible)
+        if not preempted:
+            self._schedule_waiting(scheduled, eligible)
+        used, free = node.pool.used_blocks, node.pool.free_blocks
+        completed = self._compute(scheduled)
+        released = self._release(completed)
+        return Step(self.round_no, scheduled, sorted(preempted), completed, released, used, free)
+
+    def idle(self, step: Step) -> bool:
+        """Nothing can change any more: nothing ran, was preempted or freed this round, nothing
+        arrives later and no KV is due back."""
+        node = self.node
+        due = any(r.release_rounds is not None for r in node.held)
+        moved = step.scheduled or step.preempted or step.released
+        return not moved and not node.future and not due
+
+    # -- running requests --------------------------------------------------------------------
+    def _schedule_running(self, scheduled: dict[str, int], eligible: int) -> list[str]:
+        node, cfg = self.node, self.node.config
+        budget = cfg.budget - sum(scheduled.values())
+        preempted: list[str] = []
+        index = 0
+        while index < len(node.running) and budget > 0:
+            req = node.running[index]
+            chunk = self._chunk("resume_chunk", req, req.computed, budget, eligible)
+            if chunk == 0:
+                index += 1
+                continue
+            while not self._fits(req.computed + chunk, req.blocks, []):
+                victim = self._victim(req)
+                place = node.running.index(victim)
+                del node.running[place]
+                index -= place < index
+                budget += scheduled.pop(victim.id, 0)
+                self._preempt(victim, req)
+                preempted.append(victim.id)
+                if victim is req:
+                    break
+            if req.id in preempted:
+                continue
+            node.take(req, req.computed + chunk, [])
+            scheduled[req.id] = chunk
+            budget -= chunk
+            index += 1
+        return preempted
+
+    def _victim(self, requester: PagedRequest) -> PagedRequest:
+        running = self.node.running
+        views = [
+            PreemptView(
+                position=place,
+                prompt_tokens=r.prompt_tokens,
+                computed_tokens=r.computed,
+                held_blocks=len(r.blocks),
+                is_requester=r is requester,
+                page_size=self.node.config.page_size,
+            )
+            for place, r in enumerate(running)
+        ]
+        place, _ = kernel.victim(self.num, views, [r.id for r in running])
+        return running[place]
+
+    def _preempt(self, victim: PagedRequest, requester: PagedRequest) -> None:
+        """vLLM's ``_preempt_request``: blocks freed, progress reset, back to the queue's head."""
+        self.node.give_back(victim)
+        victim.computed = 0
+        victim.preemptions += 1
+        self.node.waiting.insert(0, victim)
+        if self.pm is not None:
+            self.pm.hook.policykit_preempt(
+                round_no=self.round_no, request_id=requester.id, victim_id=victim.id
+            )
+
+    # -- waiting requests --------------------------------------------------------------------
+    def _schedule_waiting(self, scheduled: dict[str, int], eligible: int) -> None:
+        node, cfg = self.node, self.node.config
+        budget = cfg.budget - sum(scheduled.values())
+        for req in self._queue():
+            if budget <= 0 or (
+                cfg.max_running is not None and len(node.running) >= cfg.max_running
+            ):
+                return
+            hit = node.hit(req)
+            start = len(hit) * cfg.page_size
+            evictable = node.pool.evictable(hit)
+            chunk = self._chunk("new_chunk", req, start, budget, eligible, evictable)
+            if chunk == 0 or not self._admits(req, start, evictable):
+                return
+            if not self._fits(start + chunk, [], hit):
+                return
+            node.waiting.remove(req)
+            req.computed = start
+            node.take(req, start + chunk, hit)
+            node.running.append(req)
+            scheduled[req.id] = chunk
+            budget -= chunk
+
+    def _queue(self) -> list[PagedRequest]:
+        """The waiting requests by the queue policy's priority (stable: ties keep their place)."""
+        waiting = list(self.node.waiting)
+        policy = self.combo.queue
+        if policy.arrival_order or len(waiting) < 2:
+            return waiting
+        return sorted(waiting, key=self._priority)
+
+    def _priority(self, req: PagedRequest) -> int:
+        page = self.node.config.page_size
+        view = QueueView(
+            prompt_tokens=req.prompt_tokens,
+            prefix_tokens=len(self.node.hit(req)) * page,
+            host_prefix_tokens=0,
+            page_size=page,
+        )
+        policy = self.combo.queue
+        rank = ask(policy, policy.priority, view, req.id)
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise PolicyError(
+                f"{describe(policy)} gave request {req.id!r} the priority {rank!r}; a priority "
+                "is an int (lower goes first).",
+                request_id=req.id,
+            )
+        return rank
+
+    def _admits(self, req: PagedRequest, start: int, evictable: int) -> bool:
+        page = self.node.config.page_size
+        free = (self.node.pool.free_blocks - evictable) * page
+        view = kernel.preempting_admit_view(
+            req.prompt_tokens, req.prompt_tokens - start, free, page
+        )
+        return self.num.admits(view, req.id)
+
+    # -- shared ------------------------------------------------------------------------------
+    def _chunk(
+        self,
+        method: str,
+        req: PagedRequest,
+        start: int,
+        budget: int,
+        eligible: int,
+        evictable: int = 0,
+    ) -> int:
+        """The chunking policy's chunk from ``start``, a non-final one aligned."""
+        page = self.node.config.page_size
+        free = (self.node.pool.free_blocks - evictable) * page
+        remaining = req.prompt_tokens - start
+        view = kernel.preempting_chunk_view(remaining, budget, free, eligible, page)
+        chunk, _ = kernel.chunk(self.num, method, view, req.id, label=method)
+        if 0 < chunk < remaining:
+            end, _ = kernel.aligned_end(self.num, start, start + chunk, page, req.id)
+            chunk = end - start
+        return chunk
+
+    def _fits(self, tokens: int, held: list[int], hit: list[int]) -> bool:
+        """Whether the blocks to hold ``tokens`` tokens fit the free ones (a hit on blocks that
+        are only cached takes free blocks too)."""
+        pool, page = self.node.pool, self.node.config.page_size
+        need = kernel.blocks_to_allocate(tokens, len(held) + len(hit), page)
+        return need + pool.evictable(hit) <= pool.free_blocks
+
+    def _compute(self, scheduled: dict[str, int]) -> list[str]:
+        """Run the step: the chunks are computed; finished prompts hold their KV."""
+        node, completed = self.node, []
+        by_id = {r.id: r for r in node.running}
+        for rid, chunk in scheduled.items():
+            req = by_id[rid]
+            req.computed += chunk
+            if req.computed == req.prompt_tokens:
+                req.finished_round = self.round_no
+                node.running.remove(req)
+                node.held.append(req)
+                node.finished.append(req)
+                completed.append(rid)
+        return completed
+
+    def _release(self, completed: list[str]) -> list[str]:
+        """Transfers done this round (finished in round ``f``, released at the end of round
+        ``max(f, f + release_rounds - 1)``), their blocks freed."""
+        node, out = self.node, []
+        for req in list(node.held):
+            delay = req.release_rounds
+            if delay is None or req.finished_round is None:
+                continue
+            if req.finished_round + delay - 1 <= self.round_no:
+                node.held.remove(req)
+                node.give_back(req)
+                out.append(req.id)
+        return out

@@ -1,0 +1,55 @@
+"""``policykit simulate`` with a combo that preempts: vLLM's kind of node, its own output."""
+
+from __future__ import annotations
+
+import json
+
+TWO_LONG = {
+    "name": "two-long",
+    "page_size": 16,
+    "chunked_prefill_size": 64,
+    "pool": {"free_tokens": 160},
+    "kv_release_rounds": 0,
+    "requests": [{"id": "A", "prompt_tokens": 120}, {"id": "B", "prompt_tokens": 120}],
+}
+
+
+def test_a_preempting_combo_runs_on_the_preempting_node(cli, tmp_path):
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(TWO_LONG))
+    res = cli(
+        "simulate", str(path), "--json", "--combo", "vllm/vllm-threshold:32/none/default/fcfs/vllm"
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "policykit.simulate.preempting/1" and doc["created"]
+    assert doc["preemptions"] == 1 and doc["unfinished"] == []
+    assert doc["rounds"][2]["preempted"] == ["B"]
+    text = cli("simulate", str(path), "--combo", "vllm/vllm-threshold:32/none/default/fcfs/vllm")
+    assert "1 preemption(s)" in text.stdout
+
+
+def test_a_request_that_never_completes_exits_3(cli, tmp_path):
+    held = {**TWO_LONG, "chunked_prefill_size": 32, "kv_release_rounds": None}
+    held["requests"] = [
+        {"id": "B", "prompt_tokens": 120, "arrival_round": 1},
+        {"id": "A", "prompt_tokens": 120, "arrival_round": 2},
+    ]
+    path = tmp_path / "held.json"
+    path.write_text(json.dumps(held))
+    res = cli("simulate", str(path), "--combo", "vllm-no-reserve/vllm/none/default/fcfs/vllm")
+    assert res.exit_code == 3, res.output
+    assert "Never completed: A" in res.stdout
+
+
+def test_a_scenario_field_the_node_has_no_meaning_for_is_bad_input(cli):
+    res = cli("simulate", "seed-abc", "--combo", "vllm/vllm/none/default/fcfs/vllm")
+    assert res.exit_code == 2 and "host tier" in res.output
+
+
+def test_check_refuses_a_preempting_combo_with_the_reason(cli):
+    res = cli("check", "--combo", "vllm/vllm/none/default/fcfs/vllm", "--json")
+    assert res.exit_code == 2, res.output
+    doc = json.loads(res.stdout)
+    assert doc["summary"]["refused"] == len(doc["verdicts"]) > 0
+    assert "never does" in doc["verdicts"][0]["note"]
