@@ -47,6 +47,7 @@ from policykit.spec.model import (
     Req,
     RoundModel,
     RoundState,
+    eviction_share,
     full_need,
     ite,
     make_request,
@@ -473,7 +474,7 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
     if cache:
         locks = enc.bind("locks", sum((e.lock for e in w.entries), Sym(num(0))))
         w.free = enc.bind("free_loaded", w.free + w.freed - w.loaded)
-        demand = sum((_eviction_demand(e, page) for e in w.entries), Sym(num(0)))
+        demand = sum((eviction_share(e, page) for e in w.entries), Sym(num(0)))
         w.units, taken = evict(enc, w.units, enc.bind("demand", demand) - w.free)
         w.free = enc.bind("free_after", w.free + taken - (w.need - w.loaded))
     w.oom_full = w.need.t > (w.baseline - locks).t
@@ -646,12 +647,6 @@ def _violations(
     if not u.config.hybrid:
         violations["swa-no-oom"] = z3.BoolVal(False)
     return violations
-
-
-def _eviction_demand(entry: Entry, page: int) -> Sym:
-    """An entry's share of what the commit evicts for (``node.eviction_demand``): its extend
-    tokens plus a page (for pages over one token), when it computes."""
-    return ite(entry.end.t > entry.start.t, entry.tokens + (page if page > 1 else 0), 0)
 
 
 def _refresh_waiting(

@@ -31,6 +31,7 @@ from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.kernel import Offer
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import owed_tokens
+from policykit.node import eviction_demand, swa_extend_need
 from policykit.plan import NEVER
 from policykit.policy import AdmitView, QueueView
 from policykit.pool import extend_pages, pages_for
@@ -597,8 +598,14 @@ def full_need(entry: Entry, page: int) -> Sym:
 
 
 def swa_need(entry: Entry, page: int) -> Sym:
-    """SWA tokens ``alloc_extend`` requires free for an entry (``extend + page_size``)."""
-    return ite(entry.end.t > entry.start.t, entry.tokens + page, 0)
+    """SWA tokens ``alloc_extend`` requires free for an entry (``swa_extend_need``)."""
+    return ite(entry.end.t > entry.start.t, swa_extend_need(entry.tokens, page), 0)
+
+
+def eviction_share(entry: Entry, page: int) -> Sym:
+    """An entry's share of what the commit evicts for (``eviction_demand`` of one
+    request), when it computes."""
+    return ite(entry.end.t > entry.start.t, eviction_demand(entry.tokens, 1, page), 0)
 
 
 def owed(prompt: Sym, seq: Sym, page: int) -> Sym:
