@@ -16,9 +16,9 @@ what an int and a term do differently goes through the domain:
 * ``when``: a branch's work that only matters where a condition holds. Ints do it only there
   (a truncation of a deferred chunk would ask the alignment policy a question with no
   answer); terms always do it, and the caller selects its result by the condition;
-* ``name`` / ``known_zero`` / ``require``: terms name a value (a fresh variable bound to it
-  keeps formulas small), leave out the work for a term that is the constant 0, and assume a
-  fact; on ints these are the value itself, ``== 0`` and a check.
+* ``name`` / ``known_zero``: terms name a value (a fresh variable bound to it keeps formulas
+  small) and leave out the work for a term that is the constant 0; on ints these are the
+  value itself and ``== 0``.
 
 The ledger (:class:`~policykit.ledger.Ledger`) already runs on both; so do the views.
 """
@@ -79,10 +79,6 @@ class Numbers(Protocol):
 
     def known_zero(self, x: Any) -> bool:
         """Whether ``x`` is 0 for sure (on terms: the constant 0), so work on it can go."""
-        ...
-
-    def require(self, cond: Any, why: str) -> None:
-        """``cond`` holds: a fact on terms, checked on ints (``why`` says what it is)."""
         ...
 
 
@@ -164,10 +160,6 @@ class Ints:
 
     def known_zero(self, x: Any) -> bool:
         return x == 0
-
-    def require(self, cond: Any, why: str) -> None:
-        if not cond:
-            raise ValueError(f"the round kernel was asked to assume that {why}, which is false")
 
 
 # -- the views ----------------------------------------------------------------------------
@@ -411,32 +403,26 @@ def admission(
     ledger: Ledger,
     prompt: Any,
     offer: Offer,
-    fresh: Callable[[], Offer],
     has_chunked: Any,
     swa_pool: Any | None,
     request_id: str,
-    *,
-    reselect: bool = True,
-) -> Attempt:
+) -> tuple[Attempt, Any]:
     """A waiting request's admission on ``offer`` (SGLang 0.5.23's ``add_one_req``): asked,
-    its cached prefix locked, asked again; a request that fitted until its own lock took the
-    prefix out of the evictable pool (a policy that gives no credit for the prefix pays for
-    it twice) is asked about afresh on the ``fresh`` offer, the prompt computed from token 0.
-    Otherwise it would wait forever, since an idle node never evicts that prefix.
+    its cached prefix locked, asked again, then its first chunk (:func:`attempt`). Returns
+    the attempt and whether it fitted until its own lock took the prefix out of the evictable
+    pool (``False`` where there is no lock to take); that attempt does not stand
+    (:func:`afresh`), and ints do not make it."""
 
-    ``reselect=False`` assumes instead that the lock refuses nothing (the induction: that
-    turn is the turn of the same prompt with nothing cached, which it covers anyway)."""
-
-    def tried(cond: Callable[[], Any], on: Offer, ok: Any) -> Attempt:
-        """:func:`attempt` on ``on`` where ``cond()`` holds (ints), else one not made."""
+    def tried(cond: Callable[[], Any]) -> Attempt:
+        """:func:`attempt` where ``cond()`` holds (ints), else one not made."""
         made = num.when(
-            cond, lambda: attempt(num, ledger, prompt, on, ok, has_chunked, swa_pool, request_id)
+            cond, lambda: attempt(num, ledger, prompt, offer, ok, has_chunked, swa_pool, request_id)
         )
-        return Attempt.skipped(ledger, on) if made is None else made
+        return Attempt.skipped(ledger, offer) if made is None else made
 
     ok = admits(num, ledger, prompt, offer, swa_pool, request_id)
     if num.known_zero(offer.lock):
-        return tried(lambda: ok, offer, ok)
+        return tried(lambda: ok), False
     locked = ledger.copy()
     locked.lower_baseline(offer.lock)
 
@@ -449,17 +435,21 @@ def admission(
             lambda: admits(num, locked, prompt, offer, swa_pool, request_id),
         )
 
-    first = tried(lambda: ok and not (offer.lock > 0 and not ok_locked()), offer, ok)
+    first = tried(lambda: ok and not (offer.lock > 0 and not ok_locked()))
     refused = num.name("lock_refused", num.all(ok, offer.lock > 0, num.not_(ok_locked())))
-    if not reselect:
-        num.require(num.not_(refused), "no lock refuses the request")
+    return first, refused
+
+
+def afresh(num: Numbers, refused: Any, first: Any, retry: Callable[[], Any]) -> Any:
+    """Re-selection: a request that fitted until its own lock took its cached prefix out of
+    the evictable pool (``refused``: a policy that gives no credit for the prefix pays for it
+    twice) is asked about afresh, nothing cached, the prompt computed from token 0
+    (``retry()``); otherwise it would wait forever, since an idle node never evicts that
+    prefix. ``first`` stands elsewhere."""
+    if refused is False:
         return first
-    none = fresh()
-    ok_fresh = num.when(
-        lambda: refused, lambda: admits(num, ledger, prompt, none, swa_pool, request_id)
-    )
-    second = tried(lambda: refused and ok_fresh, none, ok_fresh)
-    return num.choose(refused, second, first)
+    again = num.when(lambda: refused, retry)
+    return first if again is None else num.choose(refused, again, first)
 
 
 # -- an idle node -------------------------------------------------------------------------

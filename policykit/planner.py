@@ -33,6 +33,9 @@ from policykit.pool import pages_for
 from policykit.registry import Combo
 from policykit.request import Request
 
+#: ``_admit_with``'s verdict when the request fitted until its cached prefix was locked
+_LOCK_REFUSED = object()
+
 
 @dataclass
 class LoadBacks:
@@ -187,20 +190,46 @@ class Planner:
         entries: list[Entry],
         loads: LoadBacks,
     ) -> Entry | Budget:
-        """``req``'s admission (:func:`policykit.kernel.admission`) on what the cache offers
-        it now: its cached prefix (unless a load-back of the round evicted it), its lock and
-        its host prefix. Placed, the lock is taken for the rest of the round and the
-        load-back's evictions are foreseen."""
+        """``req``'s turn: its admission on what the cache offers it now, or afresh where its
+        own lock refused it (:func:`policykit.kernel.afresh`); placed, its load-back's
+        evictions are foreseen."""
+        first = self._admit_with(req, ledger, locked, entries, loads, reuse=True)
+        verdict = kernel.afresh(
+            self.num,
+            first is _LOCK_REFUSED,
+            first,
+            lambda: self._admit_with(req, ledger, locked, entries, loads, reuse=False),
+        )
+        if isinstance(verdict, Entry) and verdict.load_back:
+            self._load_back(verdict.load_back, locked, loads)
+        return verdict
+
+    def _admit_with(
+        self,
+        req: Request,
+        ledger: Ledger,
+        locked: set[int],
+        entries: list[Entry],
+        loads: LoadBacks,
+        *,
+        reuse: bool,
+    ) -> Entry | Budget | object:
+        """``req``'s admission (:func:`policykit.kernel.admission`) on its cached prefix, as
+        a load-back of the round may have left it (``reuse``), or on nothing cached. Placed,
+        the ledger takes it and its prefix stays locked for the rest of the round; refused by
+        its own lock, nothing changes and the answer is ``_LOCK_REFUSED``."""
         node = self.node
-        cached, last, _ = node.cache.match(req.tokens, loads.gone)
+        if reuse:
+            cached, last, _ = node.cache.match(req.tokens, loads.gone)
+        else:
+            cached, last = 0, node.cache.root
         newly = [n for n in node.cache.unlocked_on_path(last) if n.id not in locked]
         offer = self._offer(req, cached, sum(len(n) for n in newly))
-        a = kernel.admission(
+        a, refused = kernel.admission(
             self.num,
             ledger,
             req.prompt_tokens,
             offer,
-            lambda: self._offer(req, 0, 0),
             self._has_chunked(entries),
             self._swa_pool,
             req.id,
@@ -208,21 +237,17 @@ class Planner:
         # No ``max_prefill_tokens`` gate here: SGLang 0.5.23 refuses a request whose input
         # reaches ``rem_input_tokens`` only with chunked prefill disabled, and a policykit node
         # always chunks; the budget still ends admission once spent (``Budget.OTHER``).
+        if refused:
+            return _LOCK_REFUSED
         if not a.ok:
             return Budget.NO_TOKEN
         if a.other:  # no room to start it, or it would be a second in-progress request
             return Budget.OTHER
-        if a.offer is offer:
-            locked.update(n.id for n in newly)
+        locked.update(n.id for n in newly)
         ledger.become(a.ledger)
-        got = a.offer
         if a.whole:
-            entry = Entry(req.id, a.start, a.start + a.chunk, EntryKind.WHOLE, got.cached, got.host)
-        else:
-            entry = Entry(req.id, a.start, a.end, EntryKind.TRUNCATED, got.cached, got.host)
-        if entry.load_back:
-            self._load_back(entry.load_back, locked, loads)
-        return entry
+            return Entry(req.id, a.start, a.start + a.chunk, EntryKind.WHOLE, cached, offer.host)
+        return Entry(req.id, a.start, a.end, EntryKind.TRUNCATED, cached, offer.host)
 
     def _offer(self, req: Request, cached: int, lock: int) -> Offer:
         """What the cache offers ``req`` with ``cached`` tokens of it matched, whose lock

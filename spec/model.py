@@ -28,7 +28,7 @@ import z3
 
 from policykit import kernel
 from policykit.host_tier import LOAD_BACK_THRESHOLD
-from policykit.kernel import Offer
+from policykit.kernel import Attempt, Offer
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import owed_tokens
 from policykit.node import eviction_demand, swa_extend_need
@@ -262,9 +262,6 @@ class Terms:
     def known_zero(self, x: Any) -> bool:
         return _is_zero(x)
 
-    def require(self, cond: Any, why: str) -> None:
-        self.enc.facts.append(_truth(cond))
-
 
 @dataclass
 class Req:
@@ -346,6 +343,26 @@ class Entry:
     @property
     def tokens(self) -> Sym:
         return self.end - self.start
+
+
+def _admitted(
+    kind: Sym, placed: z3.BoolRef, whole: z3.BoolRef, a: Attempt, rem_total: Sym, cur_rem: Sym
+) -> Entry:
+    """The entry of a waiting request's turn: the attempt's chunk and what it took, where
+    it was placed (zeros elsewhere)."""
+    zero = Sym(num(0))
+    end = ite(placed, ite(whole, a.start + a.chunk, a.end), zero)
+    got = a.offer
+    return Entry(
+        kind,
+        ite(placed, a.start, zero),
+        end,
+        ite(placed, got.host, zero),
+        rem_total,
+        cur_rem,
+        ite(placed, got.slots, zero),
+        ite(placed, got.lock, zero),
+    )
 
 
 def placed_kind(kind: Sym) -> z3.BoolRef:
@@ -470,17 +487,13 @@ class RoundModel:
         swa_pool = None
         if self.config.hybrid:
             swa_pool = idle.swa_total if idle is not None else self.enc.var("swa_pool")
-        a = kernel.admission(
-            self.num,
-            led,
-            req.prompt,
-            hit,
-            Hit.none,
-            state.has_chunked,
-            swa_pool,
-            req.name,
-            reselect=reselect,
+        a, refused = kernel.admission(
+            self.num, led, req.prompt, hit, state.has_chunked, swa_pool, req.name
         )
+        if reselect:
+            a = kernel.afresh(self.num, refused, a, lambda: self._afresh(state, req, swa_pool))
+        elif refused is not False:
+            self.enc.facts.append(z3.Not(refused))
         ok, other, whole = a.ok, a.other, t(a.whole)
         placed = z3.And(go, ok, z3.Not(a.bad_range), z3.Not(other))
         new_led = self.merge_ledger(placed, a.ledger, led)
@@ -500,28 +513,20 @@ class RoundModel:
         )
         state.has_chunked = z3.Or(state.has_chunked, z3.And(placed, z3.Not(whole)))
         rem_total, cur_rem = self._mark(state, new_led, placed)
-        zero = Sym(num(0))
         kind = ite(
             placed,
             ite(whole, WHOLE, TRUNCATED),
             ite(never, REJ_NEVER, ite(refused, ite(ok, REJ_OTHER, REJ_NO_TOKEN), NONE)),
         )
-        end = ite(placed, ite(whole, a.start + a.chunk, a.end), zero)
-        got = a.offer
-        return (
-            Entry(
-                kind,
-                ite(placed, a.start, zero),
-                end,
-                ite(placed, got.host, zero),
-                rem_total,
-                cur_rem,
-                ite(placed, got.slots, zero),
-                ite(placed, got.lock, zero),
-            ),
-            placed,
-            never,
+        return _admitted(kind, placed, whole, a, rem_total, cur_rem), placed, never
+
+    def _afresh(self, state: RoundState, req: Req, swa_pool: Sym | None) -> Attempt:
+        """The admission of ``req`` with nothing cached, so no host prefix either (the host
+        prefix continues the device prefix it lost)."""
+        a, _ = kernel.admission(
+            self.num, state.ledger, req.prompt, Hit.none(), state.has_chunked, swa_pool, req.name
         )
+        return a
 
     def _never_fits(self, state: RoundState, req: Req, idle: IdleNode) -> Any:
         """``Planner.never_fits``, asked by the planner about a refused request: a policy that

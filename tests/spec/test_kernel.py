@@ -172,6 +172,17 @@ offers = st.tuples(
 )
 
 
+def _admitted(num, ledger, prompt, offer, has, lift=lambda x: x):  # type: ignore[no-untyped-def]
+    """The admission on ``offer``, afresh (nothing cached) where its own lock refuses it."""
+    first, refused = kernel.admission(num, ledger, prompt, Offer(*offer), has, None, "R")
+
+    def retry():  # type: ignore[no-untyped-def]
+        nothing = Offer(*map(lift, (0, 0, 0, 0)))
+        return kernel.admission(num, ledger, prompt, nothing, has, None, "R")[0]
+
+    return kernel.afresh(num, refused, first, retry)
+
+
 @pytest.mark.parametrize("combo", ADMITTING, ids=str)
 @settings(max_examples=12)
 @given(state=offers)
@@ -182,29 +193,11 @@ def test_admission_agrees_on_ints_and_terms(combo: Combo, state: tuple) -> None:
     cached = min(cached, (prompt - 1) // PAGE * PAGE)
     host = max(0, min(host, (prompt - 1 - cached) // PAGE * PAGE))
     offer = (cached, host, cached if locks else 0, host)
-    ints = kernel.admission(
-        Ints(combo),
-        _ledger(baseline, budget, offset, offset),
-        prompt,
-        Offer(*offer),
-        lambda: Offer(0, 0, 0, 0),
-        has,
-        None,
-        "R",
-    )
+    ints = _admitted(Ints(combo), _ledger(baseline, budget, offset, offset), prompt, offer, has)
 
     def on_terms(n, lift):  # type: ignore[no-untyped-def]
         led = _ledger(lift(baseline), lift(budget), lift(offset), lift(offset))
-        return kernel.admission(
-            n,
-            led,
-            lift(prompt),
-            Offer(*map(lift, offer)),
-            lambda: Offer(*map(lift, (0, 0, 0, 0))),
-            has,
-            None,
-            "R",
-        )
+        return _admitted(n, led, lift(prompt), tuple(map(lift, offer)), has, lift)
 
     model, terms = _on_terms(combo, on_terms)
     assert _value(model, terms.ok) == ints.ok
@@ -240,18 +233,18 @@ def test_a_request_refused_by_its_own_lock_is_asked_about_afresh() -> None:
     import dataclasses
 
     combo = dataclasses.replace(ALL[0], admission=NoCredit())
-    args = (10 * PAGE, lambda: Offer(0, 0, 0, 0), False, None, "R")
     # 640 tokens free, 256 of them the request's own cached prefix: locked, 384 are left
-    got = kernel.admission(
-        Ints(combo), _ledger(args[0], CHUNK, 0, 0), 600, Offer(256, 0, 256, 0), *args[1:]
+    ints_led = _ledger(10 * PAGE, CHUNK, 0, 0)
+    first, refused = kernel.admission(
+        Ints(combo), ints_led, 600, Offer(256, 0, 256, 0), False, None, "R"
     )
+    assert refused and not first.ok
+    got = _admitted(Ints(combo), ints_led, 600, (256, 0, 256, 0), False)
     assert got.ok and not got.other and got.offer.cached == 0 and got.start == 0
 
     def on_terms(n, lift):  # type: ignore[no-untyped-def]
         led = _ledger(lift(10 * PAGE), lift(CHUNK), lift(0), lift(0))
-        offer = Offer(*map(lift, (256, 0, 256, 0)))
-        fresh = lambda: Offer(*map(lift, (0, 0, 0, 0)))  # noqa: E731
-        return kernel.admission(n, led, lift(600), offer, fresh, False, None, "R")
+        return _admitted(n, led, lift(600), tuple(map(lift, (256, 0, 256, 0))), False, lift)
 
     model, terms = _on_terms(combo, on_terms)
     assert _value(model, terms.ok) and _value(model, terms.offer.cached) == 0
