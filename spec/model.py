@@ -1,20 +1,19 @@
 """The scheduler core as z3 formulas: one planning step at a time, over symbolic state.
 
-This module mirrors :class:`policykit.planner.Planner` (resume, then admission in queue order),
-:meth:`policykit.node.PrefillNode.commit` (load-back, ``alloc_extend`` page arithmetic, the
-sliding-window pool) and ``release``. It does *not* copy any policy or the ledger: the real
-:class:`~policykit.ledger.Ledger` runs on :class:`~policykit.spec.symbolic.Sym` values, and the
-registered policies are evaluated symbolically (``symbolic.evaluate``). Every step is guarded:
-``step(guard)`` leaves the state unchanged where the guard is false, so a whole round is one
-straight-line formula (no path explosion across requests or rounds).
+The round's decisions are not restated here: :mod:`policykit.kernel` holds them once (resume,
+admission with its lock and re-selection, the idle node's answers) and :class:`Terms` runs
+them on z3 terms, as :class:`~policykit.kernel.Ints` runs them on ints for
+:class:`policykit.planner.Planner`. Nor does this module copy any policy or the ledger: the
+real :class:`~policykit.ledger.Ledger` runs on :class:`~policykit.spec.symbolic.Sym` values,
+and the registered policies are evaluated symbolically (``symbolic.evaluate``). What it adds
+is the guarding: ``step(guard)`` leaves the state unchanged where the guard is false, so a
+whole round is one straight-line formula (no path explosion across requests or rounds).
 
 Device prefixes are pinned (no lock, never evicted) or unpinned: a :class:`Hit` says what the
-cache offers a waiting request in a round, its lock lowers the baseline, and a request that
-stops fitting because of its own lock is asked about again without its prefix, as
-``Planner._admit`` does (eviction, which decides whether the prefix is still there, is
-:mod:`policykit.spec.cache`'s). ``max_prefill_tokens`` is the ledger's input budget, as in the
-planner. ``tests/spec/test_conformance.py`` checks the
-encoding against the concrete planner and node on random states.
+cache offers a waiting request in a round (eviction, which decides whether the prefix is
+still there, is :mod:`policykit.spec.cache`'s). The node's commit and release are
+:mod:`policykit.spec.bmc`'s. ``tests/spec/test_conformance.py`` checks the encoding against
+the concrete planner and node on random states.
 """
 
 from __future__ import annotations
