@@ -90,6 +90,13 @@ def swa_extend_need(extend_tokens: Any, page_size: int) -> Any:
     return extend_tokens + page_size
 
 
+def cached_on_release(tokens: Any, page_size: int) -> Any:
+    """The tokens of a released request's KV that the prefix cache keeps: its whole pages (the
+    partly filled last page goes back to the free list). Plain arithmetic: the checker's
+    release caches the same."""
+    return tokens // page_size * page_size
+
+
 def _first_over(needs: list[tuple[Entry, int]], available: int) -> str | None:
     """The first entry of a batch whose running total of needs exceeds ``available``."""
     total = 0
@@ -420,7 +427,7 @@ class PrefillNode:
         duplicates and the partly filled last page go back to the free list.
         """
         page = self.config.page_size
-        aligned = req.seq_len // page * page
+        aligned = cached_on_release(req.seq_len, page)
         table = req.pages
         already = self._insert_by_checkpoint(req, aligned, table) if aligned else 0
         own_start = req.cached_len // page

@@ -24,6 +24,7 @@ import z3
 
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
+from policykit.node import cached_on_release
 from policykit.registry import Combo
 from policykit.scheduler import WAITING_PREFIX_REFRESH_INTERVAL
 from policykit.spec.cache import (
@@ -377,7 +378,7 @@ def _release(u: Unrolling, s: NodeState, r: int) -> _Work:
         baseline = baseline + ite(rel, own + unit.lock, 0)  # and its lock is dropped
         # its whole pages are cached (a leaf over its prefix node, if that is still cached);
         # the partly filled last page, and its own copy of a prefix it did not lock, are freed
-        aligned = q.prompt // page * page
+        aligned = cached_on_release(q.prompt, page)
         partial = ceil_paged(q.prompt, page) - aligned  # type: ignore[operator]
         free = free + ite(rel, partial + ite(unit.lock.t == 0, unit.top, 0), 0)
         units[i] = Unit(
