@@ -204,6 +204,17 @@ class Planner:
             self._load_back(verdict.load_back, locked, loads)
         return verdict
 
+    def _load_back(self, tokens: int, locked: set[int], loads: LoadBacks) -> None:
+        """Foresee what a load-back of ``tokens`` evicts at admission (``LoadBacks``)."""
+        node, page = self.node, self.node.config.page_size
+        slots = pages_for(tokens, page) * page
+        short = slots - (node.pool.free_tokens + loads.freed - loads.loaded)
+        if short > 0:
+            taken = node.cache.victims(short, keep=locked, gone=loads.gone)
+            loads.gone.update(n.id for n in taken)
+            loads.freed += sum(len(n) for n in taken)
+        loads.loaded += slots
+
     def _admit_with(
         self,
         req: Request,
@@ -255,17 +266,6 @@ class Planner:
         page = self.node.config.page_size
         host = self.node.host.loadable(req.tokens, cached, page)
         return Offer(cached, host, lock, pages_for(host, page) * page)
-
-    def _load_back(self, tokens: int, locked: set[int], loads: LoadBacks) -> None:
-        """Foresee what a load-back of ``tokens`` evicts at admission (``LoadBacks``)."""
-        node, page = self.node, self.node.config.page_size
-        slots = pages_for(tokens, page) * page
-        short = slots - (node.pool.free_tokens + loads.freed - loads.loaded)
-        if short > 0:
-            taken = node.cache.victims(short, keep=locked, gone=loads.gone)
-            loads.gone.update(n.id for n in taken)
-            loads.freed += sum(len(n) for n in taken)
-        loads.loaded += slots
 
     # -- liveness --------------------------------------------------------------------------
     def never_fits(self, req: Request) -> str | None:
