@@ -15,7 +15,10 @@ what an int and a term do differently goes through the domain:
   the condition, which the round model folds into its ``contract`` property);
 * ``when``: a branch's work that only matters where a condition holds. Ints do it only there
   (a truncation of a deferred chunk would ask the alignment policy a question with no
-  answer); terms always do it, and the caller selects its result by the condition.
+  answer); terms always do it, and the caller selects its result by the condition;
+* ``name`` / ``known_zero``: terms name a value (a fresh variable bound to it keeps formulas
+  small) and leave out the work for a term that is the constant 0; on ints these are the
+  value itself and ``== 0``.
 
 The ledger (:class:`~policykit.ledger.Ledger`) already runs on both; so do the views.
 """
@@ -24,11 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Protocol
 
 from policykit.errors import PolicyError
 from policykit.ledger import Ledger
-from policykit.liveness import swa_facts
+from policykit.liveness import idle_admit_view, idle_chunk_view, idle_swa_facts, swa_facts
 from policykit.node import FIRST_TOKENS
 from policykit.policy import AdmitView, AlignView, ChunkView, Policy, PreemptView, TailView
 from policykit.registry import Combo
@@ -67,6 +71,14 @@ class Numbers(Protocol):
 
     def when(self, cond: Callable[[], bool], work: Callable[[], Any]) -> Any:
         """``work()`` where it matters: ints only if ``cond()`` (else None), terms always."""
+        ...
+
+    def name(self, label: str, value: Any) -> Any:
+        """``value`` (a number or a truth value) under a fresh name ``label``."""
+        ...
+
+    def known_zero(self, x: Any) -> bool:
+        """Whether ``x`` is 0 for sure (on terms: the constant 0), so work on it can go."""
         ...
 
 
@@ -142,6 +154,12 @@ class Ints:
 
     def when(self, cond: Callable[[], bool], work: Callable[[], Any]) -> Any:
         return work() if cond() else None
+
+    def name(self, label: str, value: Any) -> Any:
+        return value
+
+    def known_zero(self, x: Any) -> bool:
+        return x == 0
 
 
 # -- the views ----------------------------------------------------------------------------
@@ -307,6 +325,175 @@ def resume(
         num, ledger, seq, length, final, prompt, request_id, placed=lambda: not deferred
     )
     return Resumed(length, bad_range, deferred, final, placed, end, bad)
+
+
+# -- a waiting request's admission --------------------------------------------------------
+@dataclass(frozen=True)
+class Offer:
+    """What the cache offers a waiting request in one round: the planner's prefix match, the
+    round model's ``Hit``."""
+
+    cached: Any  #: device tokens matched
+    host: Any  #: host tokens a load-back copies after them
+    lock: Any  #: evictable tokens that locking the match takes out of the baseline
+    slots: Any  #: the slots the load-back takes (whole pages)
+
+
+@dataclass
+class Attempt:
+    """One admission attempt of a waiting request on an :class:`Offer` (:func:`admission`)."""
+
+    ok: Any  #: the admission policy's answer
+    other: Any  #: no first chunk, or a second in-progress request (``Budget.OTHER``)
+    bad_range: Any  #: the chunk is out of range (a broken contract)
+    whole: Any  #: the chunk is the whole rest of the prompt
+    bad_truncation: Any  #: a truncation's alignment or reservation broke the contract
+    ledger: Ledger  #: the ledger with the chunk placed
+    offer: Offer  #: what the attempt was made on
+    start: Any
+    end: Any  #: a truncation's aligned end
+    chunk: Any
+
+    @staticmethod
+    def skipped(ledger: Ledger, offer: Offer) -> Attempt:
+        """An attempt ints never made (refused before its chunk was asked about)."""
+        return Attempt(False, False, False, False, False, ledger, offer, None, None, None)
+
+
+def admits(
+    num: Numbers, ledger: Ledger, prompt: Any, offer: Offer, swa_pool: Any | None, request_id: str
+) -> Any:
+    """The admission policy's verdict on a ``prompt``-token request offered ``offer``."""
+    view = admit_view(prompt, prompt - offer.cached, offer.host, ledger, swa_pool)
+    return num.admits(view, request_id)
+
+
+def attempt(
+    num: Numbers,
+    ledger: Ledger,
+    prompt: Any,
+    offer: Offer,
+    ok: Any,
+    has_chunked: Any,
+    swa_pool: Any | None,
+    request_id: str,
+) -> Attempt:
+    """The admission of a request the admission policy answered ``ok`` about, on a copy of
+    ``ledger``: the lock and the load-back lower the baseline, the chunking policy gives the
+    first chunk, which is placed (:func:`place`) unless it is 0 or would be a second
+    in-progress request (``has_chunked``)."""
+    loaded = ledger.copy()
+    if not num.known_zero(offer.lock):
+        loaded.lower_baseline(offer.lock)
+    loaded.lower_baseline(offer.slots)  # the load-back allocates at admission
+    compute = prompt - offer.cached - offer.host
+    view = chunk_view(compute, loaded, swa_pool)
+    length, bad_range = chunk(num, "new_chunk", view, request_id, label="new_chunk")
+    other = num.any(length == 0, num.all(length < compute, has_chunked))
+    whole = length == compute
+    start = offer.cached + offer.host
+    placed, end, bad = place(
+        num, loaded, start, length, whole, prompt, request_id, placed=lambda: not other
+    )
+    return Attempt(ok, other, bad_range, whole, bad, placed, offer, start, end, length)
+
+
+def admission(
+    num: Numbers,
+    ledger: Ledger,
+    prompt: Any,
+    offer: Offer,
+    has_chunked: Any,
+    swa_pool: Any | None,
+    request_id: str,
+) -> tuple[Attempt, Any]:
+    """A waiting request's admission on ``offer`` (SGLang 0.5.23's ``add_one_req``): asked,
+    its cached prefix locked, asked again, then its first chunk (:func:`attempt`). Returns
+    the attempt and whether it fitted until its own lock took the prefix out of the evictable
+    pool (``False`` where there is no lock to take); that attempt does not stand
+    (:func:`afresh`), and ints do not make it."""
+
+    def tried(cond: Callable[[], Any]) -> Attempt:
+        """:func:`attempt` where ``cond()`` holds (ints), else one not made."""
+        made = num.when(
+            cond, lambda: attempt(num, ledger, prompt, offer, ok, has_chunked, swa_pool, request_id)
+        )
+        return Attempt.skipped(ledger, offer) if made is None else made
+
+    ok = admits(num, ledger, prompt, offer, swa_pool, request_id)
+    if num.known_zero(offer.lock):
+        return tried(lambda: ok), False
+    locked = ledger.copy()
+    locked.lower_baseline(offer.lock)
+
+    @cache
+    def ok_locked() -> Any:
+        # asked once: first by ints, which have no chunk to ask about where the lock refuses;
+        # terms ask it after the first chunk, the order the formula's names are made in
+        return num.when(
+            lambda: ok and offer.lock > 0,
+            lambda: admits(num, locked, prompt, offer, swa_pool, request_id),
+        )
+
+    first = tried(lambda: ok and not (offer.lock > 0 and not ok_locked()))
+    refused = num.name("lock_refused", num.all(ok, offer.lock > 0, num.not_(ok_locked())))
+    return first, refused
+
+
+def afresh(num: Numbers, refused: Any, first: Any, retry: Callable[[], Any]) -> Any:
+    """Re-selection: a request that fitted until its own lock took its cached prefix out of
+    the evictable pool (``refused``: a policy that gives no credit for the prefix pays for it
+    twice) is asked about afresh, nothing cached, the prompt computed from token 0
+    (``retry()``); otherwise it would wait forever, since an idle node never evicts that
+    prefix. ``first`` stands elsewhere."""
+    if refused is False:
+        return first
+    again = num.when(lambda: refused, retry)
+    return first if again is None else num.choose(refused, again, first)
+
+
+# -- an idle node -------------------------------------------------------------------------
+@dataclass
+class IdleAnswers:
+    """The policies' answers about a request on the best case an idle node can ever offer
+    (:func:`idle_answers`)."""
+
+    ok: Any  #: the admission policy admits it
+    chunk: Any  #: its first chunk (on ints: None where it is not admitted)
+    bad: Any  #: that chunk is out of range (a broken contract)
+
+
+def idle_answers(
+    num: Numbers,
+    prompt: Any,
+    cached: Any,
+    host: Any,
+    capacity: Any,
+    swa_total: Any | None,
+    *,
+    page: int,
+    chunk_size: int,
+    window: int | None,
+    request_id: str,
+) -> IdleAnswers:
+    """Whether a ``prompt``-token request could ever run here, asked of the policies on an
+    idle node: nothing else admitted or held, ``capacity`` tokens free (every unpinned cached
+    prefix evicted), the whole compute budget and the whole sliding-window pool
+    (``swa_total``, None without hybrid SWA) free; ``cached`` tokens of its prompt stay cached
+    (pinned) and ``host`` load back. The planner rejects for good a request that fails it
+    (a queue that skips what never fits); the checker asks it of every request."""
+    remaining = prompt - cached
+    swa = None
+    if swa_total is not None and window is not None:
+        swa = idle_swa_facts(remaining - host, FIRST_TOKENS, page, chunk_size, swa_total, window)
+    admit = idle_admit_view(prompt, remaining, host, FIRST_TOKENS, page, capacity, swa)
+    first = idle_chunk_view(remaining - host, host, page, chunk_size, capacity, swa_total, swa)
+    ok = num.admits(admit, request_id, label="idle_admit")
+    asked = num.when(
+        lambda: ok, lambda: chunk(num, "new_chunk", first, request_id, label="idle_chunk")
+    )
+    length, bad = (None, False) if asked is None else asked
+    return IdleAnswers(ok, length, bad)
 
 
 # -- a node that preempts (vLLM 0.33.0's v1 scheduler) ---------------------------------------

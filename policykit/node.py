@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import torch
 
@@ -55,9 +56,24 @@ def eviction_demand(extend_tokens: int, requests: int, page_size: int) -> int:
     new page: the batch's extend tokens plus one page per request (``alloc_token_slots``, for
     one-token pages, asks for the extend tokens alone). Eviction takes whole least recently
     used leaves until the shortfall is covered, so it may free more than the exact pages the
-    allocation then takes.
+    allocation then takes. Plain arithmetic: the checker's round model charges a commit
+    with it too.
     """
     return extend_tokens + (requests * page_size if page_size > 1 else 0)
+
+
+def swa_extend_need(extend_tokens: Any, page_size: int) -> Any:
+    """The sliding-window slots SGLang 0.5.23's ``alloc_extend`` requires free for one
+    request's extend: its tokens and a page. Plain arithmetic: the checker's round model
+    charges a commit with it too."""
+    return extend_tokens + page_size
+
+
+def cached_on_release(tokens: Any, page_size: int) -> Any:
+    """The tokens of a released request's KV that the prefix cache keeps: its whole pages (the
+    partly filled last page goes back to the free list). Plain arithmetic: the checker's
+    release caches the same."""
+    return tokens // page_size * page_size
 
 
 def _first_over(needs: list[tuple[Entry, int]], available: int) -> str | None:
@@ -297,7 +313,7 @@ class PrefillNode:
         total_pages = sum(n for _, n in needs)
         extend_tokens = sum(e.tokens for e, _ in needs)
         if self.swa_pool is not None:
-            swa_need = [(e, e.tokens + page) for e, _ in needs]
+            swa_need = [(e, swa_extend_need(e.tokens, page)) for e, _ in needs]
             if sum(n for _, n in swa_need) > self.swa_pool.free_tokens:
                 raise PrefillOutOfMemory(
                     tokens=extend_tokens,
@@ -390,7 +406,7 @@ class PrefillNode:
         duplicates and the partly filled last page go back to the free list.
         """
         page = self.config.page_size
-        aligned = req.seq_len // page * page
+        aligned = cached_on_release(req.seq_len, page)
         table = req.pages
         already = self._insert_by_checkpoint(req, aligned, table) if aligned else 0
         own_start = req.cached_len // page

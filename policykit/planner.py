@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 from policykit import kernel
 from policykit.errors import PolicyError
-from policykit.kernel import Ints, admit_view, ask, chunk_view, describe
+from policykit.kernel import Ints, Offer, ask, describe
 from policykit.ledger import Budget, Ledger
-from policykit.liveness import idle_admit_view, idle_capacity, idle_chunk_view, idle_swa_facts
-from policykit.node import FIRST_TOKENS, PrefillNode
+from policykit.liveness import idle_capacity
+from policykit.node import PrefillNode
 from policykit.plan import NEVER, Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.policy import QueueView
 from policykit.pool import pages_for
@@ -190,15 +190,19 @@ class Planner:
         entries: list[Entry],
         loads: LoadBacks,
     ) -> Entry | Budget:
-        verdict = self._admit_with(req, ledger, locked, entries, loads, reuse=True)
-        if verdict is _LOCK_REFUSED:
-            # Locking its own cached prefix made it not fit (a policy that gives no credit for
-            # the prefix pays for it twice). Computing the prompt afresh may fit; otherwise
-            # the request would wait forever, since an idle node never evicts that prefix.
-            verdict = self._admit_with(req, ledger, locked, entries, loads, reuse=False)
+        """``req``'s turn: its admission on what the cache offers it now, or afresh where its
+        own lock refused it (:func:`policykit.kernel.afresh`); placed, its load-back's
+        evictions are foreseen."""
+        first = self._admit_with(req, ledger, locked, entries, loads, reuse=True)
+        verdict = kernel.afresh(
+            self.num,
+            first is _LOCK_REFUSED,
+            first,
+            lambda: self._admit_with(req, ledger, locked, entries, loads, reuse=False),
+        )
         if isinstance(verdict, Entry) and verdict.load_back:
             self._load_back(verdict.load_back, locked, loads)
-        return Budget.NO_TOKEN if verdict is _LOCK_REFUSED else verdict
+        return verdict
 
     def _load_back(self, tokens: int, locked: set[int], loads: LoadBacks) -> None:
         """Foresee what a load-back of ``tokens`` evicts at admission (``LoadBacks``)."""
@@ -221,48 +225,47 @@ class Planner:
         *,
         reuse: bool,
     ) -> Entry | Budget | object:
-        node, page = self.node, ledger.page_size
+        """``req``'s admission (:func:`policykit.kernel.admission`) on its cached prefix, as
+        a load-back of the round may have left it (``reuse``), or on nothing cached. Placed,
+        the ledger takes it and its prefix stays locked for the rest of the round; refused by
+        its own lock, nothing changes and the answer is ``_LOCK_REFUSED``."""
+        node = self.node
         if reuse:
             cached, last, _ = node.cache.match(req.tokens, loads.gone)
         else:
             cached, last = 0, node.cache.root
-        host_len = node.host.loadable(req.tokens, cached, page)
-        remaining = req.prompt_tokens - cached
-
-        def admits() -> bool:
-            view = admit_view(req.prompt_tokens, remaining, host_len, ledger, self._swa_pool)
-            return self.num.admits(view, req.id)
-
-        if not admits():
-            return Budget.NO_TOKEN
-        # Locking the matched prefix takes it out of the evictable pool: check again.
         newly = [n for n in node.cache.unlocked_on_path(last) if n.id not in locked]
-        lock_cost = sum(len(n) for n in newly)
-        saved = ledger.baseline
-        ledger.lower_baseline(lock_cost)
-        if lock_cost and not admits():
-            ledger.baseline = saved
-            return _LOCK_REFUSED
-        ledger.lower_baseline(pages_for(host_len, page) * page)  # load-back allocates now
+        offer = self._offer(req, cached, sum(len(n) for n in newly))
+        a, refused = kernel.admission(
+            self.num,
+            ledger,
+            req.prompt_tokens,
+            offer,
+            self._has_chunked(entries),
+            self._swa_pool,
+            req.id,
+        )
         # No ``max_prefill_tokens`` gate here: SGLang 0.5.23 refuses a request whose input
         # reaches ``rem_input_tokens`` only with chunked prefill disabled, and a policykit node
         # always chunks; the budget still ends admission once spent (``Budget.OTHER``).
-        compute = remaining - host_len
-        view = chunk_view(compute, ledger, self._swa_pool)
-        chunk, _ = kernel.chunk(self.num, "new_chunk", view, req.id, label="new_chunk")
-        if chunk == 0 or (chunk < compute and self._has_chunked(entries)):
-            # No room to start it, or it would be a second in-progress request.
-            ledger.baseline = saved
+        if refused:
+            return _LOCK_REFUSED
+        if not a.ok:
+            return Budget.NO_TOKEN
+        if a.other:  # no room to start it, or it would be a second in-progress request
             return Budget.OTHER
-        start, whole = cached + host_len, chunk == compute
-        placed, end, _ = kernel.place(
-            self.num, ledger, start, chunk, whole, req.prompt_tokens, req.id, placed=lambda: True
-        )
         locked.update(n.id for n in newly)
-        ledger.become(placed)
-        if whole:
-            return Entry(req.id, start, start + chunk, EntryKind.WHOLE, cached, host_len)
-        return Entry(req.id, start, end, EntryKind.TRUNCATED, cached, host_len)
+        ledger.become(a.ledger)
+        if a.whole:
+            return Entry(req.id, a.start, a.start + a.chunk, EntryKind.WHOLE, cached, offer.host)
+        return Entry(req.id, a.start, a.end, EntryKind.TRUNCATED, cached, offer.host)
+
+    def _offer(self, req: Request, cached: int, lock: int) -> Offer:
+        """What the cache offers ``req`` with ``cached`` tokens of it matched, whose lock
+        takes ``lock`` evictable tokens: the host prefix after them loads back."""
+        page = self.node.config.page_size
+        host = self.node.host.loadable(req.tokens, cached, page)
+        return Offer(cached, host, lock, pages_for(host, page) * page)
 
     # -- liveness --------------------------------------------------------------------------
     def never_fits(self, req: Request) -> str | None:
@@ -277,32 +280,24 @@ class Planner:
         node, cfg, page = self.node, self.node.config, self.node.config.page_size
         capacity = idle_capacity(node.pool.total_tokens, node.cache.pinned_tokens)
         pinned = node.cache.pinned_prefix(req.tokens)
-        host_len = node.host.loadable(req.tokens, pinned, page)
-        remaining = req.prompt_tokens - pinned
-        swa_total = None if node.swa_pool is None else node.swa_pool.total_tokens
-        swa = None
-        if swa_total is not None and cfg.sliding_window is not None:
-            swa = idle_swa_facts(
-                remaining - host_len,
-                FIRST_TOKENS,
-                page,
-                cfg.chunked_prefill_size,
-                swa_total,
-                cfg.sliding_window,
-            )
-        idle = idle_admit_view(
-            req.prompt_tokens, remaining, host_len, FIRST_TOKENS, page, capacity, swa
+        idle = kernel.idle_answers(
+            self.num,
+            req.prompt_tokens,
+            pinned,
+            node.host.loadable(req.tokens, pinned, page),
+            capacity,
+            self._swa_pool,
+            page=page,
+            chunk_size=cfg.chunked_prefill_size,
+            window=cfg.sliding_window,
+            request_id=req.id,
         )
         where = f"even on an idle node ({capacity} tokens could ever be free"
         where += f", {pinned} of its prompt cached and pinned)" if pinned else ")"
-        if not self.num.admits(idle, req.id):
+        if not idle.ok:
             adm = describe(self.combo.admission)
             return f"{adm} refuses its {req.prompt_tokens}-token prompt {where}."
-        view = idle_chunk_view(
-            remaining - host_len, host_len, page, cfg.chunked_prefill_size, capacity, swa_total, swa
-        )
-        chunk, _ = kernel.chunk(self.num, "new_chunk", view, req.id, label="idle_chunk")
-        if chunk == 0:
+        if idle.chunk == 0:
             return f"{describe(self.combo.chunking)} never gives it a first chunk {where}."
         return None
 

@@ -25,6 +25,7 @@ import z3
 from policykit.config import EngineConfig
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
+from policykit.node import cached_on_release
 from policykit.registry import Combo
 from policykit.scheduler import WAITING_PREFIX_REFRESH_INTERVAL
 from policykit.spec.cache import (
@@ -47,10 +48,12 @@ from policykit.spec.model import (
     Req,
     RoundModel,
     RoundState,
+    eviction_share,
     full_need,
     ite,
     make_request,
     owed,
+    placed_kind,
     quiet_entry,
     swa_need,
     t,
@@ -307,15 +310,52 @@ def initial_state(inp: Inputs, in_arrival_order: bool) -> NodeState:
     )
 
 
+@dataclass
+class _Work:
+    """Round ``r``'s terms as its phases hand them on (:func:`unroll_round`)."""
+
+    r: int
+    released: list[z3.BoolRef]  #: released at the round's start
+    baseline: Sym
+    swa_free: Sym
+    free: Sym
+    units: list[Unit]
+    state: RoundState | None = None  #: the planner's, once the round opens
+    entries: list[Entry] = field(default_factory=list)
+    has: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(False))  #: one in progress
+    progress_bad: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(False))
+    placed_any: list[z3.BoolRef] = field(default_factory=list)
+    #: the round's load-backs so far (``LoadBacks``): what their evictions freed, what they took
+    freed: Sym = field(default_factory=lambda: Sym(num(0)))
+    loaded: Sym = field(default_factory=lambda: Sym(num(0)))
+    # the commit's (:func:`_commit`)
+    need: Any = None  #: slots the commit takes
+    oom_full: Any = None
+    oom_swa: Any = None
+    baseline_after: Any = None
+    swa_after: Any = None  #: the sliding-window pool's free slots after it
+    due: list[z3.BoolRef] = field(default_factory=list)  #: held KV still to come back
+
+
 def unroll_round(
     u: Unrolling, model: RoundModel, s: NodeState, r: int
 ) -> tuple[NodeState, dict[str, z3.BoolRef]]:
     """Round ``r``: release, arrive, plan, commit. Returns the next state and violations."""
-    enc, cfg, inp = u.enc, u.config, u.inputs
-    page = cfg.page_size
-    reqs = inp.requests
-    n = len(reqs)
-    # release: held requests whose transfer has completed
+    w = _release(u, s, r)
+    f = z3.BoolVal(False)
+    w.state = RoundState(model.open_ledger(w.baseline, w.swa_free), f, f, z3.BoolVal(True), f, f)
+    _resume(u, model, s, w)
+    nxt = dataclasses.replace(s, units=w.units)
+    _admit_queue(u, model, s, nxt, w)
+    _commit(u, s, nxt, w)
+    return _settle(u, model, s, nxt, w)
+
+
+def _release(u: Unrolling, s: NodeState, r: int) -> _Work:
+    """The KV of held requests whose transfer has completed goes back: the sliding-window
+    pool's at once; the full pool's whole pages to the cache (where it is modelled), the
+    partly filled last page and an unlocked prefix's copy to the free list."""
+    enc, inp, page = u.enc, u.inputs, u.config.page_size
     released_now = [
         z3.And(
             s.finished[i].t > 0,
@@ -323,12 +363,12 @@ def unroll_round(
             z3.Not(inp.release_never),
             s.finished[i].t + inp.release_rounds.t <= r,
         )
-        for i in range(n)
+        for i in range(len(inp.requests))
     ]
     baseline, swa_free, free = s.baseline, s.swa_free, s.free
     units = list(s.units)
     cache = inp.unpinned  # the evictable cache is modelled
-    for i, q in enumerate(reqs):
+    for i, q in enumerate(inp.requests):
         rel, unit = released_now[i], units[i]
         swa_free = swa_free + ite(rel, s.swa_hold[i], 0)
         if not cache:
@@ -338,7 +378,7 @@ def unroll_round(
         baseline = baseline + ite(rel, own + unit.lock, 0)  # and its lock is dropped
         # its whole pages are cached (a leaf over its prefix node, if that is still cached);
         # the partly filled last page, and its own copy of a prefix it did not lock, are freed
-        aligned = q.prompt // page * page
+        aligned = cached_on_release(q.prompt, page)
         partial = ceil_paged(q.prompt, page) - aligned  # type: ignore[operator]
         free = free + ite(rel, partial + ite(unit.lock.t == 0, unit.top, 0), 0)
         units[i] = Unit(
@@ -351,233 +391,265 @@ def unroll_round(
     swa_free = enc.bind("swa_free", swa_free)
     if cache:
         free = enc.bind("free", free)
+    return _Work(r, released_now, baseline, swa_free, free, units)
 
-    ledger = model.open_ledger(baseline, swa_free)
-    f = z3.BoolVal(False)
-    state = RoundState(ledger, f, f, z3.BoolVal(True), f, f)
-    in_progress = [z3.And(s.left[i], s.finished[i].t == 0, z3.Not(s.rejected[i])) for i in range(n)]
-    # at most one request is in progress: select it, resume it once
-    has = z3.simplify(z3.Or(*in_progress))
-    progress_bad = z3.BoolVal(False)
-    entries = [quiet_entry() for _ in reqs]
-    if not z3.is_false(has):
-        prompt, seq_c = reqs[-1].prompt, s.seq[-1]
-        for i in reversed(range(n - 1)):
-            prompt = ite(in_progress[i], reqs[i].prompt, prompt)
-            seq_c = ite(in_progress[i], s.seq[i], seq_c)
-        c_prompt, c_seq = enc.bind("c_prompt", prompt), enc.bind("c_seq", seq_c)
-        e = model.resume(state, has, c_prompt, c_seq)
-        room = z3.And(
-            baseline.t >= owed(c_prompt, c_seq, page).t + page,
-            swa_free.t >= (c_prompt - c_seq).t + 2 * page if cfg.hybrid_swa else z3.BoolVal(True),
-        )
-        progress_bad = z3.And(has, room, e.kind.t == DEFERRED)
-        entries = [_combine(quiet_entry(), e, in_progress[i]) for i in range(n)]
-    left, admitted = list(s.left), s.admitted
-    units, sorts = _refresh_waiting(enc, reqs, s, units, r, cache)
-    rejected = list(s.rejected)
-    cached = list(s.cached)
+
+def _resume(u: Unrolling, model: RoundModel, s: NodeState, w: _Work) -> None:
+    """The in-progress request (at most one: selected, resumed once) goes first; ``progress``
+    fails where it is deferred with the memory to finish it."""
+    enc, reqs, page = u.enc, u.inputs.requests, u.config.page_size
+    in_progress = [
+        z3.And(s.left[i], s.finished[i].t == 0, z3.Not(s.rejected[i])) for i in range(len(reqs))
+    ]
+    w.has = z3.simplify(z3.Or(*in_progress))
+    w.entries = [quiet_entry() for _ in reqs]
+    if z3.is_false(w.has):
+        return
+    prompt, seq_c = reqs[-1].prompt, s.seq[-1]
+    for i in reversed(range(len(reqs) - 1)):
+        prompt = ite(in_progress[i], reqs[i].prompt, prompt)
+        seq_c = ite(in_progress[i], s.seq[i], seq_c)
+    c_prompt, c_seq = enc.bind("c_prompt", prompt), enc.bind("c_seq", seq_c)
+    assert w.state is not None
+    e = model.resume(w.state, w.has, c_prompt, c_seq)
+    room = z3.And(
+        w.baseline.t >= owed(c_prompt, c_seq, page).t + page,
+        w.swa_free.t >= (c_prompt - c_seq).t + 2 * page
+        if u.config.hybrid_swa
+        else z3.BoolVal(True),
+    )
+    w.progress_bad = z3.And(w.has, room, e.kind.t == DEFERRED)
+    w.entries = [_combine(quiet_entry(), e, in_progress[i]) for i in range(len(reqs))]
+
+
+def _admit_queue(u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, w: _Work) -> None:
+    """The queue loop: each waiting request that has arrived, in queue order, gets its turn
+    (:meth:`RoundModel.admit`); where the cache is modelled, its match touches its prefix,
+    placed it holds its lock, and its load-back evicts at once what the free list lacks, so a
+    later request of the round may lose its prefix (``Planner._load_back``). Updates ``nxt``'s
+    queue, cache and request fields."""
+    enc, inp, page, r = u.enc, u.inputs, u.config.page_size, w.r
+    cache = inp.unpinned
+    w.units, nxt.sorts = _refresh_waiting(enc, inp.requests, s, w.units, r, cache)
+    nxt.left, nxt.rejected, nxt.cached = list(s.left), list(s.rejected), list(s.cached)
+    admitted = s.admitted
     idle = IdleNode(capacity=idle_capacity(inp.pool_total, inp.pinned), swa_total=inp.swa_free)
-    placed_any: list[z3.BoolRef] = []
-    freed, loaded = Sym(num(0)), Sym(num(0))  # the round's load-backs (``LoadBacks``)
-    for j, q in enumerate(reqs):
-        waits = z3.Not(left[j]) if admitted is None else admitted.t <= j
+    assert w.state is not None
+    for j, q in enumerate(inp.requests):
+        waits = z3.Not(nxt.left[j]) if admitted is None else admitted.t <= j
         consider = z3.And(waits, q.arrival.t <= r)
-        unit = units[j]
+        unit = w.units[j]
         hit = Hit.of(q, unit.top, page) if cache else None
-        e, placed, never = model.admit(state, consider, q, idle, hit)
+        e, placed, never = model.admit(w.state, consider, q, idle, hit)
         if cache:
-            # its match touched its prefix; placed, it holds the lock until released
             touched = z3.And(e.kind.t != NONE, unit.top.t > 0)
-            units[j] = Unit(
+            w.units[j] = Unit(
                 unit.top,
                 unit.bottom,
                 enc.bind("stamp", ite(touched, touch_tick(r, j), unit.stamp)),
                 enc.bind("lock", ite(placed, e.lock, unit.lock)),
             )
-            cached[j] = enc.bind("cached", ite(placed, e.start - e.load_back, cached[j]))
-            # its load-back evicts at once what the free list lacks: a later request of the
-            # round may lose its prefix (``Planner._load_back``)
-            short = e.load_back_slots - (free + freed - loaded)
-            units, taken = evict(enc, units, short)
-            freed, loaded = freed + taken, loaded + e.load_back_slots
+            nxt.cached[j] = enc.bind("cached", ite(placed, e.start - e.load_back, nxt.cached[j]))
+            short = e.load_back_slots - (w.free + w.freed - w.loaded)
+            w.units, taken = evict(enc, w.units, short)
+            w.freed, w.loaded = w.freed + taken, w.loaded + e.load_back_slots
         # an entry per request per round: a waiting request cannot also be in progress
-        entries[j] = _combine(entries[j], e, e.kind.t != NONE)
+        w.entries[j] = _combine(w.entries[j], e, e.kind.t != NONE)
         if admitted is None:
-            left[j] = enc.bind_bool("left", z3.Or(left[j], placed, never))
+            nxt.left[j] = enc.bind_bool("left", z3.Or(nxt.left[j], placed, never))
         else:
             admitted = enc.bind("admitted", ite(z3.Or(placed, never), j + 1, admitted))
-        rejected[j] = z3.Or(rejected[j], never)
-        placed_any.append(placed)
+        nxt.rejected[j] = z3.Or(nxt.rejected[j], never)
+        w.placed_any.append(placed)
+    nxt.admitted = admitted
     if admitted is not None:
-        left = [admitted.t > i for i in range(n)]
+        nxt.left = [admitted.t > i for i in range(len(inp.requests))]
 
-    # commit: the locks, the load-backs (evicting as foreseen), then one alloc_extend that
-    # evicts what the free list still lacks
-    need = sum((full_need(e, page) for e in entries), Sym(num(0)))
-    need = enc.bind("need", need)
+
+def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
+    """The commit: the locks, the load-backs (evicting as foreseen), then one
+    ``alloc_extend`` that evicts what the free list still lacks (an OOM where the pool cannot
+    pay); each request's progress and its sliding-window hold. Updates ``nxt``'s requests."""
+    enc, cfg, page, r = u.enc, u.config, u.config.page_size, w.r
+    cache = u.inputs.unpinned
+    w.need = enc.bind("need", sum((full_need(e, page) for e in w.entries), Sym(num(0))))
     locks: Sym = Sym(num(0))
     if cache:
-        locks = enc.bind("locks", sum((e.lock for e in entries), Sym(num(0))))
-        free = enc.bind("free_loaded", free + freed - loaded)
-        demand = sum((_eviction_demand(e, page) for e in entries), Sym(num(0)))
-        units, taken = evict(enc, units, enc.bind("demand", demand) - free)
-        free = enc.bind("free_after", free + taken - (need - loaded))
-    oom_full = need.t > (baseline - locks).t
+        locks = enc.bind("locks", sum((e.lock for e in w.entries), Sym(num(0))))
+        w.free = enc.bind("free_loaded", w.free + w.freed - w.loaded)
+        demand = sum((eviction_share(e, page) for e in w.entries), Sym(num(0)))
+        w.units, taken = evict(enc, w.units, enc.bind("demand", demand) - w.free)
+        w.free = enc.bind("free_after", w.free + taken - (w.need - w.loaded))
+    w.oom_full = w.need.t > (w.baseline - locks).t
+    w.oom_swa = z3.BoolVal(False)
     if cfg.hybrid_swa:
-        swa_needed = sum((swa_need(e, page) for e in entries), Sym(num(0)))
-        oom_swa = swa_needed.t > swa_free.t
-    else:
-        oom_swa = z3.BoolVal(False)
-    baseline_after = enc.bind(
-        "baseline_after", baseline - locks - need if cache else baseline - need
-    )
-    seq, finished, swa_hold = list(s.seq), list(s.finished), list(s.swa_hold)
-    finish_pos = list(s.finish_pos)
-    swa_after = swa_free
-    for i, e in enumerate(entries):
+        swa_needed = sum((swa_need(e, page) for e in w.entries), Sym(num(0)))
+        w.oom_swa = swa_needed.t > w.swa_free.t
+    after = w.baseline - locks - w.need if cache else w.baseline - w.need
+    w.baseline_after = enc.bind("baseline_after", after)
+    nxt.seq, nxt.finished, nxt.swa_hold = list(s.seq), list(s.finished), list(s.swa_hold)
+    nxt.finish_pos = list(s.finish_pos)
+    swa_after = w.swa_free
+    for i, e in enumerate(w.entries):
         computes = e.end.t > e.start.t
         kind = e.kind.t
         done = z3.And(computes, z3.Or(kind == WHOLE, kind == FINAL))
-        seq[i] = enc.bind("seq", ite(computes, e.end, s.seq[i]))
-        finished[i] = enc.bind("finished", ite(done, r, s.finished[i]))
+        nxt.seq[i] = enc.bind("seq", ite(computes, e.end, s.seq[i]))
+        nxt.finished[i] = enc.bind("finished", ite(done, r, s.finished[i]))
         # the resumed request comes first in the plan, then the queue's
         if cache:
-            finish_pos[i] = enc.bind(
+            nxt.finish_pos[i] = enc.bind(
                 "finish_pos", ite(done, ite(kind == FINAL, 0, 1 + i), s.finish_pos[i])
             )
         if cfg.hybrid_swa and cfg.sliding_window is not None:
             grown = s.swa_hold[i] + e.tokens
             kept = ite(grown.t > cfg.sliding_window, cfg.sliding_window, grown)
-            swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))
+            nxt.swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))
             swa_after = swa_after - ite(computes, e.tokens, 0) + ite(computes, grown - kept, 0)
-    swa_after = enc.bind("swa_free_after", swa_after)
-    # KV that held requests will still give back (none where held KV is never released)
-    due = [
+    w.swa_after = enc.bind("swa_free_after", swa_after)
+
+
+def _stuck_valve(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> list[z3.BoolRef]:
+    """The scheduler fails an in-progress request deferred on an otherwise idle node
+    (nothing computed, no held KV due back): no memory can ever come back for it, and its
+    pages go back. Returns, per request, whether it failed so; updates ``nxt`` and ``w``'s
+    memory, and sets ``w.due``: per request, its held KV will still come back."""
+    enc, inp, page = u.enc, u.inputs, u.config.page_size
+    n, cache = len(inp.requests), inp.unpinned
+    w.due = [
         z3.And(
-            finished[i].t > 0,
+            nxt.finished[i].t > 0,
             z3.Not(s.released[i]),
-            z3.Not(released_now[i]),
+            z3.Not(w.released[i]),
             z3.Not(inp.release_never),
         )
         for i in range(n)
     ]
-    # the scheduler fails an in-progress request deferred on an otherwise idle node (nothing
-    # computed, no held KV due back): no memory can ever come back for it, and its pages go back
-    batch = z3.Or(*(z3.And(e.kind.t >= WHOLE, e.kind.t <= FINAL) for e in entries))
-    held = z3.Or(*due)
-    freed = Sym(num(0))  # what the stuck-request valve gives back
+    batch = z3.Or(*(placed_kind(e.kind) for e in w.entries))
+    held = z3.Or(*w.due)
+    w.freed = Sym(num(0))  # what the valve gives back
     stuck_now: list[z3.BoolRef] = []
-    for i, q in enumerate(reqs):
+    for i, q in enumerate(inp.requests):
         stuck = z3.And(
             z3.Not(batch),
             z3.Not(held),
-            left[i],
-            finished[i].t == 0,
-            z3.Not(rejected[i]),
+            nxt.left[i],
+            nxt.finished[i].t == 0,
+            z3.Not(nxt.rejected[i]),
         )
         stuck_now.append(stuck)
         if cache:
-            own = own_pages(seq[i], cached[i], page)
-            freed = freed + ite(stuck, own + units[i].lock, 0)  # its pages and its lock
-            free = free + ite(stuck, own, 0)
-            units[i] = dataclasses.replace(units[i], lock=ite(stuck, 0, units[i].lock))
+            own = own_pages(nxt.seq[i], nxt.cached[i], page)
+            w.freed = w.freed + ite(stuck, own + w.units[i].lock, 0)  # its pages and its lock
+            w.free = w.free + ite(stuck, own, 0)
+            w.units[i] = dataclasses.replace(w.units[i], lock=ite(stuck, 0, w.units[i].lock))
         else:
-            freed = freed + ite(stuck, owed(seq[i], q.device, page), 0)
-        swa_after = swa_after + ite(stuck, swa_hold[i], 0)
-        swa_hold[i] = ite(stuck, 0, swa_hold[i])
-        rejected[i] = enc.bind_bool("gone", z3.Or(rejected[i], stuck))
-    swa_after = enc.bind("swa_free_next", swa_after)
+            w.freed = w.freed + ite(stuck, owed(nxt.seq[i], q.device, page), 0)
+        w.swa_after = w.swa_after + ite(stuck, nxt.swa_hold[i], 0)
+        nxt.swa_hold[i] = ite(stuck, 0, nxt.swa_hold[i])
+        nxt.rejected[i] = enc.bind_bool("gone", z3.Or(nxt.rejected[i], stuck))
+    w.swa_after = enc.bind("swa_free_next", w.swa_after)
+    return stuck_now
+
+
+def _settle(
+    u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, w: _Work
+) -> tuple[NodeState, dict[str, z3.BoolRef]]:
+    """The round's end: the stuck-request valve, what is owed and what can come back, each
+    property's violation, the round's trace and the next state."""
+    enc, inp, page = u.enc, u.inputs, u.config.page_size
+    reqs, cache = inp.requests, inp.unpinned
+    assert w.state is not None
+    stuck_now = _stuck_valve(u, s, nxt, w)
     # what the in-progress request (if any) still needs after this round
     owed_after = Sym(num(0))
     for i, q in enumerate(reqs):
-        still = z3.And(left[i], finished[i].t == 0, z3.Not(rejected[i]))
-        owed_after = owed_after + ite(still, owed(q.prompt, seq[i], page), 0)
+        still = z3.And(nxt.left[i], nxt.finished[i].t == 0, z3.Not(nxt.rejected[i]))
+        owed_after = owed_after + ite(still, owed(q.prompt, nxt.seq[i], page), 0)
     owed_after = enc.bind("owed_after", owed_after)
     # (and the prefix it holds locked)
     gives = [
-        own_pages(q.prompt, cached[i], page) + units[i].lock
+        own_pages(q.prompt, nxt.cached[i], page) + w.units[i].lock
         if cache
         else owed(q.prompt, q.device, page)
         for i, q in enumerate(reqs)
     ]
-    reclaimable = baseline_after + sum((ite(due[i], gives[i], 0) for i in range(n)), Sym(num(0)))
+    reclaimable = w.baseline_after + sum(
+        (ite(w.due[i], gives[i], 0) for i in range(len(reqs))), Sym(num(0))
+    )
     reclaimable = enc.bind("reclaimable_after", reclaimable)
-
-    alive = s.alive
-    oom = z3.Or(oom_full, oom_swa)
-    # a drained node: nothing in progress, no KV held by finished requests (due back or not)
-    drained = z3.And(
-        z3.Not(has),
-        *(
-            z3.Not(z3.And(s.finished[i].t > 0, z3.Not(s.released[i]), z3.Not(released_now[i])))
-            for i in range(n)
-        ),
-    )
-    admissible = [
-        z3.And(z3.Not(s.left[j]), q.arrival.t <= r, model.fits_idle(q, idle))
-        for j, q in enumerate(reqs)
-    ]
-    starves = z3.And(drained, z3.Or(*admissible), z3.Not(z3.Or(*placed_any)))
-    violations = {
-        "no-oom": z3.And(alive, z3.Not(state.bad_contract), oom_full),
-        "swa-no-oom": z3.And(alive, z3.Not(state.bad_contract), oom_swa),
-        "admitted-completes": z3.And(
-            alive,
-            z3.Not(state.bad_contract),
-            z3.Not(oom),
-            z3.Or(t(never_completes(owed_after, reclaimable)), *stuck_now),
-        ),
-        "no-starvation": z3.And(alive, z3.Not(state.bad_contract), starves),
-        "progress": z3.And(alive, z3.Not(state.bad_contract), progress_bad),
-        "ledger": z3.And(alive, state.bad_ledger),
-        "contract": z3.And(alive, state.bad_contract),
-    }
-    # admitted-completes' stuck half alone, asked where the induction has proved its memory half
-    violations[STUCK_ONLY] = z3.And(
-        alive, z3.Not(state.bad_contract), z3.Not(oom), z3.Or(*stuck_now)
-    )
-    if not cfg.hybrid_swa:
-        violations["swa-no-oom"] = z3.BoolVal(False)
+    violations = _violations(u, model, s, w, owed_after, reclaimable, stuck_now)
     u.rounds.append(
         RoundTrace(
-            baseline=baseline,
-            swa_free=swa_free,
-            entries=entries,
-            released=released_now,
-            oom_full=oom_full,
-            oom_swa=oom_swa,
-            need_full=need,
-            baseline_after=baseline_after,
+            baseline=w.baseline,
+            swa_free=w.swa_free,
+            entries=w.entries,
+            released=w.released,
+            oom_full=w.oom_full,
+            oom_swa=w.oom_swa,
+            need_full=w.need,
+            baseline_after=w.baseline_after,
             owed_after=owed_after,
             reclaimable_after=reclaimable,
             stuck=stuck_now,
         )
     )
-    nxt = NodeState(
-        baseline=enc.bind("baseline_next", baseline_after + freed),
-        swa_free=swa_after,
-        left=left,
-        admitted=admitted,
-        seq=seq,
-        finished=finished,
-        released=[z3.Or(a, b) for a, b in zip(s.released, released_now, strict=True)],
-        swa_hold=swa_hold,
-        rejected=rejected,
-        alive=enc.bind_bool("alive", z3.And(alive, z3.Not(oom), z3.Not(state.bad_contract))),
-        free=enc.bind("free_next", free) if cache else free,
-        units=units,
-        cached=cached,
-        finish_pos=finish_pos,
-        sorts=sorts,
-    )
+    oom = z3.Or(w.oom_full, w.oom_swa)
+    alive = z3.And(s.alive, z3.Not(oom), z3.Not(w.state.bad_contract))
+    nxt.baseline = enc.bind("baseline_next", w.baseline_after + w.freed)
+    nxt.swa_free = w.swa_after
+    nxt.released = [z3.Or(a, b) for a, b in zip(s.released, w.released, strict=True)]
+    nxt.alive = enc.bind_bool("alive", alive)
+    nxt.free = enc.bind("free_next", w.free) if cache else w.free
+    nxt.units = w.units
     return nxt, violations
 
 
-def _eviction_demand(entry: Entry, page: int) -> Sym:
-    """An entry's share of what the commit evicts for (``node.eviction_demand``): its extend
-    tokens plus a page (for pages over one token), when it computes."""
-    return ite(entry.end.t > entry.start.t, entry.tokens + (page if page > 1 else 0), 0)
+def _violations(
+    u: Unrolling,
+    model: RoundModel,
+    s: NodeState,
+    w: _Work,
+    owed_after: Sym,
+    reclaimable: Sym,
+    stuck_now: list[z3.BoolRef],
+) -> dict[str, z3.BoolRef]:
+    """Each property's violation in the round (where no earlier round failed)."""
+    inp, r = u.inputs, w.r
+    assert w.state is not None
+    alive, bad_contract = s.alive, w.state.bad_contract
+    oom = z3.Or(w.oom_full, w.oom_swa)
+    # a drained node: nothing in progress, no KV held by finished requests (due back or not)
+    drained = z3.And(
+        z3.Not(w.has),
+        *(
+            z3.Not(z3.And(s.finished[i].t > 0, z3.Not(s.released[i]), z3.Not(w.released[i])))
+            for i in range(len(inp.requests))
+        ),
+    )
+    idle = IdleNode(capacity=idle_capacity(inp.pool_total, inp.pinned), swa_total=inp.swa_free)
+    admissible = [
+        z3.And(z3.Not(s.left[j]), q.arrival.t <= r, model.fits_idle(q, idle))
+        for j, q in enumerate(inp.requests)
+    ]
+    starves = z3.And(drained, z3.Or(*admissible), z3.Not(z3.Or(*w.placed_any)))
+    never = t(never_completes(owed_after, reclaimable))
+    violations = {
+        "no-oom": z3.And(alive, z3.Not(bad_contract), w.oom_full),
+        "swa-no-oom": z3.And(alive, z3.Not(bad_contract), w.oom_swa),
+        "admitted-completes": z3.And(
+            alive, z3.Not(bad_contract), z3.Not(oom), z3.Or(never, *stuck_now)
+        ),
+        "no-starvation": z3.And(alive, z3.Not(bad_contract), starves),
+        "progress": z3.And(alive, z3.Not(bad_contract), w.progress_bad),
+        "ledger": z3.And(alive, w.state.bad_ledger),
+        "contract": z3.And(alive, bad_contract),
+        # admitted-completes' stuck half alone, asked where the induction proved its memory half
+        STUCK_ONLY: z3.And(alive, z3.Not(bad_contract), z3.Not(oom), z3.Or(*stuck_now)),
+    }
+    if not u.config.hybrid_swa:
+        violations["swa-no-oom"] = z3.BoolVal(False)
+    return violations
 
 
 def _refresh_waiting(

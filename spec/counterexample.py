@@ -21,7 +21,7 @@ from rich.text import Text
 from policykit.registry import Combo
 from policykit.scenario import config_fields, parse_scenario
 from policykit.spec.bmc import Unrolling, value
-from policykit.spec.model import FINAL, KIND_NAMES, NONE, RESUMED, TRUNCATED, WHOLE
+from policykit.spec.model import KIND_NAMES, NONE, PLACED
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def extract(
             kind = value(model, e.kind)
             if kind == NONE:
                 continue
-            placed = kind in (WHOLE, TRUNCATED, RESUMED, FINAL)
+            placed = kind in PLACED
             rows.append(
                 Row(
                     name,

@@ -1,20 +1,19 @@
 """The scheduler core as z3 formulas: one planning step at a time, over symbolic state.
 
-This module mirrors :class:`policykit.planner.Planner` (resume, then admission in queue order),
-:meth:`policykit.node.PrefillNode.commit` (load-back, ``alloc_extend`` page arithmetic, the
-sliding-window pool) and ``release``. It does *not* copy any policy or the ledger: the real
-:class:`~policykit.ledger.Ledger` runs on :class:`~policykit.spec.symbolic.Sym` values, and the
-registered policies are evaluated symbolically (``symbolic.evaluate``). Every step is guarded:
-``step(guard)`` leaves the state unchanged where the guard is false, so a whole round is one
-straight-line formula (no path explosion across requests or rounds).
+The round's decisions are not restated here: :mod:`policykit.kernel` holds them once (resume,
+admission with its lock and re-selection, the idle node's answers) and :class:`Terms` runs
+them on z3 terms, as :class:`~policykit.kernel.Ints` runs them on ints for
+:class:`policykit.planner.Planner`. Nor does this module copy any policy or the ledger: the
+real :class:`~policykit.ledger.Ledger` runs on :class:`~policykit.spec.symbolic.Sym` values,
+and the registered policies are evaluated symbolically (``symbolic.evaluate``). What it adds
+is the guarding: ``step(guard)`` leaves the state unchanged where the guard is false, so a
+whole round is one straight-line formula (no path explosion across requests or rounds).
 
 Device prefixes are pinned (no lock, never evicted) or unpinned: a :class:`Hit` says what the
-cache offers a waiting request in a round, its lock lowers the baseline, and a request that
-stops fitting because of its own lock is asked about again without its prefix, as
-``Planner._admit`` does (eviction, which decides whether the prefix is still there, is
-:mod:`policykit.spec.cache`'s). ``max_prefill_tokens`` is the ledger's input budget, as in the
-planner. ``tests/spec/test_conformance.py`` checks the
-encoding against the concrete planner and node on random states.
+cache offers a waiting request in a round (eviction, which decides whether the prefix is
+still there, is :mod:`policykit.spec.cache`'s). The node's commit and release are
+:mod:`policykit.spec.bmc`'s. ``tests/spec/test_conformance.py`` checks the encoding against
+the concrete planner and node on random states.
 """
 
 from __future__ import annotations
@@ -29,10 +28,10 @@ import z3
 from policykit import kernel
 from policykit.config import EngineConfig
 from policykit.host_tier import LOAD_BACK_THRESHOLD
-from policykit.kernel import admit_view, chunk_view
+from policykit.kernel import Attempt, Offer
 from policykit.ledger import Budget, Ledger
-from policykit.liveness import idle_admit_view, idle_chunk_view, idle_swa_facts, owed_tokens
-from policykit.node import FIRST_TOKENS
+from policykit.liveness import owed_tokens
+from policykit.node import eviction_demand, swa_extend_need
 from policykit.plan import NEVER
 from policykit.policy import AdmitView, QueueView
 from policykit.pool import extend_pages, pages_for
@@ -63,6 +62,9 @@ KIND_NAMES = {
     REJ_OTHER: "rejected OTHER",
     REJ_NEVER: f"rejected {NEVER}",
 }
+#: the kinds of an entry that computes this round (the batch): consecutive codes, so that
+#: :func:`placed_kind` is one range test
+PLACED = (WHOLE, TRUNCATED, RESUMED, FINAL)
 _LEDGER_FIELDS = (
     "baseline",
     "rem_total_token_offset",
@@ -202,9 +204,19 @@ class Terms:
         return z3.Not(_truth(cond))
 
     def choose(self, cond: Any, a: Any, b: Any) -> Any:
+        """``a`` where ``cond`` holds, else ``b``: numbers, truth values, and ledgers and the
+        kernel's records field by field."""
         if isinstance(a, Ledger):
             return _pick_ledger(_truth(cond), a, b)
-        return ite(cond, a, b)
+        if dataclasses.is_dataclass(a):
+            picked = {
+                f.name: self.choose(cond, getattr(a, f.name), getattr(b, f.name))
+                for f in dataclasses.fields(a)
+            }
+            return type(a)(**picked)
+        if isinstance(a, Sym):
+            return ite(cond, a, b)
+        return z3.If(_truth(cond), _truth(a), _truth(b))
 
     def decide(
         self,
@@ -225,6 +237,14 @@ class Terms:
 
     def when(self, cond: Any, work: Any) -> Any:
         return work()
+
+    def name(self, label: str, value: Any) -> Any:
+        if isinstance(value, Sym):
+            return self.enc.bind(label, value)
+        return self.enc.bind_bool(label, _truth(value))
+
+    def known_zero(self, x: Any) -> bool:
+        return _is_zero(x)
 
 
 @dataclass
@@ -250,15 +270,11 @@ class Req:
 
 
 @dataclass(frozen=True)
-class Hit:
-    """What the cache offers a waiting request in one round (``Planner._admit_with``)."""
-
-    cached: Sym  #: device tokens matched (pinned prefix, or the unpinned one while cached)
-    host: Sym  #: host tokens a load-back copies after them
-    lock: Sym  #: evictable tokens locking the match takes (the unpinned prefix, if cached)
-    #: the slots the load-back takes (whole pages), kept a term of the inputs where the host
-    #: hit is: a floor division of a per-round term is a fresh quotient for the solver
-    slots: Sym
+class Hit(Offer):
+    """What the cache offers a waiting request in one round: the device prefix matched
+    (pinned, or the unpinned one while cached), whose lock takes the unpinned prefix, and the
+    host prefix after it. The load-back's slots are kept a term of the inputs where the host
+    hit is: a floor division of a per-round term is a fresh quotient for the solver."""
 
     @staticmethod
     def pinned(req: Req, page: int) -> Hit:
@@ -313,6 +329,31 @@ class Entry:
         return self.end - self.start
 
 
+def _admitted(
+    kind: Sym, placed: z3.BoolRef, whole: z3.BoolRef, a: Attempt, rem_total: Sym, cur_rem: Sym
+) -> Entry:
+    """The entry of a waiting request's turn: the attempt's chunk and what it took, where
+    it was placed (zeros elsewhere)."""
+    zero = Sym(num(0))
+    end = ite(placed, ite(whole, a.start + a.chunk, a.end), zero)
+    got = a.offer
+    return Entry(
+        kind,
+        ite(placed, a.start, zero),
+        end,
+        ite(placed, got.host, zero),
+        rem_total,
+        cur_rem,
+        ite(placed, got.slots, zero),
+        ite(placed, got.lock, zero),
+    )
+
+
+def placed_kind(kind: Sym) -> z3.BoolRef:
+    """The entry of kind ``kind`` is in the round's batch (one of :data:`PLACED`)."""
+    return z3.And(kind.t >= PLACED[0], kind.t <= PLACED[-1])
+
+
 def quiet_entry() -> Entry:
     return Entry(*(Sym(num(0)) for _ in range(8)))
 
@@ -338,7 +379,7 @@ class RoundModel:
         self.combo, self.config, self.enc, self.sources = combo, config, enc, sources
         self.num = Terms(enc, combo, sources)
         #: per request (by name): the idle node's answers, the same in every round
-        self._idle: dict[str, tuple[z3.BoolRef, Sym]] = {}
+        self._idle: dict[str, kernel.IdleAnswers] = {}
 
     # -- ledger ----------------------------------------------------------------------------
     def open_ledger(self, baseline: Sym, swa_free: Sym | None) -> Ledger:
@@ -412,10 +453,11 @@ class RoundModel:
         reselect: bool = True,
     ) -> tuple[Entry, z3.BoolRef, z3.BoolRef]:
         """One turn of the planner's queue loop for ``req`` where ``consider`` holds: the
-        budget check, then ``Planner._admit`` with what the cache offers (``hit``; by default
-        the request's pinned prefix), then (for a refused request, given the ``idle`` node's
-        capacity) ``Planner.never_fits``. Returns the entry, whether it was placed and whether
-        it was rejected for good (the queue then moves on past it).
+        budget check, then the admission (:func:`policykit.kernel.admission`) on what the
+        cache offers (``hit``; by default the request's pinned prefix), then (for a refused
+        request, given the ``idle`` node's capacity) ``Planner.never_fits``. Returns the
+        entry, whether it was placed and whether it was rejected for good (the queue then
+        moves on past it).
 
         ``reselect=False`` leaves out the turns where the lock refuses the request (a fact
         says there are none): such a turn is the turn of the same prompt with nothing cached,
@@ -429,36 +471,22 @@ class RoundModel:
         swa_pool = None
         if self.config.hybrid_swa:
             swa_pool = idle.swa_total if idle is not None else self.enc.var("swa_pool")
-        ok = self._admits(req, hit.cached, hit.host, led, swa_pool)
-        first = self._attempt(state, req, hit, ok, swa_pool)
-        if _is_zero(hit.lock):
-            a = first
-        else:
-            # the lock lowers the baseline and admission is asked again; refused there, the
-            # request is asked about afresh: nothing cached, so no host prefix either
-            locked = dataclasses.replace(led)
-            locked.lower_baseline(hit.lock)
-            ok_locked = self._admits(req, hit.cached, hit.host, locked, swa_pool)
-            lock_refused = self.enc.bind_bool(
-                "lock_refused", z3.And(ok, hit.lock.t > 0, z3.Not(ok_locked))
-            )
-            if reselect:
-                none = Hit.none()
-                ok_fresh = self._admits(req, none.cached, none.host, led, swa_pool)
-                fresh = self._attempt(state, req, none, ok_fresh, swa_pool)
-                a = _pick_attempt(lock_refused, fresh, first)
-            else:
-                self.enc.facts.append(z3.Not(lock_refused))
-                a = first
-        ok, other, bad_range, whole = a.ok, a.other, a.bad_range, a.whole
-        host, lock, start, end_t, chunk = a.host, a.lock, a.start, a.end_t, a.chunk
-        load_back = a.load_back
-        placed = z3.And(go, ok, z3.Not(bad_range), z3.Not(other))
+        a, refused = kernel.admission(
+            self.num, led, req.prompt, hit, state.has_chunked, swa_pool, req.name
+        )
+        if reselect:
+            a = kernel.afresh(self.num, refused, a, lambda: self._afresh(state, req, swa_pool))
+        elif refused is not False:
+            self.enc.facts.append(z3.Not(refused))
+        ok, other, whole = a.ok, a.other, t(a.whole)
+        placed = z3.And(go, ok, z3.Not(a.bad_range), z3.Not(other))
         new_led = self.merge_ledger(placed, a.ledger, led)
         state.ledger = new_led
         state.bad_contract = z3.Or(
             state.bad_contract,
-            z3.And(go, ok, z3.Or(bad_range, z3.And(z3.Not(other), z3.Not(whole), a.bad_t))),
+            z3.And(
+                go, ok, z3.Or(a.bad_range, z3.And(z3.Not(other), z3.Not(whole), a.bad_truncation))
+            ),
         )
         refused = z3.And(go, z3.Or(z3.Not(ok), other))
         never = z3.BoolVal(False)
@@ -469,120 +497,51 @@ class RoundModel:
         )
         state.has_chunked = z3.Or(state.has_chunked, z3.And(placed, z3.Not(whole)))
         rem_total, cur_rem = self._mark(state, new_led, placed)
-        zero = Sym(num(0))
         kind = ite(
             placed,
             ite(whole, WHOLE, TRUNCATED),
             ite(never, REJ_NEVER, ite(refused, ite(ok, REJ_OTHER, REJ_NO_TOKEN), NONE)),
         )
-        end = ite(placed, ite(whole, start + chunk, end_t), zero)
-        return (
-            Entry(
-                kind,
-                ite(placed, start, zero),
-                end,
-                ite(placed, host, zero),
-                rem_total,
-                cur_rem,
-                ite(placed, load_back, zero),
-                ite(placed, lock, zero),
-            ),
-            placed,
-            never,
-        )
+        return _admitted(kind, placed, whole, a, rem_total, cur_rem), placed, never
 
-    def _attempt(
-        self, state: RoundState, req: Req, hit: Hit, ok: z3.BoolRef, swa_pool: Sym | None
-    ) -> Attempt:
-        """``Planner._admit_with`` past the admission question (answered ``ok``): take the
-        lock and the load-back out of the baseline, ask for the first chunk, align it and
-        reserve its tail, on a copy of the round's ledger."""
-        loaded = dataclasses.replace(state.ledger)
-        if not _is_zero(hit.lock):
-            loaded.lower_baseline(hit.lock)
-        load_back = hit.slots
-        loaded.lower_baseline(load_back)
-        compute = req.prompt - hit.cached - hit.host
-        view = chunk_view(compute, loaded, swa_pool)
-        chunk, bad_range = kernel.chunk(self.num, "new_chunk", view, "", label="new_chunk")
-        other = z3.Or(chunk.t == 0, z3.And(chunk.t < compute.t, state.has_chunked))
-        whole = chunk.t == compute.t
-        start = hit.cached + hit.host
-        placed, end_t, bad_t = kernel.place(
-            self.num, loaded, start, chunk, whole, req.prompt, "", placed=lambda: True
+    def _afresh(self, state: RoundState, req: Req, swa_pool: Sym | None) -> Attempt:
+        """The admission of ``req`` with nothing cached, so no host prefix either (the host
+        prefix continues the device prefix it lost)."""
+        a, _ = kernel.admission(
+            self.num, state.ledger, req.prompt, Hit.none(), state.has_chunked, swa_pool, req.name
         )
-        return Attempt(
-            ok,
-            other,
-            bad_range,
-            whole,
-            bad_t,
-            placed,
-            hit.host,
-            hit.lock,
-            start,
-            end_t,
-            chunk,
-            load_back,
-        )
-
-    def _admits(
-        self, req: Req, cached: Sym, host: Sym, led: Ledger, swa_pool: Sym | None
-    ) -> z3.BoolRef:
-        """The admission policy's answer about ``req`` with ``cached`` device and ``host``
-        tokens of it cached, on ``led`` (``Planner._admit_with``'s ``admit_view``)."""
-        view = admit_view(req.prompt, req.prompt - cached, host, led, swa_pool)
-        return self.num.admits(view, req.name)
+        return a
 
     def _never_fits(self, state: RoundState, req: Req, idle: IdleNode) -> Any:
         """``Planner.never_fits``, asked by the planner about a refused request: a policy that
         breaks its contract there breaks it in the round."""
-        ok, chunk = self.idle_answers(req, idle)
-        compute = req.prompt - req.device - req.idle_host
-        state.bad_contract = z3.Or(
-            state.bad_contract, z3.And(ok, z3.Or(chunk.t < 0, chunk.t > compute.t))
-        )
+        answers = self.idle_answers(req, idle)
+        ok, chunk = answers.ok, answers.chunk
+        state.bad_contract = z3.Or(state.bad_contract, z3.And(ok, answers.bad))
         return z3.Or(z3.Not(ok), chunk.t == 0)
 
     def fits_idle(self, req: Req, idle: IdleNode) -> z3.BoolRef:
         """An idle node would admit ``req`` and give it a first chunk (not ``never_fits``)."""
-        ok, chunk = self.idle_answers(req, idle)
-        return z3.And(ok, chunk.t > 0)
+        answers = self.idle_answers(req, idle)
+        return z3.And(answers.ok, answers.chunk.t > 0)
 
-    def idle_answers(self, req: Req, idle: IdleNode) -> tuple[z3.BoolRef, Sym]:
-        """The policies' answers about ``req`` on the best case an idle node can ever offer
-        (every slot but the pinned prefixes free, the whole compute budget): admitted, and
-        its first chunk. That node is made of the request's inputs alone, so the answers are
+    def idle_answers(self, req: Req, idle: IdleNode) -> kernel.IdleAnswers:
+        """:func:`policykit.kernel.idle_answers` about ``req`` on the best case an idle node
+        can ever offer. That node is made of the request's inputs alone, so the answers are
         worked out once per request and reused in every round."""
         if req.name not in self._idle:
-            page, cfg = self.config.page_size, self.config
-            remaining = req.prompt - req.device
-            host = req.idle_host
-            swa = None
-            if cfg.sliding_window is not None:
-                swa = idle_swa_facts(
-                    remaining - host,
-                    FIRST_TOKENS,
-                    page,
-                    cfg.chunked_prefill_size,
-                    idle.swa_total,
-                    cfg.sliding_window,
-                )
-            view = idle_admit_view(
-                req.prompt, remaining, host, FIRST_TOKENS, page, idle.capacity, swa
-            )
-            chunk_view = idle_chunk_view(
-                remaining - host,
-                host,
-                page,
-                cfg.chunked_prefill_size,
+            cfg = self.config
+            self._idle[req.name] = kernel.idle_answers(
+                self.num,
+                req.prompt,
+                req.device,
+                req.idle_host,
                 idle.capacity,
                 idle.swa_total if cfg.hybrid_swa else None,
-                swa,
-            )
-            self._idle[req.name] = (
-                self.num.admits(view, req.name, label="idle_admit"),
-                self.enc.bind("idle_chunk", self.num.ask("chunking", "new_chunk", chunk_view)),
+                page=cfg.page_size,
+                chunk_size=cfg.chunked_prefill_size,
+                window=cfg.sliding_window,
+                request_id=req.name,
             )
         return self._idle[req.name]
 
@@ -594,38 +553,6 @@ class RoundModel:
             return None
         view = QueueView(req.prompt, req.device, req.loadable, self.config.page_size)  # type: ignore[arg-type]
         return self.enc.bind("priority", self.num.ask("queue", "priority", view))
-
-
-@dataclass
-class Attempt:
-    """One ``Planner._admit_with`` of a waiting request (with or without its prefix)."""
-
-    ok: z3.BoolRef  #: the admission policy's answer
-    other: z3.BoolRef  #: no first chunk, or a second in-progress request (``Budget.OTHER``)
-    bad_range: z3.BoolRef  #: the chunk is out of range (a broken contract)
-    whole: z3.BoolRef  #: the chunk is the whole rest of the prompt
-    bad_t: z3.BoolRef  #: a truncation's alignment or reservation broke the contract
-    ledger: Ledger  #: the ledger once it is placed
-    host: Sym
-    lock: Sym
-    start: Sym
-    end_t: Sym  #: a truncation's aligned end
-    chunk: Sym
-    load_back: Sym  #: its load-back's slots
-
-
-def _pick_attempt(cond: z3.BoolRef, a: Attempt, b: Attempt) -> Attempt:
-    """Attempt ``a`` where ``cond`` holds, else ``b``."""
-    out = {}
-    for f in dataclasses.fields(Attempt):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if f.name == "ledger":
-            out[f.name] = _pick_ledger(cond, x, y)
-        elif isinstance(x, Sym):
-            out[f.name] = ite(cond, x, y)
-        else:
-            out[f.name] = z3.If(cond, x, y)
-    return Attempt(**out)
 
 
 @dataclass(frozen=True)
@@ -660,8 +587,14 @@ def full_need(entry: Entry, page: int) -> Sym:
 
 
 def swa_need(entry: Entry, page: int) -> Sym:
-    """SWA tokens ``alloc_extend`` requires free for an entry (``extend + page_size``)."""
-    return ite(entry.end.t > entry.start.t, entry.tokens + page, 0)
+    """SWA tokens ``alloc_extend`` requires free for an entry (``swa_extend_need``)."""
+    return ite(entry.end.t > entry.start.t, swa_extend_need(entry.tokens, page), 0)
+
+
+def eviction_share(entry: Entry, page: int) -> Sym:
+    """An entry's share of what the commit evicts for (``eviction_demand`` of one
+    request), when it computes."""
+    return ite(entry.end.t > entry.start.t, eviction_demand(entry.tokens, 1, page), 0)
 
 
 def owed(prompt: Sym, seq: Sym, page: int) -> Sym:
