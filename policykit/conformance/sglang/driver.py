@@ -148,7 +148,11 @@ def _import_real_xgrammar() -> None:
 
 def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
     """Subclasses of upstream's storage base classes, counting on a policykit node."""
-    bpc = up["base_prefix_cache"]
+    return {**_counting_allocators(up), "CountingPrefixCache": _counting_prefix_cache(up)}
+
+
+def _counting_allocators(up: dict[str, Any]) -> dict[str, type]:
+    """Upstream's allocator interfaces over a policykit node's pools (counts only)."""
 
     class CountingAllocator(up["allocator_base"].BaseTokenToKVPoolAllocator):
         """The full KV pool as a free-token count (``PrefillBudget`` reads nothing else)."""
@@ -203,6 +207,13 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
 
         def available_size(self) -> int:
             return min(self.full_available_size(), self.swa_available_size())
+
+    return {"CountingAllocator": CountingAllocator, "CountingSWAAllocator": CountingSWAAllocator}
+
+
+def _counting_prefix_cache(up: dict[str, Any]) -> type:
+    """Upstream's prefix-cache interface over a policykit node's cache and host tier."""
+    bpc = up["base_prefix_cache"]
 
     class CountingPrefixCache(bpc.BasePrefixCache):
         """The policykit node's prefix cache behind upstream's prefix-cache interface."""
@@ -278,11 +289,7 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
         def swa_evictable_size(self) -> int:
             return 0
 
-    return {
-        "CountingAllocator": CountingAllocator,
-        "CountingSWAAllocator": CountingSWAAllocator,
-        "CountingPrefixCache": CountingPrefixCache,
-    }
+    return CountingPrefixCache
 
 
 # --- the scenario's side -----------------------------------------------------------------------
@@ -297,6 +304,28 @@ def not_expressible(scenario: Scenario) -> NotExpressible | None:
 
 
 # --- driving ---------------------------------------------------------------------------------
+@dataclass
+class _Admissions:
+    """What one round admitted so far, in the shape of a policykit plan."""
+
+    entries: list[Entry] = field(default_factory=list)
+    marks: list[LedgerMark] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    #: every ``AddReqResult`` upstream returned, in call order: (request, verdict)
+    verdicts: list[tuple[str, str]] = field(default_factory=list)
+
+    def mark(self, adder: Any, rid: str) -> None:
+        """The ledger right after ``rid`` was placed."""
+        self.marks.append(
+            LedgerMark(
+                rid,
+                int(adder.rem_total_tokens),
+                int(adder.cur_rem_tokens),
+                int(adder.rem_chunk_tokens),
+            )
+        )
+
+
 class UpstreamDriver:
     """Runs one scenario through upstream's scheduler, round by round.
 
@@ -362,12 +391,29 @@ class UpstreamDriver:
 
     def round(self, round_no: int) -> UpstreamRound:
         """Upstream's ``_get_new_batch_prefill_raw`` for one round (nothing running)."""
-        sp, cfg = self.up["schedule_policy"], self.node.config
-        AddReqResult = sp.AddReqResult
         # upstream sorts (hooks included) before it builds the round's adder
         self.schedule.calc_priority(self.waiting)
-        queue = self.waiting
-        adder = sp.PrefillAdder(
+        adder = self._adder()
+        baseline = int(adder.rem_total_tokens)
+        out = _Admissions()
+        if self.chunked is not None:
+            self._add_chunked(adder, out)
+        stop = self._add_waiting(adder, out)
+        self._after_admission(adder)
+        plan = Plan(
+            round=round_no,
+            entries=tuple(out.entries),
+            rejected=tuple(out.rejected),
+            marks=tuple(out.marks),
+            stop=stop,
+            baseline=baseline,
+        )
+        return UpstreamRound(plan, out.verdicts)
+
+    def _adder(self) -> Any:
+        """The round's ``PrefillAdder``, as the scheduler builds it on a prefill node."""
+        cfg = self.node.config
+        return self.up["schedule_policy"].PrefillAdder(
             cfg.page_size,
             self.cache,
             self.allocator,
@@ -376,71 +422,50 @@ class UpstreamDriver:
             cfg.max_prefill_tokens if cfg.max_prefill_tokens is not None else 1 << 62,
             cfg.chunked_prefill_size,
         )
-        baseline = int(adder.rem_total_tokens)
-        entries: list[Entry] = []
-        marks: list[LedgerMark] = []
-        rejected: list[Rejection] = []
-        verdicts: list[tuple[str, str]] = []
-        stop: str | None = None
 
-        def mark(rid: str) -> None:
-            marks.append(
-                LedgerMark(
-                    rid,
-                    int(adder.rem_total_tokens),
-                    int(adder.cur_rem_tokens),
-                    int(adder.rem_chunk_tokens),
-                )
-            )
+    def _add_chunked(self, adder: Any, out: _Admissions) -> None:
+        """The in-progress request's next chunk (``add_chunked_req``), or its deferral."""
+        req = self.chunked
+        start = req.prefix_len
+        req.init_next_round_input()
+        left = adder.add_chunked_req(req)
+        if any(r is req for r in adder.can_run_list):
+            kind = EntryKind.RESUMED if left is not None else EntryKind.FINAL
+            out.entries.append(Entry(req.rid, start, req.extend_end, kind))
+            out.mark(adder, req.rid)
+        else:
+            out.entries.append(Entry(req.rid, start, start, EntryKind.DEFERRED))
 
-        if self.chunked is not None:
-            req = self.chunked
-            start = req.prefix_len
-            req.init_next_round_input()
-            left = adder.add_chunked_req(req)
-            if any(r is req for r in adder.can_run_list):
-                end = req.extend_end
-                kind = EntryKind.RESUMED if left is not None else EntryKind.FINAL
-                entries.append(Entry(req.rid, start, end, kind))
-                mark(req.rid)
-            else:
-                entries.append(Entry(req.rid, start, start, EntryKind.DEFERRED))
-
+    def _add_waiting(self, adder: Any, out: _Admissions) -> str | None:
+        """The waiting queue in its sorted order until the adder says stop (``add_one_req``);
+        returns the verdict that stopped admission, if one did."""
+        AddReqResult = self.up["schedule_policy"].AddReqResult
+        queue = self.waiting
         for at, req in enumerate(queue):
             if adder.budget_state() == AddReqResult.OTHER:
-                stop = "OTHER"
-                break
+                return "OTHER"
             state_before = adder.budget_state()
             req.init_next_round_input(self.cache)
             res = adder.add_one_req(
                 req, has_chunked_req=self.chunked is not None, truncation_align_size=None
             )
-            verdicts.append((req.rid, res.name))
+            out.verdicts.append((req.rid, res.name))
             admitted = bool(adder.can_run_list) and adder.can_run_list[-1] is req
             if admitted:
                 kind = EntryKind.TRUNCATED if adder.new_chunked_req is req else EntryKind.WHOLE
                 loaded = req.host_loaded_length
                 cached = req.prefix_len - loaded
-                entries.append(Entry(req.rid, req.prefix_len, req.extend_end, kind, cached, loaded))
-                mark(req.rid)
+                out.entries.append(
+                    Entry(req.rid, req.prefix_len, req.extend_end, kind, cached, loaded)
+                )
+                out.mark(adder, req.rid)
             elif state_before == AddReqResult.CONTINUE:
                 # Refused on its own merits (not because the budget was already spent).
-                rejected.append(Rejection(req.rid, res.name))
+                out.rejected.append(Rejection(req.rid, res.name))
             if res != AddReqResult.CONTINUE:
                 # An admitted request's verdict only stops someone if someone is left.
-                if not admitted or at + 1 < len(queue):
-                    stop = res.name
-                break
-        self._after_admission(adder)
-        plan = Plan(
-            round=round_no,
-            entries=tuple(entries),
-            rejected=tuple(rejected),
-            marks=tuple(marks),
-            stop=stop,
-            baseline=baseline,
-        )
-        return UpstreamRound(plan, verdicts)
+                return res.name if not admitted or at + 1 < len(queue) else None
+        return None
 
     def _after_admission(self, adder: Any) -> None:
         # The adder's locks were accounting; the node takes the real ones when it commits.
