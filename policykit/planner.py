@@ -248,7 +248,7 @@ class Planner:
         # reaches ``rem_input_tokens`` only with chunked prefill disabled, and a policykit node
         # always chunks; the budget still ends admission once spent (``Budget.OTHER``).
         compute = remaining - host_len
-        view = chunk_view(compute, ledger, self._swa_pool)
+        view = chunk_view(compute, ledger, self._swa_pool, host_len)
         chunk, _ = kernel.chunk(self.num, "new_chunk", view, req.id, label="new_chunk")
         if chunk == 0 or (chunk < compute and self._has_chunked(entries)):
             # No room to start it, or it would be a second in-progress request.
@@ -260,6 +260,7 @@ class Planner:
         )
         locked.update(n.id for n in newly)
         ledger.become(placed)
+        kernel.load_back_swa(ledger, host_len)
         if whole:
             return Entry(req.id, start, start + chunk, EntryKind.WHOLE, cached, host_len)
         return Entry(req.id, start, end, EntryKind.TRUNCATED, cached, host_len)
@@ -279,7 +280,10 @@ class Planner:
         pinned = node.cache.pinned_prefix(req.tokens)
         host_len = node.host.loadable(req.tokens, pinned, page)
         remaining = req.prompt_tokens - pinned
-        swa_total = None if node.swa_pool is None else node.swa_pool.total_tokens
+        swa_total = None
+        if node.swa_pool is not None:
+            # what is left of the pool once the hit's sliding-window KV is loaded
+            swa_total = node.swa_pool.total_tokens - kernel.swa_host_charge(host_len, page)
         swa = None
         if swa_total is not None and cfg.sliding_window is not None:
             swa = idle_swa_facts(

@@ -22,6 +22,7 @@ from typing import Any
 
 import z3
 
+from policykit.host_tier import swa_host_hit
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
 from policykit.registry import Combo
@@ -426,7 +427,9 @@ def unroll_round(
     oom_full = need.t > (baseline - locks).t
     if cfg.hybrid:
         swa_needed = sum((swa_need(e, page) for e in entries), Sym(num(0)))
-        oom_swa = swa_needed.t > swa_free.t
+        # the load-backs took their sliding-window KV first (``swa_host_hit``)
+        swa_loaded = sum((swa_host_hit(e.load_back) for e in entries), Sym(num(0)))
+        oom_swa = swa_needed.t > (swa_free - swa_loaded).t
     else:
         oom_swa = z3.BoolVal(False)
     baseline_after = enc.bind(
@@ -447,10 +450,11 @@ def unroll_round(
                 "finish_pos", ite(done, ite(kind == FINAL, 0, 1 + i), s.finish_pos[i])
             )
         if cfg.hybrid and cfg.swa_window is not None:
-            grown = s.swa_hold[i] + e.tokens
+            took = e.tokens + swa_host_hit(e.load_back)
+            grown = s.swa_hold[i] + took
             kept = ite(grown.t > cfg.swa_window, cfg.swa_window, grown)
             swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))
-            swa_after = swa_after - ite(computes, e.tokens, 0) + ite(computes, grown - kept, 0)
+            swa_after = swa_after - ite(computes, took, 0) + ite(computes, grown - kept, 0)
     swa_after = enc.bind("swa_free_after", swa_after)
     # KV that held requests will still give back (none where held KV is never released)
     due = [

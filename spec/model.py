@@ -69,6 +69,7 @@ _LEDGER_FIELDS = (
     "rem_swa_token_offset",
     "rem_chunk_tokens",
     "rem_input_tokens",
+    "swa_baseline",  # a load-back's sliding-window KV lowers it (``kernel.load_back_swa``)
 )
 
 
@@ -518,7 +519,7 @@ class RoundModel:
         load_back = hit.slots
         loaded.lower_baseline(load_back)
         compute = req.prompt - hit.cached - hit.host
-        view = chunk_view(compute, loaded, swa_pool)
+        view = chunk_view(compute, loaded, swa_pool, hit.host)
         chunk, bad_range = kernel.chunk(self.num, "new_chunk", view, "", label="new_chunk")
         other = z3.Or(chunk.t == 0, z3.And(chunk.t < compute.t, state.has_chunked))
         whole = chunk.t == compute.t
@@ -526,6 +527,7 @@ class RoundModel:
         placed, end_t, bad_t = kernel.place(
             self.num, loaded, start, chunk, whole, req.prompt, "", placed=lambda: True
         )
+        kernel.load_back_swa(placed, hit.host)  # its sliding-window KV comes back too
         return Attempt(
             ok,
             other,
@@ -573,6 +575,8 @@ class RoundModel:
             page, cfg = self.config.page_size, self.config
             remaining = req.prompt - req.device
             host = req.idle_host
+            # the sliding-window pool once the hit's sliding-window KV is loaded
+            swa_total = idle.swa_total - kernel.swa_host_charge(host, page)
             swa = None
             if cfg.swa_window is not None:
                 swa = idle_swa_facts(
@@ -580,7 +584,7 @@ class RoundModel:
                     FIRST_TOKENS,
                     page,
                     cfg.chunked_prefill_size,
-                    idle.swa_total,
+                    swa_total,
                     cfg.swa_window,
                 )
             view = idle_admit_view(
@@ -592,7 +596,7 @@ class RoundModel:
                 page,
                 cfg.chunked_prefill_size,
                 idle.capacity,
-                idle.swa_total if cfg.hybrid else None,
+                swa_total if cfg.hybrid else None,
                 swa,
             )
             self._idle[req.name] = (
@@ -661,10 +665,9 @@ def _pick_ledger(cond: z3.BoolRef, a: Ledger, b: Ledger) -> Ledger:
 
 
 def _fields(ledger: Ledger) -> tuple[str, ...]:
-    """The ledger's symbolic fields (no input budget where the configuration has none)."""
-    if ledger.rem_input_tokens is None:
-        return tuple(n for n in _LEDGER_FIELDS if n != "rem_input_tokens")
-    return _LEDGER_FIELDS
+    """The ledger's symbolic fields (no input budget, no sliding-window baseline where the
+    configuration has none)."""
+    return tuple(n for n in _LEDGER_FIELDS if getattr(ledger, n) is not None)
 
 
 def full_need(entry: Entry, page: int) -> Sym:
