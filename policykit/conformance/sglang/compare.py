@@ -11,7 +11,7 @@ which requests completed.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from policykit.conformance.sglang.driver import NotExpressible, UpstreamRun
@@ -181,11 +181,13 @@ def conform(
     max_rounds: int = MAX_ROUNDS,
     schedule_policy: str = "fcfs",
     storage: bool = False,
+    swa_storage: bool = False,
 ) -> Verdict:
     """Run ``scenario`` on both sides (at most ``max_rounds`` rounds each) and compare;
     upstream sorts its queue with ``schedule_policy`` (its ``--schedule-policy``). With
-    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`)."""
-    theirs = drive(scenario, max_rounds, schedule_policy)
+    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`);
+    ``swa_storage`` runs SGLang's own SWA storage under hybrid SWA (:func:`drive`)."""
+    theirs = drive(scenario, max_rounds, schedule_policy, swa_storage=swa_storage)
     if isinstance(theirs, NotExpressible):
         return Verdict(scenario.name, not_expressible=theirs.reason)
     views: list[dict[str, Any]] | None = [] if storage else None
@@ -254,7 +256,6 @@ def random_scenario(
     evictable = evictable_prefix + rng.randint(0, 3) * page * rng.randint(0, 32)
     swa_free = window = None
     if hybrid_swa if hybrid_swa is not None else rng.random() < 0.25:
-        requests = [replace(r, host_prefix_tokens=0) for r in requests]
         window = rng.choice((128, 512, 4096))
         swa_free = max(page, rng.randint(0, 8000))
     return Scenario(

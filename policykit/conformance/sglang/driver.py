@@ -7,18 +7,14 @@ The decisions are upstream's own code: ``Req``, ``PrefillAdder`` (``add_chunked_
 ``SchedulePolicy.calc_priority`` (``fcfs`` unless told otherwise), the in-progress chunked
 request, then the waiting queue in that order until the adder says stop.
 
-Storage: without hybrid SWA, :class:`~policykit.conformance.sglang.storage_driver.StorageDriver`
-runs SGLang's own radix tree, allocators and allocation path (docs/conformance.md says which
-classes run and which are stand-ins). With hybrid SWA, :class:`UpstreamDriver` still answers
-storage questions from a policykit :class:`~policykit.node.PrefillNode`
-(:class:`CountingAllocator`, :class:`CountingSWAAllocator` and :class:`CountingPrefixCache` are
-thin subclasses of upstream's base classes whose counts are read from the node, which commits
-upstream's decisions): there, both sides share one storage model and differ only in their
-decisions.
-
-What the scenario format can say but this driver cannot put to upstream (a host-tier prefix
-with hybrid SWA: 0.5.23 loads the sliding-window part of a host hit separately) comes back as
-:class:`NotExpressible`, never as a silent skip.
+Storage: without hybrid SWA (or when asked to, with it),
+:class:`~policykit.conformance.sglang.storage_driver.StorageDriver` runs SGLang's own radix
+tree, allocators and allocation path (docs/conformance.md says which classes run and which are
+stand-ins). With hybrid SWA, by default, :class:`UpstreamDriver` answers storage questions
+from a policykit :class:`~policykit.node.PrefillNode` (:class:`CountingAllocator`,
+:class:`CountingSWAAllocator` and :class:`CountingPrefixCache` are thin subclasses of
+upstream's base classes whose counts are read from the node, which commits upstream's
+decisions): there, both sides share one storage model and differ only in their decisions.
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ from typing import Any
 
 from policykit.conformance.sglang import gpu_stubs, storage
 from policykit.errors import PolicykitError, PrefillOutOfMemory
-from policykit.host_tier import LOAD_BACK_THRESHOLD
+from policykit.host_tier import LOAD_BACK_THRESHOLD, swa_host_hit
 from policykit.node import PrefillNode
 from policykit.plan import Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.request import Request, State
@@ -165,6 +161,7 @@ def _counting_allocators(up: dict[str, Any]) -> dict[str, type]:
 
         #: tokens a host load-back took at admission that the node allocates when it commits
         pending_load = 0
+        pending_swa_load = 0
 
         def available_size(self) -> int:
             return self.node.pool.free_tokens - self.pending_load
@@ -197,13 +194,15 @@ def _counting_allocators(up: dict[str, Any]) -> dict[str, type]:
             return False
 
         pending_load = 0
+        #: the sliding-window KV those load-backs took (``swa_host_hit``)
+        pending_swa_load = 0
 
         def full_available_size(self) -> int:
             return self.node.pool.free_tokens - self.pending_load
 
         def swa_available_size(self) -> int:
             assert self.node.swa_pool is not None
-            return self.node.swa_pool.free_tokens
+            return self.node.swa_pool.free_tokens - self.pending_swa_load
 
         def available_size(self) -> int:
             return min(self.full_available_size(), self.swa_available_size())
@@ -245,7 +244,10 @@ def _counting_prefix_cache(up: dict[str, Any]) -> type:
             page = self.node.config.page_size
             # The host tier is a radix tree of whole pages, like the device one.
             hit = 0 if host is None else (host.end - matched) // page * page
-            return bpc.MatchResult(matched, last, last, last, host_hit_length=hit)
+            swa = swa_host_hit(hit) if self.sliding_window_size is not None else 0
+            return bpc.MatchResult(
+                matched, last, last, last, host_hit_length=hit, swa_host_hit_length=swa
+            )
 
         def touch_prefix(self, key: Any) -> None:
             """Upstream's refresh of waiting prefixes (``_touch_waiting_prefixes``), on the
@@ -263,7 +265,10 @@ def _counting_prefix_cache(up: dict[str, Any]) -> type:
                 self.node.cache.evict(short)
                 if self.token_to_kv_pool_allocator.available_size() < tokens:
                     return 0, last
-            self.token_to_kv_pool_allocator.pending_load += tokens
+            allocator = self.token_to_kv_pool_allocator
+            allocator.pending_load += tokens
+            if self.sliding_window_size is not None:
+                allocator.pending_swa_load += swa_host_hit(tokens)
             return tokens, last
 
         def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
@@ -294,16 +299,11 @@ def _counting_prefix_cache(up: dict[str, Any]) -> type:
 
 # --- the scenario's side -----------------------------------------------------------------------
 def not_expressible(scenario: Scenario) -> NotExpressible | None:
-    """Why upstream cannot be driven on ``scenario`` here, or None."""
-    if scenario.sliding_window is not None and any(r.host_prefix_tokens for r in scenario.requests):
-        return NotExpressible(
-            "a host-tier prefix with hybrid SWA: upstream loads the sliding-window part of a "
-            "host hit separately (swa_host_hit_length), which the scenario format does not say"
-        )
+    """Why upstream cannot be driven on ``scenario`` here, or None (every scenario the format
+    can say can be driven today; the hook stays for inputs that cannot)."""
     return None
 
 
-# --- driving ---------------------------------------------------------------------------------
 @dataclass
 class _Admissions:
     """What one round admitted so far, in the shape of a policykit plan."""
@@ -474,7 +474,8 @@ class UpstreamDriver:
                 self.cache.unlock(req.lock)
                 req.lock = None
         self.pending_chunked = adder.new_chunked_req
-        self.allocator.pending_load = 0  # the node allocates the load-backs when it commits
+        # the node allocates the load-backs when it commits
+        self.allocator.pending_load = self.allocator.pending_swa_load = 0
 
     def enqueue(self) -> None:
         """Bring upstream's waiting queue up to date with the node's: what has left it (admitted,
