@@ -52,9 +52,20 @@ def conformance() -> None:
     help="SGLang's --schedule-policy, compared with policykit's queue policy of that name "
     "(lpm: see its documented differences in `policykit policies`).",
 )
+@click.option(
+    "--swa-storage",
+    is_flag=True,
+    help="Under hybrid SWA, run SGLang's own SWA radix tree and SWATokenToKVPoolAllocator too "
+    "(policykit does not model them yet: see docs/conformance.md).",
+)
 @json_option
 def sglang(
-    scenarios: tuple[str, ...], random_count: int, seed: int, schedule_policy: str, as_json: bool
+    scenarios: tuple[str, ...],
+    random_count: int,
+    seed: int,
+    schedule_policy: str,
+    swa_storage: bool,
+    as_json: bool,
 ) -> None:
     """Diff SCENARIO... (files or bundled names) against SGLang 0.5.23's PrefillAdder, and
     (without hybrid SWA) against its own radix tree, allocator and allocation path."""
@@ -71,7 +82,15 @@ def sglang(
     with _progress(len(loaded)) as advance:
         verdicts = []
         for sc in loaded:
-            verdicts.append(conform(sc, combo, schedule_policy=schedule_policy, storage=True))
+            verdicts.append(
+                conform(
+                    sc,
+                    combo,
+                    schedule_policy=schedule_policy,
+                    storage=True,
+                    swa_storage=swa_storage,
+                )
+            )
             advance()
     different = [v for v in verdicts if v.differences]
     covered = _coverage(loaded, verdicts)
@@ -109,7 +128,8 @@ def sglang(
         )
         click.echo(
             "with host prefixes {host}, with an unpinned device prefix evicted while its "
-            "request waited {evicted_prefix}, with hybrid SWA {hybrid_swa}".format(**covered)
+            "request waited {evicted_prefix}, with hybrid SWA {hybrid_swa} (with host prefixes "
+            "{hybrid_swa_host})".format(**covered)
         )
     if different:
         sys.exit(EXIT_DIFFERENT)
@@ -121,6 +141,10 @@ def _coverage(scenarios: list[Scenario], verdicts: list[Verdict]) -> dict[str, i
         "host": sum(any(r.host_prefix_tokens for r in sc.requests) for sc in scenarios),
         "evicted_prefix": sum(v.evicted_prefix for v in verdicts),
         "hybrid_swa": sum(sc.sliding_window is not None for sc in scenarios),
+        "hybrid_swa_host": sum(
+            sc.sliding_window is not None and any(r.host_prefix_tokens for r in sc.requests)
+            for sc in scenarios
+        ),
     }
 
 
