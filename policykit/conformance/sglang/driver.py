@@ -47,13 +47,6 @@ class UpstreamUnavailable(PolicykitError):
     """SGLang is not installed, or not the version this driver speaks to."""
 
 
-@dataclass(frozen=True)
-class NotExpressible:
-    """A scenario this driver cannot put to upstream, and why."""
-
-    reason: str
-
-
 @dataclass
 class UpstreamRound:
     """One round as upstream decided it, in the shape of policykit's round records."""
@@ -298,12 +291,6 @@ def _counting_prefix_cache(up: dict[str, Any]) -> type:
 
 
 # --- the scenario's side -----------------------------------------------------------------------
-def not_expressible(scenario: Scenario) -> NotExpressible | None:
-    """Why upstream cannot be driven on ``scenario`` here, or None (every scenario the format
-    can say can be driven today; the hook stays for inputs that cannot)."""
-    return None
-
-
 @dataclass
 class _Admissions:
     """What one round admitted so far, in the shape of a policykit plan."""

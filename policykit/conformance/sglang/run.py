@@ -8,12 +8,7 @@ Kept apart from both drivers so that neither imports the other's module back.
 
 from __future__ import annotations
 
-from policykit.conformance.sglang.driver import (
-    NotExpressible,
-    UpstreamDriver,
-    UpstreamRun,
-    not_expressible,
-)
+from policykit.conformance.sglang.driver import UpstreamDriver, UpstreamRun
 from policykit.conformance.sglang.storage_driver import drive_storage
 from policykit.scenario import Scenario
 
@@ -24,13 +19,10 @@ def drive(
     schedule_policy: str = "fcfs",
     *,
     swa_storage: bool = False,
-) -> UpstreamRun | NotExpressible:
-    """Run ``scenario`` through SGLang 0.5.23's scheduler, or say why it cannot be. With
+) -> UpstreamRun:
+    """Run ``scenario`` through SGLang 0.5.23's scheduler. With
     hybrid SWA, SGLang's own SWA storage runs only when ``swa_storage`` is asked for: policykit
     does not model it yet (docs/conformance.md gives the measured differences)."""
-    why = not_expressible(scenario)
-    if why is not None:
-        return why
     if scenario.sliding_window is None or swa_storage:
         return drive_storage(scenario, max_rounds, schedule_policy)
     return UpstreamDriver(scenario, schedule_policy).run(max_rounds)
