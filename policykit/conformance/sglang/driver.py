@@ -203,6 +203,24 @@ def _counting_allocators(up: dict[str, Any]) -> dict[str, type]:
     return {"CountingAllocator": CountingAllocator, "CountingSWAAllocator": CountingSWAAllocator}
 
 
+def _counted_load_back(cache: Any, tokens: int) -> int:
+    """HiCache's load-back on a policykit node, in tokens loaded: a hit under its threshold is
+    recomputed (0); else device memory is taken now (and, with hybrid SWA, sliding-window
+    memory for the hit's window KV), evicting cached prefixes if the free pool is short."""
+    allocator = cache.token_to_kv_pool_allocator
+    if tokens < LOAD_BACK_THRESHOLD:
+        return 0
+    short = tokens - allocator.available_size()
+    if short > 0:
+        cache.node.cache.evict(short)
+        if allocator.available_size() < tokens:
+            return 0
+    allocator.pending_load += tokens
+    if cache.sliding_window_size is not None:
+        allocator.pending_swa_load += swa_host_hit(tokens)
+    return tokens
+
+
 def _counting_prefix_cache(up: dict[str, Any]) -> type:
     """Upstream's prefix-cache interface over a policykit node's cache and host tier."""
     bpc = up["base_prefix_cache"]
@@ -248,21 +266,7 @@ def _counting_prefix_cache(up: dict[str, Any]) -> type:
             self.node.cache.match(tuple(key.raw_token_ids()))
 
         def init_load_back(self, params: Any) -> Any:
-            """HiCache's load-back as storage: a hit under its threshold is recomputed; else
-            device memory is taken now, evicting cached prefixes if the free pool is short."""
-            tokens, last = params.host_hit_length, params.req.last_node
-            if tokens < LOAD_BACK_THRESHOLD:
-                return 0, last
-            short = tokens - self.token_to_kv_pool_allocator.available_size()
-            if short > 0:
-                self.node.cache.evict(short)
-                if self.token_to_kv_pool_allocator.available_size() < tokens:
-                    return 0, last
-            allocator = self.token_to_kv_pool_allocator
-            allocator.pending_load += tokens
-            if self.sliding_window_size is not None:
-                allocator.pending_swa_load += swa_host_hit(tokens)
-            return tokens, last
+            return (_counted_load_back(self, params.host_hit_length), params.req.last_node)
 
         def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
             raise NotImplementedError("the policykit node keeps in-progress KV")
