@@ -83,10 +83,12 @@ GAPS: tuple[Gap, ...] = (
         engine=SGLANG,
         claimants=frozenset({("admission", "sglang"), ("chunking", "sglang")}),
         sliding_window=True,
-        host_tier=True,
+        host_tier=False,
         what=(
-            "a host-tier prefix with hybrid SWA: SGLang 0.5.23 loads the sliding-window part of "
-            "a host hit separately (swa_host_hit_length), which policykit does not model"
+            "hybrid SWA storage: SGLang 0.5.23 keeps sliding-window KV in its radix tree, "
+            "matches a cached prefix only through a window of it and evicts whole cached "
+            "leaves to free sliding-window slots, which policykit does not model (its decisions "
+            "match SGLang's on policykit's own sliding-window pool; docs/conformance.md)"
         ),
     ),
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -93,6 +94,17 @@ class HostTier:
 
     def __len__(self) -> int:
         return self._count
+
+
+def swa_host_hit(loaded: Any) -> Any:
+    """SGLang 0.5.23's ``swa_host_hit_length`` for a host hit that loads back ``loaded``
+    tokens (hybrid SWA): the sliding-window KV that comes back with it, which takes
+    sliding-window slots at admission. 0.5.23 derives it in its tree walk
+    (``SWAComponent.finalize_match_result_in_tree_core``): from the end of the hit towards the
+    root, it counts every host-only node's sliding-window KV, whole and uncapped, until a
+    window is covered. A host run here is one node that kept its sliding-window KV, so that is
+    the whole hit. Ints and the checker's terms alike."""
+    return loaded
 
 
 def _slot(tokens: Tokens, start: int) -> tuple[int, int | None]:

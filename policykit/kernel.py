@@ -31,7 +31,8 @@ from functools import cache
 from typing import Any, Protocol
 
 from policykit.errors import PolicyError
-from policykit.ledger import Ledger
+from policykit.host_tier import swa_host_hit
+from policykit.ledger import Ledger, ceil_paged
 from policykit.liveness import idle_admit_view, idle_chunk_view, idle_swa_facts, swa_facts
 from policykit.node import FIRST_TOKENS
 from policykit.policy import AdmitView, AlignView, ChunkView, Policy, PreemptView, TailView
@@ -171,17 +172,18 @@ def view_swa_facts(compute: Any, ledger: Ledger, swa_pool: Any | None) -> dict:
     return swa_facts(ledger, compute, FIRST_TOKENS, swa_pool)
 
 
-def chunk_view(remaining: Any, ledger: Ledger, swa_pool: Any | None) -> ChunkView:
-    """The chunking question for a request with ``remaining`` tokens to compute, on the
-    ledger as it stands."""
+def chunk_view(remaining: Any, ledger: Ledger, swa_pool: Any | None, host: Any = 0) -> ChunkView:
+    """The chunking question for a request with ``remaining`` tokens to compute (a new one:
+    after ``host`` tokens it loads back), on the ledger as it stands."""
+    swa_led, swa_pool = swa_loaded(ledger, swa_pool, host)
     return ChunkView(
         remaining_tokens=remaining,
         rem_chunk_tokens=ledger.rem_chunk_tokens,
         rem_total_tokens=ledger.rem_total_tokens,
-        rem_swa_tokens=ledger.rem_swa_tokens,
+        rem_swa_tokens=swa_led.rem_swa_tokens,
         page_size=ledger.page_size,
         hybrid_swa=ledger.hybrid_swa,
-        **view_swa_facts(remaining, ledger, swa_pool),
+        **view_swa_facts(remaining, swa_led, swa_pool),
     )
 
 
@@ -191,6 +193,7 @@ def admit_view(
     """The admission question for a prompt of which ``remaining`` tokens are not cached on
     the device and ``host`` of those load back from the host tier, on the ledger as it
     stands."""
+    swa_led, swa_pool = swa_loaded(ledger, swa_pool, host)
     return AdmitView(
         prompt_tokens=prompt,
         remaining_tokens=remaining,
@@ -200,8 +203,8 @@ def admit_view(
         rem_total_tokens=ledger.rem_total_tokens,
         cur_rem_tokens=ledger.cur_rem_tokens,
         hybrid_swa=ledger.hybrid_swa,
-        rem_swa_tokens=ledger.rem_swa_tokens,
-        **view_swa_facts(remaining - host, ledger, swa_pool),
+        rem_swa_tokens=swa_led.rem_swa_tokens,
+        **view_swa_facts(remaining - host, swa_led, swa_pool),
     )
 
 
@@ -387,7 +390,7 @@ def attempt(
         loaded.lower_baseline(offer.lock)
     loaded.lower_baseline(offer.slots)  # the load-back allocates at admission
     compute = prompt - offer.cached - offer.host
-    view = chunk_view(compute, loaded, swa_pool)
+    view = chunk_view(compute, loaded, swa_pool, offer.host)
     length, bad_range = chunk(num, "new_chunk", view, request_id, label="new_chunk")
     other = num.any(length == 0, num.all(length < compute, has_chunked))
     whole = length == compute
@@ -395,6 +398,7 @@ def attempt(
     placed, end, bad = place(
         num, loaded, start, length, whole, prompt, request_id, placed=lambda: not other
     )
+    load_back_swa(placed, offer.host)  # its sliding-window KV comes back too
     return Attempt(ok, other, bad_range, whole, bad, placed, offer, start, end, length)
 
 
@@ -484,6 +488,9 @@ def idle_answers(
     (a queue that skips what never fits); the checker asks it of every request."""
     remaining = prompt - cached
     swa = None
+    if swa_total is not None:
+        # the sliding-window pool once the hit's sliding-window KV is loaded
+        swa_total = swa_total - swa_host_charge(host, page)
     if swa_total is not None and window is not None:
         swa = idle_swa_facts(remaining - host, FIRST_TOKENS, page, chunk_size, swa_total, window)
     admit = idle_admit_view(prompt, remaining, host, FIRST_TOKENS, page, capacity, swa)
@@ -583,3 +590,36 @@ def victim(num: Numbers, views: list[PreemptView], request_ids: list[str]) -> tu
         best = num.choose(later, place, best)
         best_rank = num.choose(later, rank, best_rank)
     return best, broken
+
+
+# -- hybrid SWA with a host-tier hit ---------------------------------------------------------
+def swa_host_charge(host: Any, page: int) -> Any:
+    """Sliding-window slots a load-back of ``host`` tokens takes (hybrid SWA): the hit's
+    sliding-window KV (``swa_host_hit``) in whole pages."""
+    return ceil_paged(swa_host_hit(host), page)
+
+
+def swa_loaded(ledger: Ledger, swa_pool: Any | None, host: Any) -> tuple[Ledger, Any]:
+    """The sliding-window budget as a request whose host hit loads back ``host`` tokens sees
+    it: the ledger and the pool less the hit's sliding-window KV (:func:`swa_host_charge`).
+
+    SGLang 0.5.23's ``SWAPrefillBudget`` adds that charge to the chunk's estimate
+    (``estimate_swa_kv_tokens(host_hit_length=swa_host_hit_length)``) in the fit check
+    (``need + charge < remaining``), the never-fits test (``need + charge >= pool``) and the
+    capped chunk's headroom; taking it off the budget instead says the same, and tells a
+    policy what is left once the load-back has taken it. Unchanged without hybrid SWA or a hit.
+    """
+    if swa_pool is None or ledger.swa_baseline is None or (_is_int(host) and host == 0):
+        return ledger, swa_pool
+    charge = swa_host_charge(host, ledger.page_size)
+    out = ledger.copy()
+    out.swa_baseline = out.swa_baseline - charge
+    return out, swa_pool - charge
+
+
+def load_back_swa(ledger: Ledger, host: Any) -> None:
+    """After a load-back of ``host`` tokens under hybrid SWA its sliding-window KV is on the
+    device (0.5.23's ``init_load_back`` loads the host node's sliding-window values with its
+    full ones): the round's sliding-window baseline loses it. Nothing without hybrid SWA."""
+    if ledger.swa_baseline is not None:
+        ledger.swa_baseline = ledger.swa_baseline - swa_host_charge(host, ledger.page_size)

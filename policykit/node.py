@@ -16,7 +16,7 @@ import torch
 
 from policykit.config import EngineConfig
 from policykit.errors import LoadBackError, PlanError, PrefillOutOfMemory
-from policykit.host_tier import HostEntry, HostTier
+from policykit.host_tier import HostEntry, HostTier, swa_host_hit
 from policykit.plan import Entry, EntryKind, Plan
 from policykit.pool import TokenPool, extend_pages, pages_for
 from policykit.prefix_cache import Node, PrefixCache
@@ -288,6 +288,10 @@ class PrefillNode:
             self.pool, pages_for(n, self.pool.page_size), undo, tokens=n, request=req.id
         )
         s.host_entry = host
+        if self.swa_pool is not None:
+            # 0.5.23 loads the hit's sliding-window KV back with it (``swa_host_hit``)
+            load = swa_host_hit(n)
+            s.swa_pages = self._alloc(self.swa_pool, load, undo, tokens=load, request=req.id)
         if host.kv is not None and self.pool.k:
             try:
                 self.copy_from_host(host, torch.cat([s.prefix_pages, s.load_pages]), start, n)
@@ -336,9 +340,10 @@ class PrefillNode:
             rid = entry.request_id
             s.extend_pages = self._alloc(self.pool, n, undo, tokens=entry.tokens, request=rid)
             if self.swa_pool is not None:
-                s.swa_pages = self._alloc(
+                extend = self._alloc(
                     self.swa_pool, entry.tokens, undo, tokens=entry.tokens, request=rid
                 )
+                s.swa_pages = extend if s.swa_pages is None else _concat(s.swa_pages, extend)
 
     def _apply(self, s: _Staged, round_no: int) -> None:
         """Record a staged entry on its request (nothing here can fail)."""

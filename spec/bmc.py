@@ -23,6 +23,7 @@ from typing import Any
 import z3
 
 from policykit.config import EngineConfig
+from policykit.host_tier import swa_host_hit
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
 from policykit.node import cached_on_release
@@ -484,7 +485,9 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
     w.oom_swa = z3.BoolVal(False)
     if cfg.hybrid_swa:
         swa_needed = sum((swa_need(e, page) for e in w.entries), Sym(num(0)))
-        w.oom_swa = swa_needed.t > w.swa_free.t
+        # the load-backs took their sliding-window KV first (``swa_host_hit``)
+        swa_loaded = sum((swa_host_hit(e.load_back) for e in w.entries), Sym(num(0)))
+        w.oom_swa = swa_needed.t > (w.swa_free - swa_loaded).t
     after = w.baseline - locks - w.need if cache else w.baseline - w.need
     w.baseline_after = enc.bind("baseline_after", after)
     nxt.seq, nxt.finished, nxt.swa_hold = list(s.seq), list(s.finished), list(s.swa_hold)
@@ -502,10 +505,11 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
                 "finish_pos", ite(done, ite(kind == FINAL, 0, 1 + i), s.finish_pos[i])
             )
         if cfg.hybrid_swa and cfg.sliding_window is not None:
-            grown = s.swa_hold[i] + e.tokens
+            took = e.tokens + swa_host_hit(e.load_back)
+            grown = s.swa_hold[i] + took
             kept = ite(grown.t > cfg.sliding_window, cfg.sliding_window, grown)
             nxt.swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))
-            swa_after = swa_after - ite(computes, e.tokens, 0) + ite(computes, grown - kept, 0)
+            swa_after = swa_after - ite(computes, took, 0) + ite(computes, grown - kept, 0)
     w.swa_after = enc.bind("swa_free_after", swa_after)
 
 

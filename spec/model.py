@@ -72,6 +72,7 @@ _LEDGER_FIELDS = (
     "rem_swa_token_offset",
     "rem_chunk_tokens",
     "rem_input_tokens",
+    "swa_baseline",  # a load-back's sliding-window KV lowers it (``kernel.load_back_swa``)
 )
 
 
@@ -573,10 +574,9 @@ def _pick_ledger(cond: z3.BoolRef, a: Ledger, b: Ledger) -> Ledger:
 
 
 def _fields(ledger: Ledger) -> tuple[str, ...]:
-    """The ledger's symbolic fields (no input budget where the configuration has none)."""
-    if ledger.rem_input_tokens is None:
-        return tuple(n for n in _LEDGER_FIELDS if n != "rem_input_tokens")
-    return _LEDGER_FIELDS
+    """The ledger's symbolic fields (no input budget, no sliding-window baseline where the
+    configuration has none)."""
+    return tuple(n for n in _LEDGER_FIELDS if getattr(ledger, n) is not None)
 
 
 def full_need(entry: Entry, page: int) -> Sym:

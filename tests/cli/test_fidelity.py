@@ -1,6 +1,6 @@
 """No silent approximation: a combo that claims SGLang 0.5.23's behaviour says, in one line,
-when the input holds something that claim has not been shown for (a host-tier prefix with
-hybrid SWA), in ``simulate``, ``check`` and ``bench`` alike."""
+when the input holds something that claim has not been shown for (hybrid SWA, whose storage
+SGLang keeps in its radix tree), in ``simulate``, ``check`` and ``bench`` alike."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from policykit.fidelity import GAPS, Holds, approximation_lines, approximations
 
-#: hybrid SWA and a request with a host-tier prefix: SGLang loads the sliding-window part of
-#: the host hit separately, which policykit does not model
+#: hybrid SWA (with a host-tier prefix, which policykit models: swa_host_hit_length): SGLang's
+#: sliding-window storage, which policykit does not model
 HOST_WITH_SWA = {
     "page_size": 64,
     "chunked_prefill_size": 4096,
@@ -33,7 +33,7 @@ BOTH = Holds(sliding_window=True, host_tier=True)
         ({"admission": "sglang"}, BOTH, 1),
         ({"chunking": "sglang"}, BOTH, 1),
         ({"admission": "reserve-tail", "chunking": "defer"}, BOTH, 0),
-        ({"admission": "sglang"}, Holds(sliding_window=True, host_tier=False), 0),
+        ({"admission": "sglang"}, Holds(sliding_window=True, host_tier=False), 1),
         ({"admission": "sglang"}, Holds(sliding_window=False, host_tier=True), 0),
     ],
 )
@@ -42,7 +42,7 @@ def test_only_a_claimed_behaviour_on_an_input_holding_the_gap_is_an_approximatio
 ):
     lines = approximations(combo, holds)
     assert len(lines) == expected
-    assert all("swa_host_hit_length" in line and "SGLang 0.5.23" in line for line in lines)
+    assert all("hybrid SWA storage" in line and "SGLang 0.5.23" in line for line in lines)
 
 
 def test_each_line_is_said_once_for_many_combos():
@@ -67,7 +67,7 @@ def host_swa_file(tmp_path):
 
 def test_simulate_says_so_in_text_and_json(cli, host_swa_file):
     text = cli("simulate", str(host_swa_file), "--combo", "sglang/sglang/none")
-    assert "approximation:" in text.output and "swa_host_hit_length" in text.output
+    assert "approximation:" in text.output and "hybrid SWA storage" in text.output
     doc = json.loads(cli("simulate", str(host_swa_file), "--json").stdout)
     assert doc["approximations"] and doc["combo"]["admission"] == "reserve-tail"
     other = cli("simulate", str(host_swa_file), "--combo", "reserve-tail/defer/page", "--json")

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((ROOT / "policykit" / "scenarios").glob("*.json"))
 #: random scenarios required identical (plain KV pool, host and device prefixes, releases)
 RANDOM_COUNT = 300
-#: random hybrid-SWA scenarios required identical (SWAPrefillBudget: no host prefixes)
+#: random hybrid-SWA scenarios required identical (SWAPrefillBudget, host prefixes included)
 RANDOM_SWA_COUNT = 100
 RANDOM_SEED = 20261130
 
@@ -38,7 +38,6 @@ def assert_identical(scenario: Scenario) -> None:
     """Identical decisions and, where upstream ran on its own storage (no hybrid SWA), the
     same storage after every round."""
     verdict = conform(scenario, storage=True)
-    assert verdict.not_expressible is None, verdict.not_expressible
     assert verdict.differences == [], (
         json.dumps(scenario.to_dict()) + "\n" + "\n".join(verdict.differences)
     )
@@ -110,16 +109,16 @@ def test_random_scenarios(hybrid_swa, count):
     for i in range(count):
         sc = random_scenario(rng, i, hybrid_swa=hybrid_swa)
         verdict = conform(sc, storage=True)
-        assert verdict.not_expressible is None, verdict.not_expressible
         if verdict.differences:
             failures.append(json.dumps(sc.to_dict()) + "\n  " + "\n  ".join(verdict.differences))
         kinds["host"] += any(r.host_prefix_tokens for r in sc.requests)
         kinds["unpinned-evicted"] += verdict.evicted_prefix
     assert not failures, f"{len(failures)}/{count} differ:\n" + "\n".join(failures[:5])
+    # what the comparison covers: host prefixes (with hybrid SWA too: swa_host_hit_length),
+    # and on SGLang's own storage unpinned device prefixes an eviction took while they waited
+    assert kinds["host"] >= count // 10, kinds
     if not hybrid_swa:
-        # what the storage comparison covers: host prefixes, and unpinned device prefixes
-        # that an eviction took while their request waited
-        assert kinds["host"] >= count // 10 and kinds["unpinned-evicted"] >= count // 50, kinds
+        assert kinds["unpinned-evicted"] >= count // 50, kinds
 
 
 # Eviction at admission: r0's host load-back takes its slots at admission, evicting r1's cached
@@ -242,3 +241,94 @@ def test_swa_driver_reports_upstreams_chunk():
     first = run.rounds[0].plan.entries[0]
     assert (first.start, first.end) == (0, 576)
     assert run.oom is None
+
+
+# Hybrid SWA with a host hit: SGLang 0.5.23 charges the hit's sliding-window KV
+# (swa_host_hit_length, the whole 512-token host run) on top of the chunk's estimate. r0's
+# 488 tokens to compute are estimated 497 + page 16 = 513, plus 512: 1025 never fits the
+# 1000-slot pool, so the chunk is capped at (1000 - 17 - 512) floored to pages = 464.
+SWA_HOST_CAPPED = swa(
+    16, 4096, 16 * 400, [RequestSpec("r0", 1000, host_prefix_tokens=512)], 1000, 4096
+)
+SWA_HOST_EDGES = {
+    "host-charge-caps-the-chunk": SWA_HOST_CAPPED,
+    # 1025 < 1100: whole
+    "host-charge-fits": swa(
+        16, 4096, 16 * 400, [RequestSpec("r0", 1000, host_prefix_tokens=512)], 1100, 4096
+    ),
+    # r0's load-back takes 512 sliding-window slots at admission and its 88 tokens reserve 113:
+    # r1's estimate 577 is over the 575 left, so it waits (1087 would be left without the load)
+    "load-back-takes-window-slots": swa(
+        16,
+        4096,
+        16 * 400,
+        [RequestSpec("r0", 600, host_prefix_tokens=512), (560,)],
+        1200,
+        4096,
+        kv_release_rounds=1,
+    ),
+    # a short window: the charge is the whole host run, not one window (0.5.23 does not cap it)
+    "host-run-longer-than-window": swa(
+        64, 8192, 64 * 200, [RequestSpec("r0", 3000, host_prefix_tokens=2048)], 2600, 128
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SWA_HOST_EDGES))
+def test_swa_host_edge_cases(name):
+    assert_identical(SWA_HOST_EDGES[name])
+
+
+def test_upstream_charges_the_sliding_window_part_of_a_host_hit():
+    from policykit.conformance.sglang.run import drive
+
+    first = drive(SWA_HOST_CAPPED).rounds[0].plan.entries[0]
+    assert (first.start, first.end, first.load_back) == (512, 512 + 464, 512)
+    waits = drive(SWA_HOST_EDGES["load-back-takes-window-slots"]).rounds[0]
+    assert [e.request_id for e in waits.plan.entries] == ["r0"]
+    assert waits.verdicts == [("r0", "CONTINUE"), ("r1", "NO_TOKEN")]
+
+
+# Known difference kept on purpose (docs/conformance.md): with one-token pages a host hit under
+# the load-back threshold (10 tokens) is not loaded, and policykit asks the sliding-window
+# budget once, without it. SGLang 0.5.23 first asks with the hit (r1: 125 tokens estimated 127,
+# plus the 5-token hit: 132, not under the 132 left), refuses, and only asks without it (131)
+# after a load-back that is declined. r1 waits a round upstream.
+UNDER_THRESHOLD_SWA_HOST = swa(
+    1, 4096, 5000, [(60,), RequestSpec("r1", 130, host_prefix_tokens=5)], 194, 128
+)
+
+
+def test_a_host_hit_under_the_threshold_is_charged_once_upstream_asks_twice():
+    verdict = conform(UNDER_THRESHOLD_SWA_HOST, storage=True)
+    assert verdict.differences[0] == (
+        "round 1 batch: policykit [('r0', 0, 60, 'whole'), ('r1', 0, 130, 'whole')] != "
+        "upstream [('r0', 0, 60, 'whole')]"
+    )
+
+
+# Known gap (docs/conformance.md, and every hybrid-SWA run under an sglang combo says so): on
+# SGLang's own SWA storage (SWAKVPool, SWATokenToKVPoolAllocator, the SWA tree component) r1's
+# allocation is short of sliding-window slots, and SGLang evicts the cached leaf that holds
+# r0's window, its full KV included; policykit keeps no sliding-window KV in its cache.
+SWA_LEAF_EVICTED = swa(
+    16,
+    4096,
+    4096,
+    [RequestSpec("r0", 400, device_prefix_tokens=256, arrival_round=5), (200,)],
+    256,
+    128,
+    evictable=256,
+)
+
+
+def test_sglangs_swa_storage_evicts_a_full_leaf_for_sliding_window_slots():
+    from policykit.conformance.sglang.storage_driver import StorageDriver
+
+    driver = StorageDriver(SWA_LEAF_EVICTED)
+    assert type(driver.storage.allocator).__name__ == "SWATokenToKVPoolAllocator"
+    assert type(driver.storage.allocator.get_kvcache()).__name__ == "SWAKVPool"
+    assert driver.cache.is_swa_enabled
+    assert conform(SWA_LEAF_EVICTED, storage=True).differences == []
+    differences = conform(SWA_LEAF_EVICTED, storage=True, swa_storage=True).differences
+    assert differences[0] == "round 1 cached: policykit {'r0': 256} != upstream {'r0': 128}"

@@ -73,15 +73,10 @@ def _outcome(run) -> tuple:
 
 
 def _scenarios(seed: object, count: int) -> list:
-    """``count`` random scenarios upstream can be driven on (a quarter with hybrid SWA), with
-    their plain upstream runs."""
-    rng, out = random.Random(seed), []
-    while len(out) < count:
-        scenario = random_scenario(rng, len(out))
-        run = _upstream(scenario)
-        if hasattr(run, "rounds"):  # else not expressible to upstream at all
-            out.append((scenario, run))
-    return out
+    """``count`` random scenarios (a quarter with hybrid SWA), with their plain upstream runs."""
+    rng = random.Random(seed)
+    scenarios = [random_scenario(rng, i) for i in range(count)]
+    return [(scenario, _upstream(scenario)) for scenario in scenarios]
 
 
 def _hooked_runs(scenarios: list, combo) -> list:

@@ -11,11 +11,11 @@ which requests completed.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from policykit.config import EngineConfig
-from policykit.conformance.sglang.driver import NotExpressible, UpstreamRun
+from policykit.conformance.sglang.driver import UpstreamRun
 from policykit.conformance.sglang.run import drive
 from policykit.conformance.sglang.storage_driver import storage_view_of
 from policykit.node import PrefillNode
@@ -42,32 +42,24 @@ MAX_ROUNDS = 5_000
 
 @dataclass
 class Verdict:
-    """The outcome of one scenario: identical, different (with the differences), or not
-    expressible (with the reason)."""
+    """The outcome of one scenario: identical, or different (with the differences)."""
 
     scenario: str
     differences: list[str] = field(default_factory=list)
-    not_expressible: str | None = None
     rounds: int = 0
     #: an unpinned device prefix was evicted (at least in part) before its request was admitted
     evicted_prefix: bool = False
 
     @property
     def identical(self) -> bool:
-        return self.not_expressible is None and not self.differences
+        return not self.differences
 
     def to_dict(self) -> dict[str, Any]:
-        status = (
-            "not-expressible"
-            if self.not_expressible
-            else ("identical" if not self.differences else "different")
-        )
         return {
             "scenario": self.scenario,
-            "status": status,
+            "status": "identical" if not self.differences else "different",
             "rounds": self.rounds,
             "differences": self.differences,
-            "not_expressible": self.not_expressible,
             "evicted_prefix": self.evicted_prefix,
         }
 
@@ -182,13 +174,13 @@ def conform(
     max_rounds: int = MAX_ROUNDS,
     schedule_policy: str = "fcfs",
     storage: bool = False,
+    swa_storage: bool = False,
 ) -> Verdict:
     """Run ``scenario`` on both sides (at most ``max_rounds`` rounds each) and compare;
     upstream sorts its queue with ``schedule_policy`` (its ``--schedule-policy``). With
-    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`)."""
-    theirs = drive(scenario, max_rounds, schedule_policy)
-    if isinstance(theirs, NotExpressible):
-        return Verdict(scenario.name, not_expressible=theirs.reason)
+    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`);
+    ``swa_storage`` runs SGLang's own SWA storage under hybrid SWA (:func:`drive`)."""
+    theirs = drive(scenario, max_rounds, schedule_policy, swa_storage=swa_storage)
     views: list[dict[str, Any]] | None = [] if storage else None
     ours = run_policykit(scenario, combo, max_rounds, views)
     return Verdict(
@@ -255,7 +247,6 @@ def random_scenario(
     evictable = evictable_prefix + rng.randint(0, 3) * page * rng.randint(0, 32)
     swa_free = window = None
     if hybrid_swa if hybrid_swa is not None else rng.random() < 0.25:
-        requests = [replace(r, host_prefix_tokens=0) for r in requests]
         window = rng.choice((128, 512, 4096))
         swa_free = max(page, rng.randint(0, 8000))
     config = EngineConfig(

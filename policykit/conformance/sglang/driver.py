@@ -7,18 +7,14 @@ The decisions are upstream's own code: ``Req``, ``PrefillAdder`` (``add_chunked_
 ``SchedulePolicy.calc_priority`` (``fcfs`` unless told otherwise), the in-progress chunked
 request, then the waiting queue in that order until the adder says stop.
 
-Storage: without hybrid SWA, :class:`~policykit.conformance.sglang.storage_driver.StorageDriver`
-runs SGLang's own radix tree, allocators and allocation path (docs/conformance.md says which
-classes run and which are stand-ins). With hybrid SWA, :class:`UpstreamDriver` still answers
-storage questions from a policykit :class:`~policykit.node.PrefillNode`
-(:class:`CountingAllocator`, :class:`CountingSWAAllocator` and :class:`CountingPrefixCache` are
-thin subclasses of upstream's base classes whose counts are read from the node, which commits
-upstream's decisions): there, both sides share one storage model and differ only in their
-decisions.
-
-What the scenario format can say but this driver cannot put to upstream (a host-tier prefix
-with hybrid SWA: 0.5.23 loads the sliding-window part of a host hit separately) comes back as
-:class:`NotExpressible`, never as a silent skip.
+Storage: without hybrid SWA (or when asked to, with it),
+:class:`~policykit.conformance.sglang.storage_driver.StorageDriver` runs SGLang's own radix
+tree, allocators and allocation path (docs/conformance.md says which classes run and which are
+stand-ins). With hybrid SWA, by default, :class:`UpstreamDriver` answers storage questions
+from a policykit :class:`~policykit.node.PrefillNode` (:class:`CountingAllocator`,
+:class:`CountingSWAAllocator` and :class:`CountingPrefixCache` are thin subclasses of
+upstream's base classes whose counts are read from the node, which commits upstream's
+decisions): there, both sides share one storage model and differ only in their decisions.
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ from typing import Any
 
 from policykit.conformance.sglang import gpu_stubs, storage
 from policykit.errors import PolicykitError, PrefillOutOfMemory
-from policykit.host_tier import LOAD_BACK_THRESHOLD
+from policykit.host_tier import LOAD_BACK_THRESHOLD, swa_host_hit
 from policykit.node import PrefillNode
 from policykit.plan import Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.request import Request, State
@@ -49,13 +45,6 @@ INSTALL_HINT = (
 
 class UpstreamUnavailable(PolicykitError):
     """SGLang is not installed, or not the version this driver speaks to."""
-
-
-@dataclass(frozen=True)
-class NotExpressible:
-    """A scenario this driver cannot put to upstream, and why."""
-
-    reason: str
 
 
 @dataclass
@@ -148,7 +137,11 @@ def _import_real_xgrammar() -> None:
 
 def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
     """Subclasses of upstream's storage base classes, counting on a policykit node."""
-    bpc = up["base_prefix_cache"]
+    return {**_counting_allocators(up), "CountingPrefixCache": _counting_prefix_cache(up)}
+
+
+def _counting_allocators(up: dict[str, Any]) -> dict[str, type]:
+    """Upstream's allocator interfaces over a policykit node's pools (counts only)."""
 
     class CountingAllocator(up["allocator_base"].BaseTokenToKVPoolAllocator):
         """The full KV pool as a free-token count (``PrefillBudget`` reads nothing else)."""
@@ -161,6 +154,7 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
 
         #: tokens a host load-back took at admission that the node allocates when it commits
         pending_load = 0
+        pending_swa_load = 0
 
         def available_size(self) -> int:
             return self.node.pool.free_tokens - self.pending_load
@@ -193,16 +187,43 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
             return False
 
         pending_load = 0
+        #: the sliding-window KV those load-backs took (``swa_host_hit``)
+        pending_swa_load = 0
 
         def full_available_size(self) -> int:
             return self.node.pool.free_tokens - self.pending_load
 
         def swa_available_size(self) -> int:
             assert self.node.swa_pool is not None
-            return self.node.swa_pool.free_tokens
+            return self.node.swa_pool.free_tokens - self.pending_swa_load
 
         def available_size(self) -> int:
             return min(self.full_available_size(), self.swa_available_size())
+
+    return {"CountingAllocator": CountingAllocator, "CountingSWAAllocator": CountingSWAAllocator}
+
+
+def _counted_load_back(cache: Any, tokens: int) -> int:
+    """HiCache's load-back on a policykit node, in tokens loaded: a hit under its threshold is
+    recomputed (0); else device memory is taken now (and, with hybrid SWA, sliding-window
+    memory for the hit's window KV), evicting cached prefixes if the free pool is short."""
+    allocator = cache.token_to_kv_pool_allocator
+    if tokens < LOAD_BACK_THRESHOLD:
+        return 0
+    short = tokens - allocator.available_size()
+    if short > 0:
+        cache.node.cache.evict(short)
+        if allocator.available_size() < tokens:
+            return 0
+    allocator.pending_load += tokens
+    if cache.sliding_window_size is not None:
+        allocator.pending_swa_load += swa_host_hit(tokens)
+    return tokens
+
+
+def _counting_prefix_cache(up: dict[str, Any]) -> type:
+    """Upstream's prefix-cache interface over a policykit node's cache and host tier."""
+    bpc = up["base_prefix_cache"]
 
     class CountingPrefixCache(bpc.BasePrefixCache):
         """The policykit node's prefix cache behind upstream's prefix-cache interface."""
@@ -234,7 +255,10 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
             page = self.node.config.page_size
             # The host tier is a radix tree of whole pages, like the device one.
             hit = 0 if host is None else (host.end - matched) // page * page
-            return bpc.MatchResult(matched, last, last, last, host_hit_length=hit)
+            swa = swa_host_hit(hit) if self.sliding_window_size is not None else 0
+            return bpc.MatchResult(
+                matched, last, last, last, host_hit_length=hit, swa_host_hit_length=swa
+            )
 
         def touch_prefix(self, key: Any) -> None:
             """Upstream's refresh of waiting prefixes (``_touch_waiting_prefixes``), on the
@@ -242,18 +266,7 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
             self.node.cache.match(tuple(key.raw_token_ids()))
 
         def init_load_back(self, params: Any) -> Any:
-            """HiCache's load-back as storage: a hit under its threshold is recomputed; else
-            device memory is taken now, evicting cached prefixes if the free pool is short."""
-            tokens, last = params.host_hit_length, params.req.last_node
-            if tokens < LOAD_BACK_THRESHOLD:
-                return 0, last
-            short = tokens - self.token_to_kv_pool_allocator.available_size()
-            if short > 0:
-                self.node.cache.evict(short)
-                if self.token_to_kv_pool_allocator.available_size() < tokens:
-                    return 0, last
-            self.token_to_kv_pool_allocator.pending_load += tokens
-            return tokens, last
+            return (_counted_load_back(self, params.host_hit_length), params.req.last_node)
 
         def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
             raise NotImplementedError("the policykit node keeps in-progress KV")
@@ -278,27 +291,32 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
         def swa_evictable_size(self) -> int:
             return 0
 
-    return {
-        "CountingAllocator": CountingAllocator,
-        "CountingSWAAllocator": CountingSWAAllocator,
-        "CountingPrefixCache": CountingPrefixCache,
-    }
+    return CountingPrefixCache
 
 
 # --- the scenario's side -----------------------------------------------------------------------
-def not_expressible(scenario: Scenario) -> NotExpressible | None:
-    """Why upstream cannot be driven on ``scenario`` here, or None."""
-    if scenario.config.sliding_window is not None and any(
-        r.host_prefix_tokens for r in scenario.requests
-    ):
-        return NotExpressible(
-            "a host-tier prefix with hybrid SWA: upstream loads the sliding-window part of a "
-            "host hit separately (swa_host_hit_length), which the scenario format does not say"
+@dataclass
+class _Admissions:
+    """What one round admitted so far, in the shape of a policykit plan."""
+
+    entries: list[Entry] = field(default_factory=list)
+    marks: list[LedgerMark] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    #: every ``AddReqResult`` upstream returned, in call order: (request, verdict)
+    verdicts: list[tuple[str, str]] = field(default_factory=list)
+
+    def mark(self, adder: Any, rid: str) -> None:
+        """The ledger right after ``rid`` was placed."""
+        self.marks.append(
+            LedgerMark(
+                rid,
+                int(adder.rem_total_tokens),
+                int(adder.cur_rem_tokens),
+                int(adder.rem_chunk_tokens),
+            )
         )
-    return None
 
 
-# --- driving ---------------------------------------------------------------------------------
 class UpstreamDriver:
     """Runs one scenario through upstream's scheduler, round by round.
 
@@ -366,12 +384,29 @@ class UpstreamDriver:
 
     def round(self, round_no: int) -> UpstreamRound:
         """Upstream's ``_get_new_batch_prefill_raw`` for one round (nothing running)."""
-        sp, cfg = self.up["schedule_policy"], self.node.config
-        AddReqResult = sp.AddReqResult
         # upstream sorts (hooks included) before it builds the round's adder
         self.schedule.calc_priority(self.waiting)
-        queue = self.waiting
-        adder = sp.PrefillAdder(
+        adder = self._adder()
+        baseline = int(adder.rem_total_tokens)
+        out = _Admissions()
+        if self.chunked is not None:
+            self._add_chunked(adder, out)
+        stop = self._add_waiting(adder, out)
+        self._after_admission(adder)
+        plan = Plan(
+            round=round_no,
+            entries=tuple(out.entries),
+            rejected=tuple(out.rejected),
+            marks=tuple(out.marks),
+            stop=stop,
+            baseline=baseline,
+        )
+        return UpstreamRound(plan, out.verdicts)
+
+    def _adder(self) -> Any:
+        """The round's ``PrefillAdder``, as the scheduler builds it on a prefill node."""
+        cfg = self.node.config
+        return self.up["schedule_policy"].PrefillAdder(
             cfg.page_size,
             self.cache,
             self.allocator,
@@ -380,71 +415,50 @@ class UpstreamDriver:
             cfg.max_prefill_tokens if cfg.max_prefill_tokens is not None else 1 << 62,
             cfg.chunked_prefill_size,
         )
-        baseline = int(adder.rem_total_tokens)
-        entries: list[Entry] = []
-        marks: list[LedgerMark] = []
-        rejected: list[Rejection] = []
-        verdicts: list[tuple[str, str]] = []
-        stop: str | None = None
 
-        def mark(rid: str) -> None:
-            marks.append(
-                LedgerMark(
-                    rid,
-                    int(adder.rem_total_tokens),
-                    int(adder.cur_rem_tokens),
-                    int(adder.rem_chunk_tokens),
-                )
-            )
+    def _add_chunked(self, adder: Any, out: _Admissions) -> None:
+        """The in-progress request's next chunk (``add_chunked_req``), or its deferral."""
+        req = self.chunked
+        start = req.prefix_len
+        req.init_next_round_input()
+        left = adder.add_chunked_req(req)
+        if any(r is req for r in adder.can_run_list):
+            kind = EntryKind.RESUMED if left is not None else EntryKind.FINAL
+            out.entries.append(Entry(req.rid, start, req.extend_end, kind))
+            out.mark(adder, req.rid)
+        else:
+            out.entries.append(Entry(req.rid, start, start, EntryKind.DEFERRED))
 
-        if self.chunked is not None:
-            req = self.chunked
-            start = req.prefix_len
-            req.init_next_round_input()
-            left = adder.add_chunked_req(req)
-            if any(r is req for r in adder.can_run_list):
-                end = req.extend_end
-                kind = EntryKind.RESUMED if left is not None else EntryKind.FINAL
-                entries.append(Entry(req.rid, start, end, kind))
-                mark(req.rid)
-            else:
-                entries.append(Entry(req.rid, start, start, EntryKind.DEFERRED))
-
+    def _add_waiting(self, adder: Any, out: _Admissions) -> str | None:
+        """The waiting queue in its sorted order until the adder says stop (``add_one_req``);
+        returns the verdict that stopped admission, if one did."""
+        AddReqResult = self.up["schedule_policy"].AddReqResult
+        queue = self.waiting
         for at, req in enumerate(queue):
             if adder.budget_state() == AddReqResult.OTHER:
-                stop = "OTHER"
-                break
+                return "OTHER"
             state_before = adder.budget_state()
             req.init_next_round_input(self.cache)
             res = adder.add_one_req(
                 req, has_chunked_req=self.chunked is not None, truncation_align_size=None
             )
-            verdicts.append((req.rid, res.name))
+            out.verdicts.append((req.rid, res.name))
             admitted = bool(adder.can_run_list) and adder.can_run_list[-1] is req
             if admitted:
                 kind = EntryKind.TRUNCATED if adder.new_chunked_req is req else EntryKind.WHOLE
                 loaded = req.host_loaded_length
                 cached = req.prefix_len - loaded
-                entries.append(Entry(req.rid, req.prefix_len, req.extend_end, kind, cached, loaded))
-                mark(req.rid)
+                out.entries.append(
+                    Entry(req.rid, req.prefix_len, req.extend_end, kind, cached, loaded)
+                )
+                out.mark(adder, req.rid)
             elif state_before == AddReqResult.CONTINUE:
                 # Refused on its own merits (not because the budget was already spent).
-                rejected.append(Rejection(req.rid, res.name))
+                out.rejected.append(Rejection(req.rid, res.name))
             if res != AddReqResult.CONTINUE:
                 # An admitted request's verdict only stops someone if someone is left.
-                if not admitted or at + 1 < len(queue):
-                    stop = res.name
-                break
-        self._after_admission(adder)
-        plan = Plan(
-            round=round_no,
-            entries=tuple(entries),
-            rejected=tuple(rejected),
-            marks=tuple(marks),
-            stop=stop,
-            baseline=baseline,
-        )
-        return UpstreamRound(plan, verdicts)
+                return res.name if not admitted or at + 1 < len(queue) else None
+        return None
 
     def _after_admission(self, adder: Any) -> None:
         # The adder's locks were accounting; the node takes the real ones when it commits.
@@ -453,7 +467,8 @@ class UpstreamDriver:
                 self.cache.unlock(req.lock)
                 req.lock = None
         self.pending_chunked = adder.new_chunked_req
-        self.allocator.pending_load = 0  # the node allocates the load-backs when it commits
+        # the node allocates the load-backs when it commits
+        self.allocator.pending_load = self.allocator.pending_swa_load = 0
 
     def enqueue(self) -> None:
         """Bring upstream's waiting queue up to date with the node's: what has left it (admitted,

@@ -2,11 +2,13 @@
 
 What runs for real: the radix tree SGLang 0.5.23 builds by default (``UnifiedRadixCache`` with
 its compiled tree core, the ``FULL`` component: prefix match, ``lock``/``unlock``, LRU eviction,
-``checkpoint``, ``insert``), the KV allocators (``TokenToKVPoolAllocator`` for one-token pages,
-``PagedTokenToKVPoolAllocator`` with its torch ``alloc_extend`` path otherwise), the
-``ReqToTokenPool`` rows, and the scheduler's allocation path around them
-(``alloc_req_slots``, ``alloc_token_slots`` / ``alloc_paged_token_slots_extend``, which evict
-when the pool is short, ``checkpoint_kv_cache``, ``release_kv_cache``).
+``checkpoint``, ``insert``; with hybrid SWA also the ``SWA`` component), the KV allocators
+(``TokenToKVPoolAllocator`` for one-token pages, ``PagedTokenToKVPoolAllocator`` with its torch
+``alloc_extend`` path otherwise, and with hybrid SWA ``SWATokenToKVPoolAllocator`` over a real
+``SWAKVPool`` of one tiny head per layer), the ``ReqToTokenPool`` rows, and the scheduler's
+allocation path around them (``alloc_req_slots``, ``alloc_token_slots`` /
+``alloc_paged_token_slots_extend``, which evict when a pool is short, ``checkpoint_kv_cache``,
+``release_kv_cache``).
 
 What is a stand-in, and why (docs/conformance.md lists the same):
 
@@ -16,6 +18,11 @@ What is a stand-in, and why (docs/conformance.md lists the same):
   (whole pages, right after the device match) and makes ``init_load_back`` take real device
   slots through the real allocation path (evicting when short) and insert them into the real
   tree, without copying KV. ``load_back_threshold`` (10 tokens) is applied as 0.5.23 does.
+  With hybrid SWA the hit's sliding-window part (``swa_host_hit_length``) is reported as
+  0.5.23's tree walk derives it for one host node (:func:`policykit.host_tier.swa_host_hit`).
+* **The hybrid-SWA layout.** A cached device prefix keeps sliding-window KV for its last
+  window only, the filler none (:func:`window_start`), and slots beyond the scenario's free
+  sliding-window tokens are held back (:meth:`Storage.settle_swa`).
 * **Recency.** The tree core keeps its own access counter, so no wall clock is involved.
 """
 
@@ -27,13 +34,16 @@ from typing import Any
 
 import torch
 
-from policykit.host_tier import LOAD_BACK_THRESHOLD
+from policykit.host_tier import LOAD_BACK_THRESHOLD, swa_host_hit
 from policykit.request import Request
 from policykit.scenario import Scenario, pool_tokens
 
 #: a request's tokens are ``(i + 1) * stride + position`` (see ``policykit.scenario``); the
 #: filler's are below the first stride
 OWNER_FILLER = "(filler)"
+
+
+_NO_SLOTS = torch.empty((0,), dtype=torch.int64)
 
 
 @dataclass(frozen=True)
@@ -44,15 +54,39 @@ class HostRun:
     end: int
 
 
+def window_start(tokens: int, window: int | None, page: int) -> int:
+    """Where a cached sequence of ``tokens`` keeps its sliding-window KV from: the last whole
+    pages that cover one window (SGLang matches a prefix only through a window of it), all of
+    it without hybrid SWA."""
+    if window is None or tokens <= window:
+        return 0
+    return (tokens - window) // page * page
+
+
+def swa_pool_tokens(scenario: Scenario) -> int:
+    """The sliding-window pool SGLang is given: the scenario's free sliding-window tokens plus
+    every window the layout keeps (device prefixes, the in-progress request), rounded up to
+    whole pages. :meth:`Storage.settle_swa` holds back what is over once the layout is done."""
+    assert scenario.swa_free_tokens is not None and scenario.config.sliding_window is not None
+    page, window = scenario.config.page_size, scenario.config.sliding_window
+    kept = 0
+    for r in scenario.requests:
+        n = r.computed_tokens if r.chunked else r.device_prefix_tokens
+        kept += n - window_start(n, window, page) + r.device_prefix_tokens
+    return -(-(scenario.swa_free_tokens + kept) // page) * page
+
+
 def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
     """The real storage classes, and the host-tier stand-in subclassing the real tree."""
     from sglang.srt.mem_cache import allocation, common
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
     from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
@@ -61,8 +95,8 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
 
         host_runs: dict[str, HostRun]
         req_tokens: dict[str, tuple[int, ...]]
-        #: :meth:`Storage.note`, to name the loaded slots
-        note: Any
+        #: the :class:`Storage` around it, to allocate and name the loaded slots
+        storage: Any
 
         def match_prefix(self, params: Any) -> Any:
             result = super().match_prefix(params)
@@ -72,22 +106,22 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
                 return result
             page = self.page_size
             hit = (run.end - run.start) // page * page
-            return result._replace(host_hit_length=hit)
+            swa = swa_host_hit(hit) if self.is_swa_enabled else 0
+            return result._replace(host_hit_length=hit, swa_host_hit_length=swa)
 
         def init_load_back(self, params: Any) -> Any:
             req, tokens = params.req, params.host_hit_length
             last = req.last_node
             if tokens < LOAD_BACK_THRESHOLD:
                 return 0, last
-            allocator = self.token_to_kv_pool_allocator
             common.evict_from_tree_cache(self, tokens)
-            slots = allocator.alloc(tokens)
-            if slots is None:
-                return 0, last
             start = req.prefix_len
             prefix = self.prefix_device_indices(req)
+            slots = self.storage.alloc_after(prefix, tokens)
+            if slots is None:
+                return 0, last
             whole = self.req_tokens[req.rid][: start + tokens]
-            self.note(slots, whole[start:])
+            self.storage.note(slots, whole[start:])
             key = RadixKey(array("q", whole))
             # The prefix's slots are the tree's own already: not duplicates to free.
             value = torch.cat([prefix, slots])
@@ -110,6 +144,8 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
         "RadixKey": RadixKey,
         "TokenToKVPoolAllocator": TokenToKVPoolAllocator,
         "PagedTokenToKVPoolAllocator": PagedTokenToKVPoolAllocator,
+        "SWATokenToKVPoolAllocator": SWATokenToKVPoolAllocator,
+        "SWAKVPool": SWAKVPool,
         "ReqToTokenPool": ReqToTokenPool,
         "CacheInitParams": CacheInitParams,
         "ComponentType": ComponentType,
@@ -127,55 +163,135 @@ class Storage:
         self.s = s
         page = scenario.config.page_size
         self.page = page
-        total = pool_tokens(scenario)
-        if page == 1:
-            self.allocator = s["TokenToKVPoolAllocator"](total, torch.int64, "cpu", None, False)
-        else:
-            self.allocator = s["PagedTokenToKVPoolAllocator"](
-                total, page, torch.int64, "cpu", None, False
-            )
-            self.allocator.use_triton_kernels = False  # its torch path: no GPU kernel
+        self.window = scenario.config.sliding_window
+        self.allocator = self._allocator(scenario)
         longest = max((r.prompt_tokens for r in requests), default=1)
         self.req_to_token = s["ReqToTokenPool"](len(requests) + 1, longest + page, "cpu", False)
+        components = (s["ComponentType"].FULL,)
+        if self.window is not None:
+            components += (s["ComponentType"].SWA,)
         params = s["CacheInitParams"](
             disable=False,
             req_to_token_pool=self.req_to_token,
             token_to_kv_pool_allocator=self.allocator,
             page_size=page,
-            tree_components=(s["ComponentType"].FULL,),
+            sliding_window_size=self.window,
+            tree_components=components,
         )
         self.tree = s["HostTierCache"](params)
         self.tree.req_tokens = {r.id: r.tokens for r in requests}
         self.tree.host_runs = {}
-        self.tree.note = self.note
+        self.tree.storage = self
         #: slot -> token whose KV it holds (to name what the tree holds and what it evicted)
         self.token_of: dict[int, int] = {}
         self._lay_out(scenario, requests)
 
-    def _insert(self, tokens: tuple[int, ...]) -> Any:
-        slots = self.allocator.alloc(len(tokens))
-        assert slots is not None, "the scenario's pool is laid out to fit"
-        self.note(slots, tokens)
+    def _allocator(self, scenario: Scenario) -> Any:
+        """The KV allocator SGLang builds for the scenario's pool: plain or paged, and with
+        hybrid SWA the two-pool ``SWATokenToKVPoolAllocator`` over a real ``SWAKVPool``
+        (one head of one dimension per layer: the scheduler reads slot counts only)."""
+        s, page, total = self.s, scenario.config.page_size, pool_tokens(scenario)
+        if self.window is None:
+            if page == 1:
+                return s["TokenToKVPoolAllocator"](total, torch.int64, "cpu", None, False)
+            allocator = s["PagedTokenToKVPoolAllocator"](
+                total, page, torch.int64, "cpu", None, False
+            )
+            allocator.use_triton_kernels = False  # its torch path: no GPU kernel
+            return allocator
+        swa_total = swa_pool_tokens(scenario)
+        kv = s["SWAKVPool"](
+            size=total,
+            size_swa=swa_total,
+            page_size=page,
+            dtype=torch.bfloat16,
+            head_num=1,
+            head_dim=1,
+            swa_attention_layer_ids=[0],
+            full_attention_layer_ids=[1],
+            device="cpu",
+        )
+        allocator = s["SWATokenToKVPoolAllocator"](
+            total, swa_total, page, torch.int64, "cpu", kv, False
+        )
+        if page > 1:
+            allocator.full_attn_allocator.use_triton_kernels = False
+            allocator.swa_attn_allocator.use_triton_kernels = False
+        return allocator
+
+    def alloc_seq(self, prefix: torch.Tensor, tokens: int, swa_from: int = 0) -> torch.Tensor:
+        """Slots for ``tokens`` more tokens of a sequence whose slots so far are ``prefix``,
+        paired with sliding-window slots only from position ``swa_from`` on (the KV before it
+        is out of the window: freed, or never kept). The layout is sized to fit."""
+        done = int(prefix.numel())
+        head = max(0, min(swa_from, done + tokens) - done) if self.window is not None else 0
+        parts = []
+        if head:
+            parts.append(self.allocator.full_attn_allocator.alloc(head))
+        if tokens - head:
+            so_far = torch.cat([prefix, *parts]) if parts else prefix
+            parts.append(self.alloc_after(so_far, tokens - head))
+        assert all(p is not None for p in parts), "the scenario's pool is laid out to fit"
+        return torch.cat(parts) if parts else _NO_SLOTS
+
+    def alloc_after(self, prefix: torch.Tensor, tokens: int) -> Any:
+        """Slots for ``tokens`` more tokens of a sequence whose slots so far are ``prefix``,
+        both pools paired with hybrid SWA."""
+        if self.page == 1:
+            return self.allocator.alloc(tokens)
+        done = int(prefix.numel())
+        prefix_lens = torch.tensor([done], dtype=torch.int64)
+        seq_lens = torch.tensor([done + tokens], dtype=torch.int64)
+        last = prefix[-1:] if done else torch.full((1,), -1, dtype=torch.int64)
+        return self.allocator.alloc_extend(
+            prefix_lens, prefix_lens, seq_lens, seq_lens, last, tokens
+        )
+
+    def _insert(self, tokens: tuple[int, ...], swa_from: int = 0) -> Any:
+        """Put ``tokens`` into the tree on fresh slots, their sliding-window KV only from
+        ``swa_from`` on (what lies before is a tombstone, as a request's out-of-window KV
+        is); returns the node that ends them."""
         key = self.s["RadixKey"](array("q", tokens))
-        self.tree.insert(self.s["InsertParams"](key=key, value=slots))
+        slots = self.alloc_seq(_NO_SLOTS, len(tokens), swa_from)
+        self.note(slots, tokens)
+        params = self.s["InsertParams"](key=key, value=slots)
+        if self.window is not None and swa_from:
+            params.set_evicted_seqlen(self.s["ComponentType"].SWA, swa_from)
+        self.tree.insert(params)
         match = self.s["MatchPrefixParams"](key=key)
         return self.tree.match_prefix(match).last_device_node
 
     def _lay_out(self, scenario: Scenario, requests: list[Request]) -> None:
         for spec, req in zip(scenario.requests, requests, strict=True):
             if spec.device_prefix_tokens:
-                last = self._insert(req.tokens[: spec.device_prefix_tokens])
+                n = spec.device_prefix_tokens
+                last = self._insert(req.tokens[:n], window_start(n, self.window, self.page))
                 if spec.device_prefix_pinned:
                     self.tree.lock(last)  # held by requests outside the scenario, for good
         filler = scenario.evictable_tokens - sum(
             s.device_prefix_tokens for s in scenario.requests if not s.device_prefix_pinned
         )
         if filler:
-            self._insert(tuple(range(filler)))
+            # no request matches the filler: its sliding-window KV is gone
+            self._insert(tuple(range(filler)), filler)
         for spec in scenario.requests:
             if spec.host_prefix_tokens:
                 start = spec.device_prefix_tokens
                 self.tree.host_runs[spec.id] = HostRun(start, start + spec.host_prefix_tokens)
+
+    def settle_swa(self, swa_free: int | None) -> None:
+        """Hold back sliding-window slots until free plus evictable ones are the scenario's
+        ``swa_free_tokens`` (the layout's windows were allocated on top of them). Slots held
+        back belong to nothing in the scenario and are never freed."""
+        if self.window is None or swa_free is None:
+            return
+        swa = self.allocator.swa_attn_allocator
+        # When the unpinned windows alone are over it, SGLang starts with more than the
+        # scenario says (a difference the comparison then shows).
+        excess = min(self.swa_free_tokens() - swa_free, int(swa.available_size()))
+        excess = excess // self.page * self.page
+        if excess > 0:
+            swa.alloc(excess)
 
     def note(self, slots: torch.Tensor, tokens: tuple[int, ...] | list[int]) -> None:
         """Record which token's KV each of ``slots`` holds."""
@@ -183,8 +299,22 @@ class Storage:
             self.token_of[slot] = token
 
     # -- what the storage holds ----------------------------------------------------------
+    def full_size(self) -> int:
+        """Slots of the full KV pool."""
+        return int(self.allocator.size_full if self.window is not None else self.allocator.size)
+
     def free_tokens(self) -> int:
+        """Free slots of the full KV pool."""
+        if self.window is not None:
+            return int(self.allocator.full_available_size())
         return int(self.allocator.available_size())
+
+    def swa_free_tokens(self) -> int | None:
+        """Free plus evictable slots of the sliding-window pool (hybrid SWA), what SGLang's
+        ``SWAPrefillBudget`` starts a round from; None without hybrid SWA."""
+        if self.window is None:
+            return None
+        return int(self.allocator.swa_available_size() + self.tree.swa_evictable_size())
 
     def evictable_tokens(self) -> int:
         return int(self.tree.evictable_size())

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from policykit.conformance.sglang.driver import UpstreamDriver, UpstreamRun, load
-from policykit.conformance.sglang.storage import OWNER_FILLER, Storage
+from policykit.conformance.sglang.storage import OWNER_FILLER, Storage, window_start
 from policykit.plan import Plan
 from policykit.pool import extend_pages, pages_for
 from policykit.request import Request
@@ -80,6 +80,7 @@ class StorageDriver(UpstreamDriver):
         for spec in scenario.requests:
             if spec.chunked:
                 self._start_in_progress(self.reqs[spec.id], spec.computed_tokens)
+        self.storage.settle_swa(scenario.swa_free_tokens)
 
     def _req(self, q: Request) -> Any:
         params = self.up["SamplingParams"](max_new_tokens=1)  # a PD prefill node: first token
@@ -104,9 +105,11 @@ class StorageDriver(UpstreamDriver):
         req.lock = self.cache.lock(req.last_node)
         prefix = self.cache.prefix_device_indices(req)
         own = computed - cached
-        slots = st.allocator.alloc(pages_for(own, st.page) * st.page)
-        assert slots is not None, "the scenario's pool is laid out to fit"
-        slots = slots[:own]
+        # Its KV before the last window is out of the window: kept by the full pool only.
+        swa_from = window_start(computed, st.window, st.page)
+        slots = st.alloc_seq(prefix, own, swa_from)
+        if st.window is not None and swa_from > cached:
+            req.kv.set_evicted_seqlen(self.up["storage"]["ComponentType"].SWA, swa_from)
         (row,) = self.up["storage"]["allocation"].alloc_req_slots(st.req_to_token, [req], None)
         st.req_to_token.write((row, slice(0, cached)), prefix)
         st.req_to_token.write((row, slice(cached, computed)), slots)
@@ -157,7 +160,7 @@ class StorageDriver(UpstreamDriver):
     def _arrive(self, round_no: int) -> None:
         """Arrivals join the waiting queue in arrival order; a prompt larger than the whole
         pool is refused at the door (as policykit's node refuses it)."""
-        pool_pages = self.allocator.size // self.storage.page
+        pool_pages = self.storage.full_size() // self.storage.page
         while self.future and self.future[0].arrival_round <= round_no:
             q = self.future.pop(0)
             if pages_for(q.prompt_tokens, self.storage.page) > pool_pages:
