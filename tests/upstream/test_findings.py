@@ -96,6 +96,32 @@ def test_on_a_pool_sglang_starts_with_one_request_alone_is_never_stuck(registry)
     assert verdict.bounds["min_swa_pool_tokens"] == 577
 
 
+def test_a_host_hit_whose_sliding_window_kv_never_fits_starves_upstream_too(upstream, registry):
+    """Window 512, a pool SGLang starts with: a request whose unpinned device prefix is followed
+    by a host hit waits for good when the hit's sliding-window KV (0.5.23 loads it whole with
+    the hit, ``swa_host_hit_length``) leaves too little of the sliding-window pool, although an
+    idle node computing it from token 0 would admit it. Nothing evicts the device prefix on an
+    idle node, so the match never changes. Upstream, driven on the exported scenario, never
+    schedules it either."""
+    combo = registry.resolve(UPSTREAM_COMBO)
+    options = CheckOptions(
+        rounds=3,
+        requests=1,
+        properties=("no-starvation",),
+        bounds=Bounds(min_swa_pool_tokens=512 + 64 + 1),
+    )
+    (verdict,) = check_combo(combo, EngineConfig(64, 4096, 512), options)
+    assert verdict.verdict == "violated"
+    cx = verdict.counterexample
+    scenario = parse_scenario(cx.scenario, source="the counterexample")
+    starving = cx.failure.request
+    assert any(r.host_prefix_tokens for r in scenario.requests)
+    theirs = drive(scenario, max_rounds=20)
+    scheduled = {e.request_id for r in theirs.rounds for e in r.plan.entries}
+    assert starving not in scheduled and starving in theirs.pending
+    assert conform(scenario).identical
+
+
 def _held_window(release: int | None):
     """A 1088-token sliding-window pool (window 512): A (512 tokens) finishes in round 1 and
     holds its window until its KV is released; B (2048, round 2) enters by the never-fits
