@@ -14,12 +14,12 @@ import dataclasses
 import datetime as dt
 import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU
-from policykit.harness.trace_groups import behaviour_key, group_identical
+from policykit.harness.trace_groups import behaviour_key, group_identical, replay_twins
 from policykit.harness.trace_replay import DEFAULT_MAX_ROUNDS, Progress, ReplayConfig, replay
 from policykit.harness.traces import Trace
 from policykit.memory.model_shapes import PRESETS as SHAPES
@@ -114,7 +114,7 @@ def forward_slice(
 
 def run_trace_bench(
     trace: Trace,
-    combos: Iterable[Combo],
+    combos: Sequence[Combo],
     config: ReplayConfig,
     *,
     pm: PolicykitPluginManager | None = None,
@@ -123,17 +123,21 @@ def run_trace_bench(
     forward_requests: int = 0,
     on_combo: Callable[[Combo], Progress | None] | None = None,
 ) -> dict[str, Any]:
-    """Every combo through the whole trace; the :data:`SCHEMA` document."""
+    """Every combo through the whole trace; the :data:`SCHEMA` document. A combo that
+    provably decides as another (:func:`~policykit.harness.trace_groups.skip_twins`) gets that
+    replay's row, marked ``same_replay_as``, instead of a replay of its own."""
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    rows = []
     head = trace.head(forward_requests) if forward_requests else None
-    for combo in combos:
+
+    def one(combo: Combo) -> dict[str, Any]:
         progress = on_combo(combo) if on_combo is not None else None
-        row = replay(trace, combo, config, pm=pm, progress=progress)
-        if head is not None and model is not None:
+        return replay(trace, combo, config, pm=pm, progress=progress)
+
+    rows = replay_twins(combos, one)
+    if head is not None and model is not None:
+        for combo, row in zip(combos, rows, strict=True):
             row["forward"] = forward_slice(head, combo, config, model, pm=pm)
-        rows.append(row)
     return trace_document(
         trace, config, rows, pool_source, created, time.perf_counter() - t0, forward_requests
     )
@@ -165,6 +169,9 @@ def trace_document(
             if forward_requests
             else "no model forward",
             "scheduler_seconds": "wall clock of this machine (noise; never a winner)",
+            "same_replay": f"{sum('same_replay_as' in r for r in rows)} combos decide as "
+            "another by construction and carry its replay (their same_replay_as says which "
+            "and why)",
         },
         "combos": rows,
         "groups": [

@@ -9,7 +9,10 @@ figure, is left out: it is noise on a shared machine, not a behaviour).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+from policykit.registry import Combo
 
 #: row fields that say what a combo did (not how long this machine took to say it)
 BEHAVIOUR = ("status", "crash", "never_completes", "starvation", "outcomes", "predicted")
@@ -31,3 +34,75 @@ def group_identical(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             groups[key] = {"combos": [row["combo"]], "row": row}
     return list(groups.values())
+
+
+# --- combos that decide alike by construction ---------------------------------------------------
+#: why a follower's row is its leader's (:func:`skip_twins`)
+SKIP_TWIN = (
+    "its queue differs from {leader}'s only in skipping a request that can never fit; that "
+    "replay skipped none, so every round decided the same"
+)
+
+
+def _skip_twin_key(combo: Combo) -> tuple[str, ...] | None:
+    """What a combo is apart from whether its arrival-order queue skips never-fitting requests
+    (``None`` for a sorting queue, which has no such twin)."""
+    if not combo.queue.arrival_order:
+        return None
+    return tuple(p.spec for p in combo.policies() if p.kind != "queue")
+
+
+def skip_twins(combos: Sequence[Combo]) -> list[tuple[Combo, list[Combo]]]:
+    """``combos`` as (leader, followers), leaders in their order, every combo once.
+
+    Two combos whose policies are equal but for an arrival-order queue, one that skips a
+    request that can never fit (``fcfs-skip``) and one that stops at it (``fcfs``), decide the
+    same in every round up to the first request the skipping one rejects for good: the planner
+    reads ``skips_never_fitting`` only there, and neither queue asks ``priority``. The leader is
+    the skipping one; a follower's row is the leader's when the leader's replay rejected nothing
+    for good (``never_fit_skips`` is 0), and is replayed on its own otherwise."""
+    leaders: dict[tuple[str, ...], Combo] = {}
+    for combo in combos:
+        key = _skip_twin_key(combo)
+        if key is not None and combo.queue.skips_never_fitting:
+            leaders.setdefault(key, combo)
+    followers: dict[str, list[Combo]] = {}
+    out: list[tuple[Combo, list[Combo]]] = []
+    for combo in combos:
+        key = _skip_twin_key(combo)
+        leader = None if key is None or combo.queue.skips_never_fitting else leaders.get(key)
+        if leader is not None:
+            followers.setdefault(str(leader), []).append(combo)
+        else:
+            out.append((combo, followers.setdefault(str(combo), [])))
+    return out
+
+
+def replay_twins(
+    combos: Iterable[Combo],
+    replay: Callable[[Combo], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A row per combo, in their order: each leader of :func:`skip_twins` replayed, each
+    follower given its leader's row (marked ``same_replay_as``) when that is proved to be its
+    own, else replayed."""
+    combos = list(combos)
+    rows: dict[str, dict[str, Any]] = {}
+    for leader, followers in skip_twins(combos):
+        row = rows[str(leader)] = replay(leader)
+        for twin in followers:
+            if row.get("never_fit_skips") == 0:
+                rows[str(twin)] = twin_row(row, leader, twin)
+            else:
+                rows[str(twin)] = replay(twin)
+    return [rows[str(c)] for c in combos]
+
+
+def twin_row(row: dict[str, Any], leader: Combo, twin: Combo) -> dict[str, Any]:
+    """``leader``'s row as ``twin``'s: the same decisions, no wall time of its own."""
+    return {
+        **row,
+        "combo": str(twin),
+        "policies": twin.as_dict(),
+        "scheduler_seconds": None,
+        "same_replay_as": {"combo": str(leader), "why": SKIP_TWIN.format(leader=leader)},
+    }

@@ -27,7 +27,7 @@ from policykit.harness.trace_host import BlockHostStore
 from policykit.harness.traces import Trace, TraceRequest
 from policykit.harness.workloads import check_pool
 from policykit.node import NodeConfig, PrefillNode
-from policykit.plan import Entry, EntryKind
+from policykit.plan import NEVER, Entry, EntryKind
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.pool import TokenPool
 from policykit.registry import Combo
@@ -245,6 +245,7 @@ def replay(
     tally = TraceTally(config.page_size, trace.block_tokens, node.pool.total_tokens)
     blocks: dict[str, tuple[int, ...]] = {}
     deferred: set[str] = set()
+    never_fit_skips = [0]  # requests the queue rejected for good (``trace_groups.skip_twins``)
 
     def admit(round_no: int) -> None:
         for req in clock.due():
@@ -259,6 +260,7 @@ def replay(
             for entry in record.plan.batch:
                 node.host.computed(blocks[entry.request_id], entry.end)
         deferred.update(e.request_id for e in record.plan.entries if e.kind is EntryKind.DEFERRED)
+        never_fit_skips[0] += sum(r.verdict == NEVER for r in record.plan.rejected)
         if not record.plan.batch and not node.pending_releases():
             clock.wait_for_next()
         admit(record.plan.round + 1)
@@ -277,6 +279,7 @@ def replay(
         "seconds": clock.now,
         "ttft_s": {"p50": percentile(tally.ttft_s, 50), "p99": percentile(tally.ttft_s, 99)},
     }
+    row["never_fit_skips"] = never_fit_skips[0]
     row["scheduler_seconds"] = time.perf_counter() - t0
     return row
 

@@ -179,8 +179,11 @@ def bench_trace(
 
 def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]:
     from policykit.harness.trace_bench import run_trace_bench
+    from policykit.harness.trace_groups import skip_twins
 
-    total = len(trace.requests) * len(chosen)
+    # a follower of skip_twins is replayed only if its leader's replay shows it must be
+    planned = {"combos": len(skip_twins(chosen))}
+    total = len(trace.requests) * planned["combos"]
     console = Console(stderr=True)
     with (
         Progress(
@@ -202,6 +205,10 @@ def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]
         def on_combo(combo: Combo):
             base = finished["combos"] * len(trace.requests)
             finished["combos"] += 1
+            if finished["combos"] > planned["combos"]:
+                planned["combos"] = finished["combos"]
+                beat.total = planned["combos"] * len(trace.requests)
+                bar.update(task, total=beat.total)
 
             def tick(done: int, _total: int, rounds: int, clock: float) -> None:
                 if rounds % _REDRAW_ROUNDS:
@@ -223,7 +230,7 @@ def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]
             forward_requests=forward,
             on_combo=on_combo,
         )
-        beat.done = total
+        beat.done = beat.total
     doc["executor"] = {"name": "inline", "host": socket.gethostname()}
     return doc
 
