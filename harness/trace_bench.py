@@ -182,11 +182,13 @@ def trace_document(
 
 
 def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
-    """Executor unit: one combo through one trace at one load (``policykit.executor``).
+    """Executor unit: one group of :func:`~policykit.harness.trace_groups.unit_groups` (a
+    combo and those that provably decide as it) through one trace at one load.
 
-    ``args``: ``trace`` (a bundled name or a path the worker can read), ``combo``,
-    ``model`` (roofline preset), ``gpu``, and optionally ``pool_tokens``, ``time_scale``,
-    ``requests`` (first N), ``chunked_prefill_size``, ``max_rounds``.
+    ``args``: ``trace`` (a bundled name or a path the worker can read), ``combos`` (printed
+    combos, the group's leader first), ``model`` (roofline preset), ``gpu``, and optionally
+    ``pool_tokens``, ``time_scale``, ``requests`` (first N), ``chunked_prefill_size``,
+    ``max_rounds``. Returns the trace, the replay settings and a row per combo (``rows``).
     """
     from policykit.harness.presets import get_preset
     from policykit.harness.roofline import get_gpu
@@ -206,15 +208,14 @@ def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
         host_tier=args.get("host_tier", "write-through"),
     )
     pm = make_plugin_manager()
-    combo = PolicyRegistry.from_plugins(pm).resolve(
-        args["combo"], config=config.node_config().engine
-    )
-    row = replay(trace, combo, config, pm=pm)
+    registry = PolicyRegistry.from_plugins(pm)
+    engine = config.node_config().engine
+    combos = [registry.resolve(c, config=engine) for c in args["combos"]]
     return {
         "trace": trace.name,
         "trace_summary": trace.summary(),
         "replay": {**config.to_dict(), "pool_source": source},
-        **row,
+        "rows": replay_twins(combos, lambda combo: replay(trace, combo, config, pm=pm)),
     }
 
 

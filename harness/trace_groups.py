@@ -78,6 +78,12 @@ def skip_twins(combos: Sequence[Combo]) -> list[tuple[Combo, list[Combo]]]:
     return out
 
 
+def unit_groups(combos: Sequence[Combo]) -> list[list[str]]:
+    """The printed combos of each (leader, followers) group of :func:`skip_twins`, leader
+    first: one executor unit each, so a follower's row comes from its leader's replay."""
+    return [[str(c) for c in (leader, *followers)] for leader, followers in skip_twins(combos)]
+
+
 def replay_twins(
     combos: Iterable[Combo],
     replay: Callable[[Combo], dict[str, Any]],

@@ -74,10 +74,7 @@ class BlockTokens(Sequence[int]):
     def __getitem__(self, index: slice) -> tuple[int, ...]: ...
     def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
         if isinstance(index, slice):
-            start, stop, step = index.indices(self._length)
-            if step != 1:
-                return tuple(self[i] for i in range(start, stop, step))
-            return self.whole()[start:stop]
+            return (self._tuple or self.whole())[index]
         if index < 0:
             index += self._length
         if not 0 <= index < self._length:

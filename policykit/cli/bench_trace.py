@@ -240,6 +240,7 @@ def _trace_units(
 ):
     from policykit.executor import Status, SweepProgress, Unit, open_executor, run_units
     from policykit.harness.trace_bench import trace_document
+    from policykit.harness.trace_groups import unit_groups
 
     unit_args = {
         "trace": workload,
@@ -253,12 +254,12 @@ def _trace_units(
     }
     units = [
         Unit(
-            f"trace/{trace.name}/{c}",
+            f"trace/{trace.name}/{group[0]}",
             "trace",
             "policykit.harness.trace_bench:replay_unit",
-            {**unit_args, "combo": str(c)},
+            {**unit_args, "combos": group},
         )
-        for c in chosen
+        for group in unit_groups(chosen)
     ]
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -267,12 +268,13 @@ def _trace_units(
         SweepProgress(len(units), label=f"bench {trace.name}") as progress,
     ):
         results = run_units(units, pool, listener=progress)
-    rows = [
-        {k: v for k, v in r.result.items() if k not in ("trace", "trace_summary", "replay")}
-        | {"executor": r.executor, "node": r.node}
+    got = {
+        row["combo"]: row | {"executor": r.executor, "node": r.node}
         for r in results.units
         if r.status is Status.OK and r.result is not None
-    ]
+        for row in r.result["rows"]
+    }
+    rows = [got[str(c)] for c in chosen if str(c) in got]
     doc = trace_document(trace, config, rows, source, created, time.perf_counter() - t0)
     doc["executor"] = results.executor
     doc["failed"] = [

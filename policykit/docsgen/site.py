@@ -349,7 +349,7 @@ def run_traces(
             get_preset(PREDICT_MODEL), get_gpu(TRACE_GPU), pool_tokens=TRACE_POOL_TOKENS
         )
         engine = config.node_config().engine
-        combos = [str(c) for c in Registry.from_plugins(make_plugin_manager()).all_combos(engine)]
+        combos = list(Registry.from_plugins(make_plugin_manager()).all_combos(engine))
         base = {
             "requests": TRACE_REQUESTS,
             "model": PREDICT_MODEL,

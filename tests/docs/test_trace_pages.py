@@ -93,9 +93,12 @@ def test_three_significant_digits() -> None:
 
 
 def test_the_sweep_runs_through_the_executor() -> None:
+    registry = registry_from()
+    combos = ["sglang/sglang/page", "reserve-tail/sglang/checkpoint:256", "sglang/sglang/page"]
+    combos[2] += "/default/fcfs-skip"  # fcfs's skip twin: one replay for both
     doc, rows = run_sweep(
         "mooncake-conversation",
-        ["sglang/sglang/page", "reserve-tail/sglang/checkpoint:256"],
+        [registry.resolve(c) for c in combos],
         (1.0, 4.0),
         {"requests": 8, "pool_tokens": 32768},
         executor="local",
@@ -103,7 +106,13 @@ def test_the_sweep_runs_through_the_executor() -> None:
     )
     assert doc["schema"] == "policykit.trace-sweep/1" and doc["failed"] == []
     assert doc["executor"]["name"] == "local"
-    assert [len(r) for r in rows] == [2, 2]
+    assert [len(r) for r in rows] == [3, 3]
+    assert [r.get("same_replay_as", {}).get("combo") for r in rows[0]] == [
+        "sglang/sglang/page/default/fcfs-skip",
+        None,
+        None,
+    ]
+    assert doc["combos"]["sglang/sglang/page"] == doc["combos"][combos[2]]
     for points in doc["combos"].values():
         assert [p["verdict"] for p in points] == ["ok", "ok"]
         assert points[1]["ttft_p99_s"] >= points[0]["ttft_p99_s"]

@@ -16,7 +16,7 @@ from policykit.harness.trace_formats import (
     load_bundled,
     load_trace_file,
 )
-from policykit.harness.trace_groups import group_identical
+from policykit.harness.trace_groups import behaviour_key, group_identical, replay_twins, skip_twins
 from policykit.harness.trace_host import BlockHostStore
 from policykit.harness.trace_replay import ReplayConfig, TraceClock, replay
 from policykit.harness.traces import BLOCK_TOKENS, BlockTokens, Trace, TraceRequest
@@ -243,6 +243,50 @@ def test_identical_combos_share_one_group() -> None:
     ]
     groups = group_identical(rows)
     assert [g["combos"] for g in groups] == [["a", "b"], ["c"]]
+
+
+def test_fcfs_follows_fcfs_skip_and_a_sorting_queue_leads_alone(registry) -> None:
+    combos = [
+        registry.resolve(c)
+        for c in (
+            "sglang/sglang/page",
+            "sglang/sglang/page/default/lpm",
+            "sglang/sglang/page/default/fcfs-skip",
+            "sglang/sglang/checkpoint:256",
+        )
+    ]
+    groups = [(str(a), [str(f) for f in b]) for a, b in skip_twins(combos)]
+    assert groups == [
+        ("sglang/sglang/page/default/lpm", []),
+        ("sglang/sglang/page/default/fcfs-skip", ["sglang/sglang/page"]),
+        ("sglang/sglang/checkpoint:256", []),  # its skip twin is not among the combos
+    ]
+
+
+@pytest.mark.parametrize("prompt, shared", [(1000, True), (2240, False)])
+def test_fcfs_carries_fcfs_skips_replay_only_when_nothing_was_skipped(
+    registry, prompt: int, shared: bool
+) -> None:
+    """A 2,240-token prompt never fits a 2,304-token pool under ``sglang`` admission:
+    ``fcfs-skip`` rejects it for good, ``fcfs`` blocks behind it, so ``fcfs`` replays alone."""
+    trace = _trace([(0.0, prompt, (0, 1, 2, 3, 4)), (0.0, 100, (9,))])
+    fcfs, skip = (
+        registry.resolve(f"sglang/sglang/page/default/{q}") for q in ("fcfs", "fcfs-skip")
+    )
+    config = _config(pool=2304)
+    replayed: list[str] = []
+
+    def one(combo):
+        replayed.append(str(combo))
+        return replay(trace, combo, config)
+
+    rows = replay_twins([fcfs, skip], one)
+    assert [r["combo"] for r in rows] == [str(fcfs), str(skip)]
+    assert ("same_replay_as" in rows[0]) is shared
+    assert replayed == [str(skip)] if shared else [str(skip), str(fcfs)]
+    own = replay(trace, fcfs, config)  # what fcfs does on its own, either way
+    assert behaviour_key(rows[0]) == behaviour_key(own)
+    assert (behaviour_key(own) == behaviour_key(rows[1])) is shared
 
 
 # --- the command and the prepared GPU script ----------------------------------------------------
