@@ -19,8 +19,14 @@ from typing import Any
 
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU
-from policykit.harness.trace_groups import behaviour_key, group_identical, replay_twins
-from policykit.harness.trace_replay import DEFAULT_MAX_ROUNDS, Progress, ReplayConfig, replay
+from policykit.harness.trace_groups import behaviour_key, group_identical, replay_grouped
+from policykit.harness.trace_replay import (
+    DEFAULT_MAX_ROUNDS,
+    Progress,
+    ReplayConfig,
+    replay,
+    replay_shadowed,
+)
 from policykit.harness.traces import Trace
 from policykit.memory.model_shapes import PRESETS as SHAPES
 from policykit.memory.plan import default_chunked_prefill_size, plan_kv
@@ -121,20 +127,21 @@ def run_trace_bench(
     pool_source: str = "given",
     model: Any = None,
     forward_requests: int = 0,
-    on_combo: Callable[[Combo], Progress | None] | None = None,
+    on_combo: Callable[[Combo, int], Progress | None] | None = None,
 ) -> dict[str, Any]:
     """Every combo through the whole trace; the :data:`SCHEMA` document. A combo that
-    provably decides as another (:func:`~policykit.harness.trace_groups.skip_twins`) gets that
-    replay's row, marked ``same_replay_as``, instead of a replay of its own."""
+    provably decides as another (:func:`~policykit.harness.trace_groups.replay_grouped`) gets
+    that replay's row, marked ``same_replay_as``, instead of a replay of its own.
+    ``on_combo(combo, rows done)`` is called before each replay."""
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     head = trace.head(forward_requests) if forward_requests else None
 
-    def one(combo: Combo) -> dict[str, Any]:
-        progress = on_combo(combo) if on_combo is not None else None
-        return replay(trace, combo, config, pm=pm, progress=progress)
+    def one(combo: Combo, shadows: list[Combo], done: int) -> tuple[dict, list[Combo]]:
+        progress = on_combo(combo, done) if on_combo is not None else None
+        return replay_shadowed(trace, combo, config, shadows, pm=pm, progress=progress)
 
-    rows = replay_twins(combos, one)
+    rows = replay_grouped(combos, one)
     if head is not None and model is not None:
         for combo, row in zip(combos, rows, strict=True):
             row["forward"] = forward_slice(head, combo, config, model, pm=pm)
@@ -215,7 +222,9 @@ def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
         "trace": trace.name,
         "trace_summary": trace.summary(),
         "replay": {**config.to_dict(), "pool_source": source},
-        "rows": replay_twins(combos, lambda combo: replay(trace, combo, config, pm=pm)),
+        "rows": replay_grouped(
+            combos, lambda combo, shadows, _: replay_shadowed(trace, combo, config, shadows, pm=pm)
+        ),
     }
 
 

@@ -42,6 +42,16 @@ SKIP_TWIN = (
     "its queue differs from {leader}'s only in skipping a request that can never fit; that "
     "replay skipped none, so every round decided the same"
 )
+#: why a shadow's row is its leader's (:mod:`policykit.harness.trace_shadow`)
+SHADOW = (
+    "planned every round of {leader}'s replay on its node and made the same plan each time, "
+    "with nothing decided outside the plan, so that replay is its own"
+)
+
+#: what a replay row measured on this machine (a row that is another's replay has none)
+TIMES = ("scheduler_seconds",)
+#: ``(combo, shadows, rows done so far) -> (its row, the shadows it carried)``
+ShadowedReplay = Callable[[Combo, list[Combo], int], tuple[dict[str, Any], list[Combo]]]
 
 
 def _skip_twin_key(combo: Combo) -> tuple[str, ...] | None:
@@ -79,36 +89,61 @@ def skip_twins(combos: Sequence[Combo]) -> list[tuple[Combo, list[Combo]]]:
 
 
 def unit_groups(combos: Sequence[Combo]) -> list[list[str]]:
-    """The printed combos of each (leader, followers) group of :func:`skip_twins`, leader
-    first: one executor unit each, so a follower's row comes from its leader's replay."""
-    return [[str(c) for c in (leader, *followers)] for leader, followers in skip_twins(combos)]
+    """The printed combos of each executor unit: the arrival-order queues together (a
+    follower of :func:`skip_twins` needs its leader's replay), each sorting queue apart
+    (shadows share the leader's queue policy), in the order of ``combos``."""
+    units: dict[str, list[str]] = {}
+    for combo in combos:
+        key = "" if combo.queue.arrival_order else combo.queue.spec
+        units.setdefault(key, []).append(str(combo))
+    return list(units.values())
 
 
-def replay_twins(
-    combos: Iterable[Combo],
-    replay: Callable[[Combo], dict[str, Any]],
-) -> list[dict[str, Any]]:
-    """A row per combo, in their order: each leader of :func:`skip_twins` replayed, each
-    follower given its leader's row (marked ``same_replay_as``) when that is proved to be its
-    own, else replayed."""
+def replay_grouped(combos: Iterable[Combo], replay: ShadowedReplay) -> list[dict[str, Any]]:
+    """A row per combo, in their order, replaying as few as is proved enough: the leaders of
+    :func:`skip_twins` with shadows (:func:`replay_with_shadows`); a follower gets its leader's
+    row when that replay skipped nothing, else is replayed (with shadows) too."""
     combos = list(combos)
     rows: dict[str, dict[str, Any]] = {}
-    for leader, followers in skip_twins(combos):
-        row = rows[str(leader)] = replay(leader)
+    groups = skip_twins(combos)
+    replay_with_shadows([leader for leader, _ in groups], replay, rows)
+    alone = []
+    for leader, followers in groups:
+        row = rows[str(leader)]
         for twin in followers:
             if row.get("never_fit_skips") == 0:
-                rows[str(twin)] = twin_row(row, leader, twin)
+                rows[str(twin)] = twin_row(row, leader, twin, SKIP_TWIN, TIMES)
             else:
-                rows[str(twin)] = replay(twin)
+                alone.append(twin)
+    replay_with_shadows(alone, replay, rows)
     return [rows[str(c)] for c in combos]
 
 
-def twin_row(row: dict[str, Any], leader: Combo, twin: Combo) -> dict[str, Any]:
-    """``leader``'s row as ``twin``'s: the same decisions, no wall time of its own."""
+def replay_with_shadows(
+    combos: list[Combo], replay: ShadowedReplay, rows: dict[str, dict[str, Any]]
+) -> None:
+    """Replay ``combos`` into ``rows``: each with the combos of its queue policy not replayed
+    yet as shadows, those it carried to the end taking its row."""
+    pending = list(combos)
+    while pending:
+        leader, rest = pending[0], pending[1:]
+        mates = [c for c in rest if c.queue.spec == leader.queue.spec]
+        row, carried = replay(leader, mates, len(rows))
+        rows[str(leader)] = row
+        for shadow in carried:
+            rows[str(shadow)] = twin_row(row, leader, shadow, SHADOW, TIMES)
+        pending = [c for c in rest if str(c) not in rows]
+
+
+def twin_row(
+    row: dict[str, Any], leader: Combo, twin: Combo, why: str, unmeasured: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``leader``'s row as ``twin``'s: the same decisions, marked ``same_replay_as`` with
+    ``why``; the ``unmeasured`` fields (times this machine took for the leader) become None."""
     return {
         **row,
+        **dict.fromkeys(unmeasured),
         "combo": str(twin),
         "policies": twin.as_dict(),
-        "scheduler_seconds": None,
-        "same_replay_as": {"combo": str(leader), "why": SKIP_TWIN.format(leader=leader)},
+        "same_replay_as": {"combo": str(leader), "why": why.format(leader=leader)},
     }

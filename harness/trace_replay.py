@@ -24,6 +24,7 @@ from policykit.harness.metrics import percentile
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU, round_cost
 from policykit.harness.trace_host import BlockHostStore
+from policykit.harness.trace_shadow import Shadows
 from policykit.harness.traces import Trace, TraceRequest
 from policykit.harness.workloads import check_pool
 from policykit.node import NodeConfig, PrefillNode
@@ -231,6 +232,35 @@ def replay(
     ``forward`` makes the model forward for a node (the CPU slice runs the real model);
     ``device``/``layout`` give the pool real KV buffers for it.
     """
+    row, _ = replay_shadowed(
+        trace,
+        combo,
+        config,
+        [],
+        pm=pm,
+        forward=forward,
+        device=device,
+        layout=layout,
+        progress=progress,
+    )
+    return row
+
+
+def replay_shadowed(
+    trace: Trace,
+    combo: Combo,
+    config: ReplayConfig,
+    shadows: list[Combo],
+    *,
+    pm: PolicykitPluginManager | None = None,
+    forward: Callable[[PrefillNode], Forward] | None = None,
+    device: Any = "cpu",
+    layout: Any = None,
+    progress: Progress | None = None,
+) -> tuple[dict[str, Any], list[Combo]]:
+    """:func:`replay` of ``combo``, with ``shadows`` (combos of its queue policy) planned
+    beside it every round (:mod:`.trace_shadow`): its row, and the shadows whose replay it
+    provably was."""
     t0 = time.perf_counter()
     node = _node(trace, config, device, layout)
     scheduler = Scheduler(
@@ -241,6 +271,8 @@ def replay(
         history=False,
         starvation_rounds=config.starvation_rounds,
     )
+    beside = Shadows(node, combo, shadows)
+    beside.follow(scheduler, pm)
     clock = TraceClock(trace, config.time_scale)
     tally = TraceTally(config.page_size, trace.block_tokens, node.pool.total_tokens)
     blocks: dict[str, tuple[int, ...]] = {}
@@ -254,6 +286,7 @@ def replay(
             node.add(Request(req.id, trace.tokens(req), arrival_round=round_no))  # type: ignore[arg-type]
 
     def on_round(record: RoundRecord) -> None:
+        beside.after_round(record)
         clock.advance(round_cost(record.plan.batch, config.preset).seconds(config.gpu))
         tally.count(record, blocks, clock.now)
         if isinstance(node.host, BlockHostStore):
@@ -281,7 +314,8 @@ def replay(
     }
     row["never_fit_skips"] = never_fit_skips[0]
     row["scheduler_seconds"] = time.perf_counter() - t0
-    return row
+    beside.after_run(row)
+    return row, beside.attached
 
 
 def _row(

@@ -179,11 +179,8 @@ def bench_trace(
 
 def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]:
     from policykit.harness.trace_bench import run_trace_bench
-    from policykit.harness.trace_groups import skip_twins
 
-    # a follower of skip_twins is replayed only if its leader's replay shows it must be
-    planned = {"combos": len(skip_twins(chosen))}
-    total = len(trace.requests) * planned["combos"]
+    total = len(trace.requests) * len(chosen)
     console = Console(stderr=True)
     with (
         Progress(
@@ -200,15 +197,10 @@ def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]
         Heartbeat(f"bench {trace.name}", total) as beat,
     ):
         task = bar.add_task(trace.name, total=total)
-        finished = {"combos": 0}
 
-        def on_combo(combo: Combo):
-            base = finished["combos"] * len(trace.requests)
-            finished["combos"] += 1
-            if finished["combos"] > planned["combos"]:
-                planned["combos"] = finished["combos"]
-                beat.total = planned["combos"] * len(trace.requests)
-                bar.update(task, total=beat.total)
+        def on_combo(combo: Combo, rows_done: int):
+            # a replay's shadows and twins get their rows with it, so the count jumps
+            base = rows_done * len(trace.requests)
 
             def tick(done: int, _total: int, rounds: int, clock: float) -> None:
                 if rounds % _REDRAW_ROUNDS:

@@ -281,12 +281,13 @@ def run_producers(
 def run_harness(folder: Path, report: DocsReport) -> list[Results]:
     """The CPU harness over every registered combination, :data:`HARNESS_REPEATS` times each,
     run in this process (the bench's ``policykit.bench/1`` document, written to
-    ``folder/bench.json``)."""
+    ``folder/bench.json``). A combination that provably decides as another (``fcfs`` beside
+    ``fcfs-skip``: :func:`~policykit.harness.trace_groups.skip_twins`) carries that one's runs,
+    marked ``same_replay_as``, when the other rejected no request."""
     import torch
 
-    from policykit.harness.model import Decoder
-    from policykit.harness.presets import get_preset
-    from policykit.harness.runner import resolve_input, run_bench
+    from policykit.harness.runner import resolve_input
+    from policykit.harness.trace_groups import SKIP_TWIN, skip_twins, twin_row
     from policykit.plugin_manager import make_plugin_manager
     from policykit.registry import PolicyRegistry as Registry
 
@@ -297,24 +298,18 @@ def run_harness(folder: Path, report: DocsReport) -> list[Results]:
         pm = make_plugin_manager()
         bench = resolve_input(HARNESS_WORKLOAD, HARNESS_POOL_TOKENS)
         combos = list(Registry.from_plugins(pm).all_combos(bench.config.engine))
-        label = f"{LABEL}: bench {HARNESS_WORKLOAD}, {HARNESS_REPEATS} runs per combination"
-        with Step(label, len(combos) * HARNESS_REPEATS) as beat:
-
-            def start(combo) -> None:
-                if beat.current:
-                    beat.advance()
-                beat.describe(str(combo))
-
-            doc = run_bench(
-                bench,
-                combos,
-                Decoder(get_preset(HARNESS_MODEL), "cpu", seed=0),
-                pm=pm,
-                on_combo_start=start,
-                repeats=HARNESS_REPEATS,
-                predict_model=get_preset(PREDICT_MODEL),
-            )
-            beat.advance()
+        groups = skip_twins(combos)
+        doc = _bench(bench, [leader for leader, _ in groups], pm)
+        rows = {row["combo"]: row for row in doc["combos"]}
+        alone = [f for lead, fs in groups for f in fs if _rejected(rows[str(lead)])]
+        if alone:
+            more = _bench(bench, alone, pm)
+            rows.update((row["combo"], row) for row in more["combos"])
+            doc["wall_seconds"] += more["wall_seconds"]
+        for leader, followers in groups:
+            for twin in followers:
+                rows.setdefault(str(twin), twin_row(rows[str(leader)], leader, twin, SKIP_TWIN))
+        doc["combos"] = [rows[str(c)] for c in combos]
     finally:
         torch.set_num_threads(threads)
     doc["executor"] = {"name": "policykit docs, inline"}
@@ -322,6 +317,38 @@ def run_harness(folder: Path, report: DocsReport) -> list[Results]:
     target.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     report.ran.append("bench")
     return load_results_file(target)
+
+
+def _rejected(row: dict[str, Any]) -> bool:
+    """Whether a harness run rejected a request (if it did not, nothing was skipped)."""
+    return bool(row["outcomes"]["requests"]["rejected"])
+
+
+def _bench(bench: Any, combos: list[Any], pm: Any) -> dict[str, Any]:
+    """:func:`~policykit.harness.runner.run_bench` of ``combos`` with a progress bar."""
+    from policykit.harness.model import Decoder
+    from policykit.harness.presets import get_preset
+    from policykit.harness.runner import run_bench
+
+    label = f"{LABEL}: bench {HARNESS_WORKLOAD}, {HARNESS_REPEATS} runs per combination"
+    with Step(label, len(combos) * HARNESS_REPEATS) as beat:
+
+        def start(combo) -> None:
+            if beat.current:
+                beat.advance()
+            beat.describe(str(combo))
+
+        doc = run_bench(
+            bench,
+            combos,
+            Decoder(get_preset(HARNESS_MODEL), "cpu", seed=0),
+            pm=pm,
+            on_combo_start=start,
+            repeats=HARNESS_REPEATS,
+            predict_model=get_preset(PREDICT_MODEL),
+        )
+        beat.advance()
+    return doc
 
 
 def run_traces(

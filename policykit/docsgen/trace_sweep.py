@@ -2,11 +2,11 @@
 
 A single load says which combos differ there; a sweep says *where* each combo stops coping.
 Each load and group of combos is one executor unit (``policykit.harness.trace_bench:
-replay_unit``), so ``policykit docs --executor ray`` spreads the sweep over a cluster. A group
-is a combo and those that provably decide as it (``fcfs`` beside ``fcfs-skip``:
-:func:`~policykit.harness.trace_groups.skip_twins`), replayed once when that is proved. The
-load is the trace's arrival rate: ``load = 1 / time_scale`` (load 2 replays the trace's arrivals
-twice as fast). Each combo keeps only the few figures the chart needs.
+replay_unit``), so ``policykit docs --executor ray`` spreads the sweep over a cluster. Inside a
+unit, a combo that provably decides as another is not replayed again
+(:func:`~policykit.harness.trace_groups.replay_grouped`). The load is the trace's arrival rate:
+``load = 1 / time_scale`` (load 2 replays the trace's arrivals twice as fast). Each combo keeps
+only the few figures the chart needs.
 """
 
 from __future__ import annotations

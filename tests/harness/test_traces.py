@@ -16,9 +16,15 @@ from policykit.harness.trace_formats import (
     load_bundled,
     load_trace_file,
 )
-from policykit.harness.trace_groups import behaviour_key, group_identical, replay_twins, skip_twins
+from policykit.harness.trace_groups import (
+    behaviour_key,
+    group_identical,
+    replay_grouped,
+    skip_twins,
+    unit_groups,
+)
 from policykit.harness.trace_host import BlockHostStore
-from policykit.harness.trace_replay import ReplayConfig, TraceClock, replay
+from policykit.harness.trace_replay import ReplayConfig, TraceClock, replay, replay_shadowed
 from policykit.harness.traces import BLOCK_TOKENS, BlockTokens, Trace, TraceRequest
 from policykit.harness.workloads import WorkloadError
 from policykit.pool import TokenPool
@@ -276,17 +282,40 @@ def test_fcfs_carries_fcfs_skips_replay_only_when_nothing_was_skipped(
     config = _config(pool=2304)
     replayed: list[str] = []
 
-    def one(combo):
+    def one(combo, shadows, _done):
         replayed.append(str(combo))
-        return replay(trace, combo, config)
+        return replay_shadowed(trace, combo, config, shadows)
 
-    rows = replay_twins([fcfs, skip], one)
+    rows = replay_grouped([fcfs, skip], one)
     assert [r["combo"] for r in rows] == [str(fcfs), str(skip)]
     assert ("same_replay_as" in rows[0]) is shared
     assert replayed == [str(skip)] if shared else [str(skip), str(fcfs)]
     own = replay(trace, fcfs, config)  # what fcfs does on its own, either way
     assert behaviour_key(rows[0]) == behaviour_key(own)
     assert (behaviour_key(own) == behaviour_key(rows[1])) is shared
+
+
+def test_shadowed_rows_are_the_rows_each_combo_replays_alone(registry) -> None:
+    """Every combo of the docs' settings on a slice that fills the pool: the rows that carry
+    another's replay (shadows, skip twins) are exactly what replaying each alone gives, and
+    both kinds of sharing happen, as do combos that replay alone."""
+    trace = load_bundled("mooncake-conversation").head(150)
+    config = _config(pool=65_536)
+    combos = list(registry.all_combos(config.node_config().engine))
+    rows: list[dict] = []
+    for names in unit_groups(combos):
+        unit = [registry.resolve(n) for n in names]
+        rows += replay_grouped(
+            unit, lambda c, shadows, _: replay_shadowed(trace, c, config, shadows)
+        )
+    by_name = {r["combo"]: r for r in rows}
+    assert sorted(by_name) == sorted(str(c) for c in combos)
+    for combo in combos:
+        assert behaviour_key(by_name[str(combo)]) == behaviour_key(replay(trace, combo, config))
+    why = [r["same_replay_as"]["why"] for r in rows if "same_replay_as" in r]
+    assert any(w.startswith("planned every round") for w in why)
+    assert any(w.startswith("its queue differs") for w in why)
+    assert len(why) < len(rows) - 2  # the slice tells several behaviours apart
 
 
 # --- the command and the prepared GPU script ----------------------------------------------------
