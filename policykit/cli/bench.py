@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -33,7 +32,7 @@ from policykit.cli.common import (
 )
 from policykit.errors import PolicykitError
 from policykit.fidelity import Holds, approximation_lines
-from policykit.heartbeat import Heartbeat
+from policykit.progress import ProgressBar
 from policykit.registry import Combo, PolicyRegistry, format_combo
 from policykit.render import default_console, fold
 
@@ -306,33 +305,19 @@ def _bench_inline(
     from policykit.harness.model import Decoder
     from policykit.harness.runner import run_bench
 
-    with (
-        Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress,
-        Heartbeat("bench", len(chosen) * repeats) as beat,
-    ):
+    with ProgressBar("bench", len(chosen) * repeats, unit="runs") as bar:
         console.print(f"building {shape.name} on {dev} and laying out {bench_input.name} ...")
         model = Decoder(shape, dev, seed=seed)
-        task = progress.add_task("runs", total=len(chosen) * repeats)
         current = {"combo": ""}
 
         def start(combo: Combo) -> None:
             if current["combo"]:
-                progress.advance(task)
-                beat.advance()
+                bar.advance()
             current["combo"] = str(combo)
-            progress.update(task, description=current["combo"])
-            beat.describe(current["combo"])
+            bar.describe(current["combo"])
 
         def on_round(record) -> None:
-            progress.update(task, description=f"{current['combo']} — round {record.plan.round}")
-            beat.describe(f"{current['combo']}, round {record.plan.round}")
+            bar.describe(f"{current['combo']}, round {record.plan.round}")
 
         result = run_bench(
             bench_input,
@@ -345,8 +330,7 @@ def _bench_inline(
             repeats=repeats,
             predict_model=predict_model,
         )
-        progress.advance(task)
-        beat.advance()
+        bar.advance()
     result["executor"] = {"name": "inline", "host": socket.gethostname()}
     return result
 

@@ -16,21 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
 from policykit.cli.common import load_registry, warn_if_uncheckable
 from policykit.errors import PolicykitError
-from policykit.heartbeat import Heartbeat
+from policykit.progress import ProgressBar
 from policykit.render import fold
 
 if TYPE_CHECKING:
@@ -181,22 +172,7 @@ def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]
     from policykit.harness.trace_bench import run_trace_bench
 
     total = len(trace.requests) * len(chosen)
-    console = Console(stderr=True)
-    with (
-        Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("requests"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        ) as bar,
-        Heartbeat(f"bench {trace.name}", total) as beat,
-    ):
-        task = bar.add_task(trace.name, total=total)
+    with ProgressBar(f"bench {trace.name}", total, unit="requests") as bar:
 
         def on_combo(combo: Combo, rows_done: int):
             # a replay's shadows and twins get their rows with it, so the count jumps
@@ -205,10 +181,8 @@ def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]
             def tick(done: int, _total: int, rounds: int, clock: float) -> None:
                 if rounds % _REDRAW_ROUNDS:
                     return
-                what = f"{combo}: round {rounds:,}, {clock:,.0f} s predicted"
-                bar.update(task, completed=base + done, description=what)
-                beat.done = base + done
-                beat.describe(what)
+                bar.done = base + done
+                bar.describe(f"{combo}: round {rounds:,}, {clock:,.0f} s predicted")
 
             return tick
 
@@ -222,7 +196,7 @@ def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]
             forward_requests=forward,
             on_combo=on_combo,
         )
-        beat.done = beat.total
+        bar.done = total
     doc["executor"] = {"name": "inline", "host": socket.gethostname()}
     return doc
 

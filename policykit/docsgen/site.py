@@ -38,7 +38,6 @@ from policykit.docsgen.comparisons import write_comparisons
 from policykit.docsgen.concepts import write_concept_tables
 from policykit.docsgen.markdown import Links, Provenance
 from policykit.docsgen.policies import write_policies_page
-from policykit.docsgen.progress import Step
 from policykit.docsgen.results import (
     Results,
     ResultsError,
@@ -48,6 +47,7 @@ from policykit.docsgen.results import (
 )
 from policykit.docsgen.views import write_plugin_reference
 from policykit.errors import PolicykitError
+from policykit.progress import ProgressBar
 from policykit.registry import PolicyRegistry
 
 MARKER = ".policykit-generated"
@@ -66,7 +66,7 @@ HARNESS_WORKLOAD = "host-hit-heavy"
 HARNESS_MODEL = "tiny"
 HARNESS_POOL_TOKENS = 4096
 HARNESS_REPEATS = 3
-#: how progress lines start (:class:`~policykit.heartbeat.Heartbeat`, on a non-terminal)
+#: how progress lines start (:class:`~policykit.progress.Heartbeat`, on a non-terminal)
 LABEL = "policykit docs"
 #: the model the harness's schedules are priced for (predicted time on H100/H200/B200)
 PREDICT_MODEL = "llama3-8b"
@@ -83,6 +83,11 @@ TRACE_LOADS: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
 TRACE_GPU = "H200"
 
 
+def _step(label: str, total: int) -> ProgressBar:
+    """One step of the docs: a bar on a terminal and how long it took, lines in a log."""
+    return ProgressBar(label, total, summary=True)
+
+
 class DocsError(PolicykitError):
     """The docs could not be generated or built (bad paths, a failing producer, mkdocs)."""
 
@@ -92,7 +97,7 @@ Fallback = Callable[[PolicyRegistry], dict[str, Any]]
 
 
 def _check_each_fallback(registry: PolicyRegistry) -> dict[str, Any]:
-    with Step(f"{LABEL}: checking each combination on its own", 0) as beat:
+    with _step(f"{LABEL}: checking each combination on its own", 0) as beat:
 
         def on_combo(i: int, n: int, combo) -> None:
             beat.total, beat.done = n, i
@@ -244,7 +249,7 @@ def run_producers(
             continue
         target = folder / f"{producer.command}.json"
         args = [a.replace("{out}", str(target)) for a in producer.args]
-        with Step(f"{LABEL}: policykit {' '.join(args)}", 1) as beat:
+        with _step(f"{LABEL}: policykit {' '.join(args)}", 1) as beat:
             proc = subprocess.run(
                 [*cli.argv, *args],
                 capture_output=True,
@@ -331,7 +336,7 @@ def _bench(bench: Any, combos: list[Any], pm: Any) -> dict[str, Any]:
     from policykit.harness.runner import run_bench
 
     label = f"{LABEL}: bench {HARNESS_WORKLOAD}, {HARNESS_REPEATS} runs per combination"
-    with Step(label, len(combos) * HARNESS_REPEATS) as beat:
+    with _step(label, len(combos) * HARNESS_REPEATS) as beat:
 
         def start(combo) -> None:
             if beat.current:
@@ -434,7 +439,7 @@ def generate(
 
 def build_site(config: Path, site: Path) -> None:
     """``mkdocs build --strict``, run in the config's folder (snippet paths are relative to it)."""
-    with Step(f"{LABEL}: mkdocs build --strict", 1) as beat:
+    with _step(f"{LABEL}: mkdocs build --strict", 1) as beat:
         proc = subprocess.run(
             [
                 sys.executable,
@@ -524,7 +529,7 @@ def make_docs(
         report.results = [
             (str(generated / "results" / Path(r.source).name), r.kind) for r in results
         ]
-        with Step(f"{LABEL}: writing the generated pages", 1) as beat:
+        with _step(f"{LABEL}: writing the generated pages", 1) as beat:
             generate(registry, staging, results, report, cli, Links(docs_dir_of(config)))
             beat.advance()
         report.pages = [generated / p.relative_to(staging) for p in report.pages]

@@ -17,7 +17,6 @@ from click.testing import CliRunner
 
 from policykit.cli import main
 from policykit.docsgen.comparisons import write_comparisons
-from policykit.docsgen.progress import Step
 from policykit.docsgen.results import (
     ResultsError,
     TraceBenchResults,
@@ -27,6 +26,7 @@ from policykit.docsgen.results import (
 )
 from policykit.docsgen.trace_section import sig
 from policykit.docsgen.trace_sweep import run_sweep
+from policykit.progress import ProgressBar
 from policykit.registry import registry_from
 
 from .conftest import FIXTURES
@@ -126,8 +126,7 @@ def test_docs_refuses_a_workload_that_is_not_a_trace() -> None:
 
 def test_a_step_writes_lines_to_a_log() -> None:
     log = io.StringIO()
-    step = Step("policykit docs: x", 3)
-    step._beat.stream, step._beat.interval = log, 0.01  # a log, and a short interval
+    step = ProgressBar("policykit docs: x", 3, stream=log, interval=0.01)  # a log
     with step:
         step.describe("first")
         step.advance()
