@@ -216,7 +216,6 @@ def bench(
 
     from policykit.devices import resolve_device
     from policykit.harness.presets import get_preset
-    from policykit.harness.runner import resolve_input
 
     shape = get_preset(preset)
     priced = get_preset(predict_model)
@@ -229,46 +228,55 @@ def bench(
     dev = resolve_device(device)
     if dev.type == "cpu":
         torch.set_num_threads(cpu_threads)
+    texts = combo_texts(combos, combo_list, check_all)
+    run = {"executor": executor, "workers": workers, "ray_address": ray_address, "as_json": as_json}
     trace_args = TraceArgs(time_scale, gpu, host_tier, requests, forward_requests)
     if is_trace(workload):
-        result = bench_trace(
-            workload,
-            combo_texts(combos, combo_list, check_all),
-            shape,
-            priced,
-            dev,
-            seed,
-            pool_tokens,
-            max_rounds,
-            trace_args,
-            executor,
-            workers,
-            ray_address,
-            as_json,
-        )
-        _report(result, as_json, out, Console(stderr=True), trace_table)
+        args = (workload, texts, shape, priced, dev, seed, pool_tokens, max_rounds, trace_args)
+        _report(bench_trace(*args, **run), as_json, out, Console(stderr=True), trace_table)
         return
     trace_args.refuse_for(workload)
-    pool_tokens = DEFAULT_POOL_TOKENS if pool_tokens is None else pool_tokens
-    max_rounds = 10_000 if max_rounds is None else max_rounds
+    unit_args = {
+        "workload": workload,
+        "model": preset,
+        "pool_tokens": DEFAULT_POOL_TOKENS if pool_tokens is None else pool_tokens,
+        "seed": seed,
+        "cpu_threads": cpu_threads,
+        "max_rounds": 10_000 if max_rounds is None else max_rounds,
+        "device": device,
+    }
+    result = _bench_rounds(workload, texts, shape, priced, dev, unit_args, repeats=repeats, **run)
+    _report(document(result, "policykit.bench/1"), as_json, out, Console(stderr=True))
+
+
+def _bench_rounds(
+    workload: str,
+    texts: list[str] | None,
+    shape: ModelPreset,
+    priced: ModelPreset,
+    dev: torch.device,
+    unit_args: dict[str, Any],
+    *,
+    repeats: int,
+    executor: str,
+    workers: int | None,
+    ray_address: str | None,
+    as_json: bool,
+) -> dict[str, Any]:
+    """A round-based workload (named, or a scenario) through the chosen combos: the result
+    before it becomes a document. ``unit_args`` are the settings a remote unit rebuilds it from
+    (``pool_tokens``, ``seed``, ``max_rounds`` resolved)."""
+    from policykit.harness.runner import resolve_input
+
+    pool_tokens, seed = unit_args["pool_tokens"], unit_args["seed"]
     bench_input = resolve_input(workload, pool_tokens, seed)
     pm, registry = load_registry()
     engine = bench_input.config.engine
-    chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
+    chosen = _combos(registry, texts, engine)
     warned: set[str] = set()
     for combo in chosen:
         warn_if_uncheckable(combo, engine, as_json=as_json, seen=warned)
-    console = Console(stderr=True)
     if executor != "inline":
-        unit_args = {
-            "workload": workload,
-            "model": preset,
-            "pool_tokens": pool_tokens,
-            "seed": seed,
-            "cpu_threads": cpu_threads,
-            "max_rounds": max_rounds,
-            "device": device,
-        }
         result = _bench_units(
             bench_input,
             shape,
@@ -281,12 +289,21 @@ def bench(
         )
     else:
         result = _bench_inline(
-            bench_input, shape, dev, chosen, pm, seed, max_rounds, console, repeats, priced
+            bench_input,
+            shape,
+            dev,
+            chosen,
+            pm,
+            seed,
+            unit_args["max_rounds"],
+            Console(stderr=True),
+            repeats,
+            priced,
         )
     source = bench_input.summary.get("source")
     holds = Holds.of_bench_input(bench_input.config.sliding_window, source)
     result["approximations"] = approximation_lines(chosen, holds)
-    _report(document(result, "policykit.bench/1"), as_json, out, console)
+    return result
 
 
 def _bench_inline(

@@ -122,6 +122,7 @@ def bench_trace(
     pool_tokens: int | None,
     max_rounds: int | None,
     args: TraceArgs,
+    *,
     executor: str,
     workers: int | None,
     ray_address: str | None,
