@@ -1,18 +1,18 @@
 """Combos planned beside a replay on its own node, for as long as they plan exactly as it does.
 
 A replay of a whole trace spends most of its time keeping the node's state: committing, caching
-and evicting KV. Two combos that produce the same plan in every round from the same state run
-the same replay, since nothing after the plan asks a policy: the node commits the plan, and
-the clock and the tally read the round record. So a replay can carry *shadows*: each round,
-after the replayed combo (the leader) has planned, every shadow plans the same round on the
-same node with a planner of its own; a shadow whose plan differs, or who raises, is dropped
-there and replayed on its own later. A shadow still attached at the end provably had the
-leader's replay.
+and evicting KV. Two combos that make the same decisions (:func:`decisions`) in every round
+from the same state run the same replay, since nothing after the plan asks a policy: the node
+commits the plan's entries, and the clock and the tally read them. So a replay can carry
+*shadows*: each round, after the replayed combo (the leader) has planned, every shadow plans
+the same round on the same node with a planner of its own; a shadow whose decisions differ,
+or who raises, is dropped there and replayed on its own later. A shadow still attached at the
+end provably had the leader's replay.
 
 Why planning twice changes nothing: planning allocates nothing, and what it does touch (the
 access times of the cached prefixes it matches, and the split of a node where a match ends) it
-does for each request it looks at. Shadows share the leader's queue policy, so an identical plan
-looked at the same requests in the same order and matched the same prefixes: the second
+does for each request it looks at. Shadows share the leader's queue policy, so the same
+decisions looked at the same requests in the same order and matched the same prefixes: the second
 planner's touches keep the first's order and split nothing new. The planner state a queue
 keeps between rounds (``lpm``'s last order) is each shadow's own.
 
@@ -34,6 +34,14 @@ from policykit.planner import Planner
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
 from policykit.scheduler import RoundRecord, Scheduler
+
+
+def decisions(plan: Plan) -> tuple[Any, ...]:
+    """What of a plan the rest of a round reads: the entries the node commits and the
+    requests refused (those rejected for good leave the queue). Not the ledger marks along
+    the way (admission policies that decide alike can account differently) nor why admission
+    stopped: the node, the clock and the tally never read them."""
+    return plan.entries, plan.rejected
 
 
 class Shadows:
@@ -66,7 +74,7 @@ class Shadows:
     def compare(self, round_no: int, made: Plan) -> None:
         for name, (_, planner) in list(self.planners.items()):
             try:
-                same = planner.plan(round_no) == made
+                same = decisions(planner.plan(round_no)) == decisions(made)
             except (PolicyError, RequestFault):
                 same = False
             if not same:
