@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import gc
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -139,11 +140,13 @@ def run_trace_bench(
 
     def one(combo: Combo, shadows: list[Combo], done: int) -> tuple[dict, list[Combo]]:
         progress = on_combo(combo, done) if on_combo is not None else None
+        gc.collect()  # the last replay's node (its cache, its KV pool) in reference cycles
         return replay_shadowed(trace, combo, config, shadows, pm=pm, progress=progress)
 
     rows = replay_grouped(combos, one)
     if head is not None and model is not None:
         for combo, row in zip(combos, rows, strict=True):
+            gc.collect()
             row["forward"] = forward_slice(head, combo, config, model, pm=pm)
     return trace_document(
         trace, config, rows, pool_source, created, time.perf_counter() - t0, forward_requests
@@ -218,13 +221,16 @@ def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
     registry = PolicyRegistry.from_plugins(pm)
     engine = config.node_config().engine
     combos = [registry.resolve(c, config=engine) for c in args["combos"]]
+
+    def _replay(combo: Combo, shadows: list[Combo]) -> tuple[dict, list[Combo]]:
+        gc.collect()  # the last replay's node, in reference cycles
+        return replay_shadowed(trace, combo, config, shadows, pm=pm)
+
     return {
         "trace": trace.name,
         "trace_summary": trace.summary(),
         "replay": {**config.to_dict(), "pool_source": source},
-        "rows": replay_grouped(
-            combos, lambda combo, shadows, _: replay_shadowed(trace, combo, config, shadows, pm=pm)
-        ),
+        "rows": replay_grouped(combos, lambda combo, shadows, _: _replay(combo, shadows)),
     }
 
 

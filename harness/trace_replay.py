@@ -314,8 +314,7 @@ def replay_shadowed(
     }
     row["never_fit_skips"] = never_fit_skips[0]
     row["scheduler_seconds"] = time.perf_counter() - t0
-    beside.after_run(row)
-    return row, beside.attached
+    return row, beside.after_run(row, scheduler)
 
 
 def _row(

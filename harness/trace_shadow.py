@@ -87,6 +87,12 @@ class Shadows:
         if record.failed or (drained and node.waiting):
             self.planners.clear()
 
-    def after_run(self, row: dict[str, Any]) -> None:
+    def after_run(self, row: dict[str, Any], scheduler: Scheduler) -> list[Combo]:
+        """The shadows the replay carried to its end; the hook comes off the leader's planner
+        (it and the shadows' planners hold the node, which a replay must not keep alive)."""
         if row.get("never_completes") or row.get("starvation"):
             self.planners.clear()
+        carried = self.attached
+        scheduler.planner.__dict__.pop("plan", None)
+        self.planners.clear()
+        return carried
