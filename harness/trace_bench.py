@@ -13,14 +13,21 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import gc
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU
-from policykit.harness.trace_groups import behaviour_key, group_identical
-from policykit.harness.trace_replay import DEFAULT_MAX_ROUNDS, Progress, ReplayConfig, replay
+from policykit.harness.trace_groups import behaviour_key, group_identical, replay_grouped
+from policykit.harness.trace_replay import (
+    DEFAULT_MAX_ROUNDS,
+    Progress,
+    ReplayConfig,
+    replay,
+    replay_shadowed,
+)
 from policykit.harness.traces import Trace
 from policykit.memory.model_shapes import PRESETS as SHAPES
 from policykit.memory.plan import default_chunked_prefill_size, plan_kv
@@ -114,26 +121,33 @@ def forward_slice(
 
 def run_trace_bench(
     trace: Trace,
-    combos: Iterable[Combo],
+    combos: Sequence[Combo],
     config: ReplayConfig,
     *,
     pm: PolicykitPluginManager | None = None,
     pool_source: str = "given",
     model: Any = None,
     forward_requests: int = 0,
-    on_combo: Callable[[Combo], Progress | None] | None = None,
+    on_combo: Callable[[Combo, int], Progress | None] | None = None,
 ) -> dict[str, Any]:
-    """Every combo through the whole trace; the :data:`SCHEMA` document."""
+    """Every combo through the whole trace; the :data:`SCHEMA` document. A combo that
+    provably decides as another (:func:`~policykit.harness.trace_groups.replay_grouped`) gets
+    that replay's row, marked ``same_replay_as``, instead of a replay of its own.
+    ``on_combo(combo, rows done)`` is called before each replay."""
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    rows = []
     head = trace.head(forward_requests) if forward_requests else None
-    for combo in combos:
-        progress = on_combo(combo) if on_combo is not None else None
-        row = replay(trace, combo, config, pm=pm, progress=progress)
-        if head is not None and model is not None:
+
+    def one(combo: Combo, shadows: list[Combo], done: int) -> tuple[dict, list[Combo]]:
+        progress = on_combo(combo, done) if on_combo is not None else None
+        gc.collect()  # the last replay's node (its cache, its KV pool) in reference cycles
+        return replay_shadowed(trace, combo, config, shadows, pm=pm, progress=progress)
+
+    rows = replay_grouped(combos, one)
+    if head is not None and model is not None:
+        for combo, row in zip(combos, rows, strict=True):
+            gc.collect()
             row["forward"] = forward_slice(head, combo, config, model, pm=pm)
-        rows.append(row)
     return trace_document(
         trace, config, rows, pool_source, created, time.perf_counter() - t0, forward_requests
     )
@@ -165,6 +179,9 @@ def trace_document(
             if forward_requests
             else "no model forward",
             "scheduler_seconds": "wall clock of this machine (noise; never a winner)",
+            "same_replay": f"{sum('same_replay_as' in r for r in rows)} combos decide as "
+            "another by construction and carry its replay (their same_replay_as says which "
+            "and why)",
         },
         "combos": rows,
         "groups": [
@@ -175,11 +192,13 @@ def trace_document(
 
 
 def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
-    """Executor unit: one combo through one trace at one load (``policykit.executor``).
+    """Executor unit: one group of :func:`~policykit.harness.trace_groups.unit_groups` (a
+    combo and those that provably decide as it) through one trace at one load.
 
-    ``args``: ``trace`` (a bundled name or a path the worker can read), ``combo``,
-    ``model`` (roofline preset), ``gpu``, and optionally ``pool_tokens``, ``time_scale``,
-    ``requests`` (first N), ``chunked_prefill_size``, ``max_rounds``.
+    ``args``: ``trace`` (a bundled name or a path the worker can read), ``combos`` (printed
+    combos, the group's leader first), ``model`` (roofline preset), ``gpu``, and optionally
+    ``pool_tokens``, ``time_scale``, ``requests`` (first N), ``chunked_prefill_size``,
+    ``max_rounds``. Returns the trace, the replay settings and a row per combo (``rows``).
     """
     from policykit.harness.presets import get_preset
     from policykit.harness.roofline import get_gpu
@@ -199,13 +218,19 @@ def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
         host_tier=args.get("host_tier", "write-through"),
     )
     pm = make_plugin_manager()
-    combo = PolicyRegistry.from_plugins(pm).resolve(args["combo"], config=config.node_config())
-    row = replay(trace, combo, config, pm=pm)
+    registry = PolicyRegistry.from_plugins(pm)
+    engine = config.node_config()
+    combos = [registry.resolve(c, config=engine) for c in args["combos"]]
+
+    def _replay(combo: Combo, shadows: list[Combo]) -> tuple[dict, list[Combo]]:
+        gc.collect()  # the last replay's node, in reference cycles
+        return replay_shadowed(trace, combo, config, shadows, pm=pm)
+
     return {
         "trace": trace.name,
         "trace_summary": trace.summary(),
         "replay": {**config.to_dict(), "pool_source": source},
-        **row,
+        "rows": replay_grouped(combos, lambda combo, shadows, _: _replay(combo, shadows)),
     }
 
 

@@ -25,10 +25,11 @@ from policykit.harness.metrics import percentile
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU, round_cost
 from policykit.harness.trace_host import BlockHostStore
+from policykit.harness.trace_shadow import Shadows
 from policykit.harness.traces import Trace, TraceRequest
 from policykit.harness.workloads import check_pool
 from policykit.node import PrefillNode
-from policykit.plan import Entry, EntryKind
+from policykit.plan import NEVER, Entry, EntryKind
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.pool import TokenPool
 from policykit.registry import Combo
@@ -232,6 +233,35 @@ def replay(
     ``forward`` makes the model forward for a node (the CPU slice runs the real model);
     ``device``/``layout`` give the pool real KV buffers for it.
     """
+    row, _ = replay_shadowed(
+        trace,
+        combo,
+        config,
+        [],
+        pm=pm,
+        forward=forward,
+        device=device,
+        layout=layout,
+        progress=progress,
+    )
+    return row
+
+
+def replay_shadowed(
+    trace: Trace,
+    combo: Combo,
+    config: ReplayConfig,
+    shadows: list[Combo],
+    *,
+    pm: PolicykitPluginManager | None = None,
+    forward: Callable[[PrefillNode], Forward] | None = None,
+    device: Any = "cpu",
+    layout: Any = None,
+    progress: Progress | None = None,
+) -> tuple[dict[str, Any], list[Combo]]:
+    """:func:`replay` of ``combo``, with ``shadows`` (combos of its queue policy) planned
+    beside it every round (:mod:`.trace_shadow`): its row, and the shadows whose replay it
+    provably was."""
     t0 = time.perf_counter()
     node = _node(trace, config, device, layout)
     scheduler = Scheduler(
@@ -242,10 +272,13 @@ def replay(
         history=False,
         starvation_rounds=config.starvation_rounds,
     )
+    beside = Shadows(node, combo, shadows)
+    beside.follow(scheduler, pm)
     clock = TraceClock(trace, config.time_scale)
     tally = TraceTally(config.page_size, trace.block_tokens, node.pool.total_tokens)
     blocks: dict[str, tuple[int, ...]] = {}
     deferred: set[str] = set()
+    never_fit_skips = [0]  # requests the queue rejected for good (``trace_groups.skip_twins``)
 
     def admit(round_no: int) -> None:
         for req in clock.due():
@@ -254,12 +287,14 @@ def replay(
             node.add(Request(req.id, trace.tokens(req), arrival_round=round_no))  # type: ignore[arg-type]
 
     def on_round(record: RoundRecord) -> None:
+        beside.after_round(record)
         clock.advance(round_cost(record.plan.batch, config.preset).seconds(config.gpu))
         tally.count(record, blocks, clock.now)
         if isinstance(node.host, BlockHostStore):
             for entry in record.plan.batch:
                 node.host.computed(blocks[entry.request_id], entry.end)
         deferred.update(e.request_id for e in record.plan.entries if e.kind is EntryKind.DEFERRED)
+        never_fit_skips[0] += sum(r.verdict == NEVER for r in record.plan.rejected)
         if not record.plan.batch and not node.pending_releases():
             clock.wait_for_next()
         admit(record.plan.round + 1)
@@ -278,8 +313,9 @@ def replay(
         "seconds": clock.now,
         "ttft_s": {"p50": percentile(tally.ttft_s, 50), "p99": percentile(tally.ttft_s, 99)},
     }
+    row["never_fit_skips"] = never_fit_skips[0]
     row["scheduler_seconds"] = time.perf_counter() - t0
-    return row
+    return row, beside.after_run(row, scheduler)
 
 
 def _row(

@@ -11,12 +11,15 @@ block id per block of every request: no two requests share a token, and none is 
 
 Prompts are laid out lazily (:class:`BlockTokens`): the whole Mooncake conversation trace is
 145 M prompt tokens, which as tuples of Python ints would take gigabytes; a slice is only made
-into a tuple when the scheduler asks for it.
+into a tuple when the scheduler asks for it. The scheduler slices the same few prompts many
+times over (each match walks a prompt page by page, each release inserts its prefixes cut by
+cut), and building the ints was most of a replay's time, so the prompts sliced last keep their
+whole tuple while :data:`MATERIALISED_TOKENS` tokens' worth of them fit (about 150 MB).
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -25,12 +28,17 @@ from typing import Any, overload
 
 #: Mooncake's hash block: 512 tokens
 BLOCK_TOKENS = 512
+#: tokens of the prompts kept whole at once (:meth:`BlockTokens.whole`), about 36 bytes each
+MATERIALISED_TOKENS = 4_000_000
+#: the prompts kept whole, oldest first, and how many tokens they hold
+_whole: deque[BlockTokens] = deque()
+_whole_tokens = [0]
 
 
 class BlockTokens(Sequence[int]):
     """The token ids of a prompt made of blocks, materialised only slice by slice."""
 
-    __slots__ = ("_block", "_blocks", "_length")
+    __slots__ = ("_block", "_blocks", "_length", "_tuple")
 
     def __init__(self, blocks: Sequence[int], length: int, block_tokens: int = BLOCK_TOKENS):
         if length > len(blocks) * block_tokens:
@@ -38,6 +46,20 @@ class BlockTokens(Sequence[int]):
         self._blocks = tuple(blocks)
         self._length = length
         self._block = block_tokens
+        self._tuple: tuple[int, ...] | None = None
+
+    def whole(self) -> tuple[int, ...]:
+        """Every token id, built once while this prompt is among the last sliced (slicing a
+        tuple copies pointers; building one makes a Python int per token)."""
+        if self._tuple is None:
+            self._tuple = tuple(self._run(0, self._length))
+            _whole.append(self)
+            _whole_tokens[0] += self._length
+            while _whole_tokens[0] > MATERIALISED_TOKENS and len(_whole) > 1:
+                oldest = _whole.popleft()
+                _whole_tokens[0] -= oldest._length
+                oldest._tuple = None
+        return self._tuple
 
     def __len__(self) -> int:
         return self._length
@@ -52,10 +74,7 @@ class BlockTokens(Sequence[int]):
     def __getitem__(self, index: slice) -> tuple[int, ...]: ...
     def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
         if isinstance(index, slice):
-            start, stop, step = index.indices(self._length)
-            if step != 1:
-                return tuple(self[i] for i in range(start, stop, step))
-            return tuple(self._run(start, stop))
+            return (self._tuple or self.whole())[index]
         if index < 0:
             index += self._length
         if not 0 <= index < self._length:

@@ -47,15 +47,20 @@ class LongestPrefixQueue(QueuePolicy):
     """Longest cached prefix first; a refused request stops the queue (SGLang 0.5.23's ``lpm``).
 
     Upstream sorts by ``-num_matched_prefix_tokens`` (the device match plus the host hit)
-    with a stable sort. Not reproduced: upstream's switch to ``fcfs`` above 128 waiting
-    requests; its in-batch prefix caching, which moves waiting requests that share a short
-    prefix with each other to the back; its sort of the previous round's order (here equal
-    matches keep arrival order); and its count of a host hit too short to load back (under 10
-    tokens), or of a match capped one token short of the prompt. In SGLang under the policykit
-    plugin, ``lpm`` orders as described here.
+    with a stable sort. Above 128 waiting requests it does not sort at all (its
+    ``_determine_active_policy`` returns ``fcfs`` when ``len(waiting_queue) >
+    WAITING_QUEUE_PREFIX_MATCH_MAX``, 128): the queue keeps its last sort's order, new
+    arrivals at the back, no prefix is matched for the order, and the periodic refresh of
+    waiting prefixes that ``fcfs`` does runs instead; ``sort_limit`` reproduces all of that.
+    Not reproduced: its in-batch prefix caching, which moves waiting requests that share a
+    short prefix with each other to the back; its sort of the previous round's order (here
+    equal matches keep arrival order); and its count of a host hit too short to load back
+    (under 10 tokens), or of a match capped one token short of the prompt. In SGLang under the
+    policykit plugin, ``lpm`` orders as described here.
     """
 
     name = "lpm"
+    sort_limit = 128
 
     def priority(self, v: QueueView) -> int:
         return -(v.prefix_tokens + v.host_prefix_tokens)

@@ -227,6 +227,14 @@ class QueuePolicy(Policy):
     #: the queue stays in arrival order and :meth:`priority` is not asked (it saves a prefix
     #: match per waiting request per round, which is what upstream's ``fcfs`` saves too)
     arrival_order: ClassVar[bool] = False
+    #: above this many waiting requests the queue is not sorted and :meth:`priority` is not
+    #: asked: the queue keeps the order it had (the last sorted one, later arrivals behind it).
+    #: SGLang 0.5.23's ``lpm`` stops sorting above 128 (``WAITING_QUEUE_PREFIX_MATCH_MAX``)
+    sort_limit: ClassVar[int | None] = None
+
+    def sorts(self, waiting: int) -> bool:
+        """Whether a queue of ``waiting`` requests is sorted by :meth:`priority` this round."""
+        return not self.arrival_order and (self.sort_limit is None or waiting <= self.sort_limit)
 
     def priority(self, v: QueueView) -> int:
         """The request's place in the queue: lower goes first (ties keep arrival order)."""

@@ -1,31 +1,20 @@
 """Progress of one long scheduler run: requests done, rounds, ETA.
 
-A trace replay runs thousands of rounds. On a terminal a rich bar on stderr shows it (and goes
-away when the run ends, so the run's own output stays clean); in a log, a
-:class:`~policykit.heartbeat.Heartbeat` line comes every 10 s once the run has lasted that long
-(a short run, most of them, writes nothing).
+A trace replay runs thousands of rounds. :class:`~policykit.progress.ProgressBar` draws it: a
+bar on a terminal that goes away when the run ends (so the run's own output stays clean), a
+line every 10 s in a log once the run has lasted that long (a short run, most of them, writes
+nothing). What this module owns is what counts as done: a request that will not come back.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from types import TracebackType
 from typing import Self, TextIO
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-
-from policykit.heartbeat import INTERVAL_S, Heartbeat
 from policykit.node import PrefillNode
 from policykit.plan import NEVER
+from policykit.progress import INTERVAL_S, ProgressBar
 from policykit.request import State
 from policykit.scheduler import RoundRecord
 
@@ -46,26 +35,16 @@ class RunProgress:
         #: requests that will not come back: finished, failed or refused for good
         self.done = 0
         self.rounds = 0
-        self.interval = interval
         self._t0 = time.monotonic()
-        stream = stream or sys.stderr
-        isatty = getattr(stream, "isatty", None)
-        self._tty = bool(isatty and isatty())
-        self._bar = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("requests, {task.fields[rounds]} rounds"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=Console(file=stream),
-            transient=True,
-            disable=not self._tty,
+        self._bar = ProgressBar(
+            f"{label}: requests",
+            self.total,
+            unit="requests",
+            stream=stream,
+            interval=interval,
+            quiet_if_short=True,
         )
-        self._task = self._bar.add_task(label, total=self.total, rounds=0)
-        self._beat = Heartbeat(f"{label}: requests", self.total, stream=stream, interval=interval)
-        self._beating = False
+        self._bar.describe("round 0, ETA ?")
 
     def on_round(self, record: RoundRecord) -> None:
         """Count what the round ended for good, and redraw."""
@@ -75,15 +54,8 @@ class RunProgress:
         self.done += sum(r.verdict == NEVER for r in record.plan.rejected)
         requests = self.node.requests
         self.done += sum(requests[i].state is State.REJECTED for i in record.arrived)
-        self._bar.update(self._task, completed=self.done, rounds=self.rounds)
-        beat = self._beat
-        beat.done = self.done
-        beat.describe(f"round {self.rounds}, ETA {self.eta()}")
-        if not self._beating and time.monotonic() - self._t0 >= self.interval:
-            self._beating = True
-            beat.__enter__()
-            if beat.active:
-                print(beat.line(), file=beat.stream, flush=True)
+        self._bar.done = self.done
+        self._bar.describe(f"round {self.rounds}, ETA {self.eta()}")
 
     def eta(self) -> str:
         """Seconds left at the pace so far (``?`` before anything is done)."""
@@ -93,7 +65,7 @@ class RunProgress:
         return f"{elapsed / self.done * (self.total - self.done):.0f} s"
 
     def __enter__(self) -> Self:
-        self._bar.start()
+        self._bar.__enter__()
         return self
 
     def __exit__(
@@ -102,6 +74,4 @@ class RunProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._beating:
-            self._beat.__exit__(exc_type, exc, tb)
-        self._bar.stop()
+        self._bar.__exit__(exc_type, exc, tb)

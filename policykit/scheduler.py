@@ -303,19 +303,22 @@ class Scheduler:
     def _refresh_waiting_prefixes(self) -> None:
         """SGLang 0.5.23's ``SchedulePolicy._touch_waiting_prefixes``, on by default.
 
-        A queue that keeps arrival order matches no prefix while it sorts, so on its first sort
+        A queue that is not sorted this round (one that keeps arrival order, or one over its
+        ``sort_limit``, where upstream's ``lpm`` becomes ``fcfs``) matches no prefix while it
+        sorts, so on its first sort
         of a non-empty queue, and on every :data:`WAITING_PREFIX_REFRESH_INTERVAL`-th after,
         the engine touches the waiting requests' cached prefixes, the head last: they become
         the most recently used, so eviction takes idle cache before a waiting request's prefix
         (and the tail's before the head's). A sorting queue touches them as it matches.
         """
         waiting = self.node.waiting
-        if not self.combo.queue.arrival_order or not waiting:
+        if self.combo.queue.sorts(len(waiting)) or not waiting:
             return
         refresh = self._queue_sorts % WAITING_PREFIX_REFRESH_INTERVAL == 0
         self._queue_sorts += 1
         if refresh:
-            for req in reversed(list(waiting)[:WAITING_PREFIX_REFRESH_MAX]):
+            # in the queue's own order: a queue over its sort limit keeps its last sort's
+            for req in reversed(self.planner.queue()[:WAITING_PREFIX_REFRESH_MAX]):
                 self.node.cache.match(req.tokens)
 
     def _fail(self, err: PolicyError | RequestFault, failed: list[str]) -> None:

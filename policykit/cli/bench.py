@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -33,7 +32,7 @@ from policykit.cli.common import (
 )
 from policykit.errors import PolicykitError
 from policykit.fidelity import Holds, approximation_lines
-from policykit.heartbeat import Heartbeat
+from policykit.progress import ProgressBar
 from policykit.registry import Combo, PolicyRegistry, format_combo
 from policykit.render import default_console, fold
 
@@ -217,7 +216,6 @@ def bench(
 
     from policykit.devices import resolve_device
     from policykit.harness.presets import get_preset
-    from policykit.harness.runner import resolve_input
 
     shape = get_preset(preset)
     priced = get_preset(predict_model)
@@ -230,46 +228,55 @@ def bench(
     dev = resolve_device(device)
     if dev.type == "cpu":
         torch.set_num_threads(cpu_threads)
+    texts = combo_texts(combos, combo_list, check_all)
+    run = {"executor": executor, "workers": workers, "ray_address": ray_address, "as_json": as_json}
     trace_args = TraceArgs(time_scale, gpu, host_tier, requests, forward_requests)
     if is_trace(workload):
-        result = bench_trace(
-            workload,
-            combo_texts(combos, combo_list, check_all),
-            shape,
-            priced,
-            dev,
-            seed,
-            pool_tokens,
-            max_rounds,
-            trace_args,
-            executor,
-            workers,
-            ray_address,
-            as_json,
-        )
-        _report(result, as_json, out, Console(stderr=True), trace_table)
+        args = (workload, texts, shape, priced, dev, seed, pool_tokens, max_rounds, trace_args)
+        _report(bench_trace(*args, **run), as_json, out, Console(stderr=True), trace_table)
         return
     trace_args.refuse_for(workload)
-    pool_tokens = DEFAULT_POOL_TOKENS if pool_tokens is None else pool_tokens
-    max_rounds = 10_000 if max_rounds is None else max_rounds
+    unit_args = {
+        "workload": workload,
+        "model": preset,
+        "pool_tokens": DEFAULT_POOL_TOKENS if pool_tokens is None else pool_tokens,
+        "seed": seed,
+        "cpu_threads": cpu_threads,
+        "max_rounds": 10_000 if max_rounds is None else max_rounds,
+        "device": device,
+    }
+    result = _bench_rounds(workload, texts, shape, priced, dev, unit_args, repeats=repeats, **run)
+    _report(document(result, "policykit.bench/1"), as_json, out, Console(stderr=True))
+
+
+def _bench_rounds(
+    workload: str,
+    texts: list[str] | None,
+    shape: ModelPreset,
+    priced: ModelPreset,
+    dev: torch.device,
+    unit_args: dict[str, Any],
+    *,
+    repeats: int,
+    executor: str,
+    workers: int | None,
+    ray_address: str | None,
+    as_json: bool,
+) -> dict[str, Any]:
+    """A round-based workload (named, or a scenario) through the chosen combos: the result
+    before it becomes a document. ``unit_args`` are the settings a remote unit rebuilds it from
+    (``pool_tokens``, ``seed``, ``max_rounds`` resolved)."""
+    from policykit.harness.runner import resolve_input
+
+    pool_tokens, seed = unit_args["pool_tokens"], unit_args["seed"]
     bench_input = resolve_input(workload, pool_tokens, seed)
     pm, registry = load_registry()
     engine = bench_input.config
-    chosen = _combos(registry, combo_texts(combos, combo_list, check_all), engine)
+    chosen = _combos(registry, texts, engine)
     warned: set[str] = set()
     for combo in chosen:
         warn_if_uncheckable(combo, engine, as_json=as_json, seen=warned)
-    console = Console(stderr=True)
     if executor != "inline":
-        unit_args = {
-            "workload": workload,
-            "model": preset,
-            "pool_tokens": pool_tokens,
-            "seed": seed,
-            "cpu_threads": cpu_threads,
-            "max_rounds": max_rounds,
-            "device": device,
-        }
         result = _bench_units(
             bench_input,
             shape,
@@ -282,12 +289,21 @@ def bench(
         )
     else:
         result = _bench_inline(
-            bench_input, shape, dev, chosen, pm, seed, max_rounds, console, repeats, priced
+            bench_input,
+            shape,
+            dev,
+            chosen,
+            pm,
+            seed,
+            unit_args["max_rounds"],
+            Console(stderr=True),
+            repeats,
+            priced,
         )
     source = bench_input.summary.get("source")
     holds = Holds.of_bench_input(bench_input.config.sliding_window, source)
     result["approximations"] = approximation_lines(chosen, holds)
-    _report(document(result, "policykit.bench/1"), as_json, out, console)
+    return result
 
 
 def _bench_inline(
@@ -306,33 +322,19 @@ def _bench_inline(
     from policykit.harness.model import Decoder
     from policykit.harness.runner import run_bench
 
-    with (
-        Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress,
-        Heartbeat("bench", len(chosen) * repeats) as beat,
-    ):
+    with ProgressBar("bench", len(chosen) * repeats, unit="runs") as bar:
         console.print(f"building {shape.name} on {dev} and laying out {bench_input.name} ...")
         model = Decoder(shape, dev, seed=seed)
-        task = progress.add_task("runs", total=len(chosen) * repeats)
         current = {"combo": ""}
 
         def start(combo: Combo) -> None:
             if current["combo"]:
-                progress.advance(task)
-                beat.advance()
+                bar.advance()
             current["combo"] = str(combo)
-            progress.update(task, description=current["combo"])
-            beat.describe(current["combo"])
+            bar.describe(current["combo"])
 
         def on_round(record) -> None:
-            progress.update(task, description=f"{current['combo']} — round {record.plan.round}")
-            beat.describe(f"{current['combo']}, round {record.plan.round}")
+            bar.describe(f"{current['combo']}, round {record.plan.round}")
 
         result = run_bench(
             bench_input,
@@ -345,8 +347,7 @@ def _bench_inline(
             repeats=repeats,
             predict_model=predict_model,
         )
-        progress.advance(task)
-        beat.advance()
+        bar.advance()
     result["executor"] = {"name": "inline", "host": socket.gethostname()}
     return result
 

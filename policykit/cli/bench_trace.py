@@ -16,21 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
 from policykit.cli.common import load_registry, warn_if_uncheckable
 from policykit.errors import PolicykitError
-from policykit.heartbeat import Heartbeat
+from policykit.progress import ProgressBar
 from policykit.render import fold
 
 if TYPE_CHECKING:
@@ -131,6 +122,7 @@ def bench_trace(
     pool_tokens: int | None,
     max_rounds: int | None,
     args: TraceArgs,
+    *,
     executor: str,
     workers: int | None,
     ray_address: str | None,
@@ -181,35 +173,17 @@ def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]
     from policykit.harness.trace_bench import run_trace_bench
 
     total = len(trace.requests) * len(chosen)
-    console = Console(stderr=True)
-    with (
-        Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("requests"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        ) as bar,
-        Heartbeat(f"bench {trace.name}", total) as beat,
-    ):
-        task = bar.add_task(trace.name, total=total)
-        finished = {"combos": 0}
+    with ProgressBar(f"bench {trace.name}", total, unit="requests") as bar:
 
-        def on_combo(combo: Combo):
-            base = finished["combos"] * len(trace.requests)
-            finished["combos"] += 1
+        def on_combo(combo: Combo, rows_done: int):
+            # a replay's shadows and twins get their rows with it, so the count jumps
+            base = rows_done * len(trace.requests)
 
             def tick(done: int, _total: int, rounds: int, clock: float) -> None:
                 if rounds % _REDRAW_ROUNDS:
                     return
-                what = f"{combo}: round {rounds:,}, {clock:,.0f} s predicted"
-                bar.update(task, completed=base + done, description=what)
-                beat.done = base + done
-                beat.describe(what)
+                bar.done = base + done
+                bar.describe(f"{combo}: round {rounds:,}, {clock:,.0f} s predicted")
 
             return tick
 
@@ -223,7 +197,7 @@ def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]
             forward_requests=forward,
             on_combo=on_combo,
         )
-        beat.done = total
+        bar.done = total
     doc["executor"] = {"name": "inline", "host": socket.gethostname()}
     return doc
 
@@ -233,6 +207,7 @@ def _trace_units(
 ):
     from policykit.executor import Status, SweepProgress, Unit, open_executor, run_units
     from policykit.harness.trace_bench import trace_document
+    from policykit.harness.trace_groups import unit_groups
 
     unit_args = {
         "trace": workload,
@@ -246,12 +221,12 @@ def _trace_units(
     }
     units = [
         Unit(
-            f"trace/{trace.name}/{c}",
+            f"trace/{trace.name}/{group[0]}",
             "trace",
             "policykit.harness.trace_bench:replay_unit",
-            {**unit_args, "combo": str(c)},
+            {**unit_args, "combos": group},
         )
-        for c in chosen
+        for group in unit_groups(chosen)
     ]
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -260,12 +235,13 @@ def _trace_units(
         SweepProgress(len(units), label=f"bench {trace.name}") as progress,
     ):
         results = run_units(units, pool, listener=progress)
-    rows = [
-        {k: v for k, v in r.result.items() if k not in ("trace", "trace_summary", "replay")}
-        | {"executor": r.executor, "node": r.node}
+    got = {
+        row["combo"]: row | {"executor": r.executor, "node": r.node}
         for r in results.units
         if r.status is Status.OK and r.result is not None
-    ]
+        for row in r.result["rows"]
+    }
+    rows = [got[str(c)] for c in chosen if str(c) in got]
     doc = trace_document(trace, config, rows, source, created, time.perf_counter() - t0)
     doc["executor"] = results.executor
     doc["failed"] = [

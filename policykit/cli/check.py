@@ -20,7 +20,6 @@ from typing import Any
 
 import click
 from rich.console import Console, Group
-from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
@@ -38,7 +37,7 @@ from policykit.cli.common import (
 from policykit.config import EngineConfig
 from policykit.errors import ComboError, PolicykitError
 from policykit.fidelity import Holds, approximation_lines
-from policykit.heartbeat import Heartbeat
+from policykit.progress import ProgressBar, is_terminal
 from policykit.registry import Combo, PolicyRegistry
 from policykit.render import default_console, fold
 
@@ -513,22 +512,17 @@ def _check_pool(
 
     tasks = [Task(c.as_dict(), p.config, p.options) for p in plans for c in p.combos]
     chosen = [c for p in plans for c in p.combos]
-    console = Console(stderr=True)
     rows: dict[int, list[dict[str, Any]]] = {}
     # the zygote is forked here, before the progress threads start, so that no child inherits
     # a lock they hold
     finished = check_isolated(tasks, jobs, registry if _pm_injected() else None)
-    with (
-        Progress(console=console, transient=True, disable=quiet or len(chosen) < 2) as bar,
-        Heartbeat("check", len(chosen), enabled=len(chosen) > 1) as beat,
-    ):
-        task = bar.add_task("checking", total=len(chosen))
+    # --json on a terminal: no bar (a log still gets its lines)
+    shown = len(chosen) > 1 and not (quiet and is_terminal(sys.stderr))
+    with ProgressBar("check", len(chosen), unit="combos", enabled=shown) as bar:
         for i, found in finished:
             rows[i] = found
-            bar.update(task, description=str(chosen[i]))
-            beat.describe(str(chosen[i]))
-            bar.advance(task)
-            beat.advance()
+            bar.describe(str(chosen[i]))
+            bar.advance()
     return [row for i in range(len(chosen)) for row in rows[i]]
 
 

@@ -38,7 +38,6 @@ from policykit.docsgen.comparisons import write_comparisons
 from policykit.docsgen.concepts import write_concept_tables
 from policykit.docsgen.markdown import Links, Provenance
 from policykit.docsgen.policies import write_policies_page
-from policykit.docsgen.progress import Step
 from policykit.docsgen.results import (
     Results,
     ResultsError,
@@ -48,6 +47,7 @@ from policykit.docsgen.results import (
 )
 from policykit.docsgen.views import write_plugin_reference
 from policykit.errors import PolicykitError
+from policykit.progress import ProgressBar
 from policykit.registry import PolicyRegistry
 
 MARKER = ".policykit-generated"
@@ -66,7 +66,7 @@ HARNESS_WORKLOAD = "host-hit-heavy"
 HARNESS_MODEL = "tiny"
 HARNESS_POOL_TOKENS = 4096
 HARNESS_REPEATS = 3
-#: how progress lines start (:class:`~policykit.heartbeat.Heartbeat`, on a non-terminal)
+#: how progress lines start (:class:`~policykit.progress.Heartbeat`, on a non-terminal)
 LABEL = "policykit docs"
 #: the model the harness's schedules are priced for (predicted time on H100/H200/B200)
 PREDICT_MODEL = "llama3-8b"
@@ -83,6 +83,11 @@ TRACE_LOADS: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
 TRACE_GPU = "H200"
 
 
+def _step(label: str, total: int) -> ProgressBar:
+    """One step of the docs: a bar on a terminal and how long it took, lines in a log."""
+    return ProgressBar(label, total, summary=True)
+
+
 class DocsError(PolicykitError):
     """The docs could not be generated or built (bad paths, a failing producer, mkdocs)."""
 
@@ -92,7 +97,7 @@ Fallback = Callable[[PolicyRegistry], dict[str, Any]]
 
 
 def _check_each_fallback(registry: PolicyRegistry) -> dict[str, Any]:
-    with Step(f"{LABEL}: checking each combination on its own", 0) as beat:
+    with _step(f"{LABEL}: checking each combination on its own", 0) as beat:
 
         def on_combo(i: int, n: int, combo) -> None:
             beat.total, beat.done = n, i
@@ -244,7 +249,7 @@ def run_producers(
             continue
         target = folder / f"{producer.command}.json"
         args = [a.replace("{out}", str(target)) for a in producer.args]
-        with Step(f"{LABEL}: policykit {' '.join(args)}", 1) as beat:
+        with _step(f"{LABEL}: policykit {' '.join(args)}", 1) as beat:
             proc = subprocess.run(
                 [*cli.argv, *args],
                 capture_output=True,
@@ -281,12 +286,13 @@ def run_producers(
 def run_harness(folder: Path, report: DocsReport) -> list[Results]:
     """The CPU harness over every registered combination, :data:`HARNESS_REPEATS` times each,
     run in this process (the bench's ``policykit.bench/1`` document, written to
-    ``folder/bench.json``)."""
+    ``folder/bench.json``). A combination that provably decides as another (``fcfs`` beside
+    ``fcfs-skip``: :func:`~policykit.harness.trace_groups.skip_twins`) carries that one's runs,
+    marked ``same_replay_as``, when the other rejected no request."""
     import torch
 
-    from policykit.harness.model import Decoder
-    from policykit.harness.presets import get_preset
-    from policykit.harness.runner import resolve_input, run_bench
+    from policykit.harness.runner import resolve_input
+    from policykit.harness.trace_groups import SKIP_TWIN, skip_twins, twin_row
     from policykit.plugin_manager import make_plugin_manager
     from policykit.registry import PolicyRegistry as Registry
 
@@ -297,24 +303,18 @@ def run_harness(folder: Path, report: DocsReport) -> list[Results]:
         pm = make_plugin_manager()
         bench = resolve_input(HARNESS_WORKLOAD, HARNESS_POOL_TOKENS)
         combos = list(Registry.from_plugins(pm).all_combos(bench.config))
-        label = f"{LABEL}: bench {HARNESS_WORKLOAD}, {HARNESS_REPEATS} runs per combination"
-        with Step(label, len(combos) * HARNESS_REPEATS) as beat:
-
-            def start(combo) -> None:
-                if beat.current:
-                    beat.advance()
-                beat.describe(str(combo))
-
-            doc = run_bench(
-                bench,
-                combos,
-                Decoder(get_preset(HARNESS_MODEL), "cpu", seed=0),
-                pm=pm,
-                on_combo_start=start,
-                repeats=HARNESS_REPEATS,
-                predict_model=get_preset(PREDICT_MODEL),
-            )
-            beat.advance()
+        groups = skip_twins(combos)
+        doc = _bench(bench, [leader for leader, _ in groups], pm)
+        rows = {row["combo"]: row for row in doc["combos"]}
+        alone = [f for lead, fs in groups for f in fs if _rejected(rows[str(lead)])]
+        if alone:
+            more = _bench(bench, alone, pm)
+            rows.update((row["combo"], row) for row in more["combos"])
+            doc["wall_seconds"] += more["wall_seconds"]
+        for leader, followers in groups:
+            for twin in followers:
+                rows.setdefault(str(twin), twin_row(rows[str(leader)], leader, twin, SKIP_TWIN))
+        doc["combos"] = [rows[str(c)] for c in combos]
     finally:
         torch.set_num_threads(threads)
     doc["executor"] = {"name": "policykit docs, inline"}
@@ -322,6 +322,38 @@ def run_harness(folder: Path, report: DocsReport) -> list[Results]:
     target.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     report.ran.append("bench")
     return load_results_file(target)
+
+
+def _rejected(row: dict[str, Any]) -> bool:
+    """Whether a harness run rejected a request (if it did not, nothing was skipped)."""
+    return bool(row["outcomes"]["requests"]["rejected"])
+
+
+def _bench(bench: Any, combos: list[Any], pm: Any) -> dict[str, Any]:
+    """:func:`~policykit.harness.runner.run_bench` of ``combos`` with a progress bar."""
+    from policykit.harness.model import Decoder
+    from policykit.harness.presets import get_preset
+    from policykit.harness.runner import run_bench
+
+    label = f"{LABEL}: bench {HARNESS_WORKLOAD}, {HARNESS_REPEATS} runs per combination"
+    with _step(label, len(combos) * HARNESS_REPEATS) as beat:
+
+        def start(combo) -> None:
+            if beat.current:
+                beat.advance()
+            beat.describe(str(combo))
+
+        doc = run_bench(
+            bench,
+            combos,
+            Decoder(get_preset(HARNESS_MODEL), "cpu", seed=0),
+            pm=pm,
+            on_combo_start=start,
+            repeats=HARNESS_REPEATS,
+            predict_model=get_preset(PREDICT_MODEL),
+        )
+        beat.advance()
+    return doc
 
 
 def run_traces(
@@ -349,7 +381,7 @@ def run_traces(
             get_preset(PREDICT_MODEL), get_gpu(TRACE_GPU), pool_tokens=TRACE_POOL_TOKENS
         )
         engine = config.node_config()
-        combos = [str(c) for c in Registry.from_plugins(make_plugin_manager()).all_combos(engine)]
+        combos = list(Registry.from_plugins(make_plugin_manager()).all_combos(engine))
         base = {
             "requests": TRACE_REQUESTS,
             "model": PREDICT_MODEL,
@@ -407,7 +439,7 @@ def generate(
 
 def build_site(config: Path, site: Path) -> None:
     """``mkdocs build --strict``, run in the config's folder (snippet paths are relative to it)."""
-    with Step(f"{LABEL}: mkdocs build --strict", 1) as beat:
+    with _step(f"{LABEL}: mkdocs build --strict", 1) as beat:
         proc = subprocess.run(
             [
                 sys.executable,
@@ -497,7 +529,7 @@ def make_docs(
         report.results = [
             (str(generated / "results" / Path(r.source).name), r.kind) for r in results
         ]
-        with Step(f"{LABEL}: writing the generated pages", 1) as beat:
+        with _step(f"{LABEL}: writing the generated pages", 1) as beat:
             generate(registry, staging, results, report, cli, Links(docs_dir_of(config)))
             beat.advance()
         report.pages = [generated / p.relative_to(staging) for p in report.pages]

@@ -1,8 +1,8 @@
-"""One rich progress bar over all units of a sweep, with how many each node has finished.
+"""A sweep's progress: units done, and how many each node has finished.
 
-It draws on stderr, so ``--json -`` output on stdout stays clean; rich draws nothing live when
-stderr is not a terminal (CI logs get no bar spam): there a :class:`~policykit.heartbeat.Heartbeat`
-prints a plain line at least every 10 s instead.
+Drawn by :class:`~policykit.progress.ProgressBar` (a bar on a terminal that stays when the
+sweep ends, a line every 10 s in a log), on stderr, so ``--json -`` output on stdout stays
+clean.
 """
 
 from __future__ import annotations
@@ -11,38 +11,18 @@ from collections import Counter
 from types import TracebackType
 from typing import Self
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
-
 from policykit.executor.work import Attempt, Status, UnitResult
-from policykit.heartbeat import Heartbeat
+from policykit.progress import ProgressBar
 
 
 class SweepProgress:
-    """A :class:`~policykit.executor.driver.Listener` that draws the bar."""
+    """A :class:`~policykit.executor.driver.Listener` that counts units per node."""
 
-    def __init__(self, total: int, *, label: str = "units", console: Console | None = None):
+    def __init__(self, total: int, *, label: str = "units"):
         self.per_node: Counter[str] = Counter()
         self.failed = 0
         self.retried = 0
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
-            console=console or Console(stderr=True),
-            transient=False,
-        )
-        self._task = self._progress.add_task(label, total=total, status="")
-        # a log (stderr not a terminal) gets a plain line at least every 10 s instead
-        self._heartbeat = Heartbeat(label, total)
+        self._bar = ProgressBar(label, total, unit="units", transient=False)
 
     def attempt_ended(self, attempt: Attempt, result: UnitResult | None) -> None:
         if result is None:
@@ -50,23 +30,20 @@ class SweepProgress:
         else:
             self.per_node[attempt.host or "?"] += 1
             self.failed += result.status is Status.FAILED
-        self._progress.update(self._task, advance=result is not None, status=self.status_line())
-        if result is not None:
-            self._heartbeat.advance()
-            self._heartbeat.describe(attempt.unit_id)
+            self._bar.advance()
+        self._bar.describe(f"{attempt.unit_id} {self.status_line()}")
 
     def status_line(self) -> str:
         nodes = " · ".join(f"{host} {n}" for host, n in sorted(self.per_node.items()))
         extra = []
         if self.retried:
-            extra.append(f"[yellow]{self.retried} retried[/]")
+            extra.append(f"{self.retried} retried")
         if self.failed:
-            extra.append(f"[red]{self.failed} failed[/]")
+            extra.append(f"{self.failed} failed")
         return " ".join([nodes, *extra])
 
     def __enter__(self) -> Self:
-        self._progress.start()
-        self._heartbeat.__enter__()
+        self._bar.__enter__()
         return self
 
     def __exit__(
@@ -75,5 +52,4 @@ class SweepProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._heartbeat.__exit__(exc_type, exc, tb)
-        self._progress.stop()
+        self._bar.__exit__(exc_type, exc, tb)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from policykit.heartbeat import Heartbeat
+from policykit.progress import Heartbeat
 
 DOCUMENTS = {
     "policies": ["policies"],

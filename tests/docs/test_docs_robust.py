@@ -188,7 +188,7 @@ def test_check_each_refuses_only_the_uncheckable_combination(uncheckable_plugin)
 
 def test_each_phase_reports_progress_on_a_non_terminal(cli_built):
     """Under CliRunner stderr is not a terminal: every phase prints its progress line there
-    (and, while it runs, one every 10 s: :class:`policykit.heartbeat.Heartbeat`)."""
+    (and, while it runs, one every 10 s: :class:`policykit.progress.Heartbeat`)."""
     _, result = cli_built
     assert result.exit_code == 0, result.output
     json.loads(result.stdout)  # progress never mixes into the JSON

@@ -17,7 +17,6 @@ from click.testing import CliRunner
 
 from policykit.cli import main
 from policykit.docsgen.comparisons import write_comparisons
-from policykit.docsgen.progress import Step
 from policykit.docsgen.results import (
     ResultsError,
     TraceBenchResults,
@@ -27,6 +26,7 @@ from policykit.docsgen.results import (
 )
 from policykit.docsgen.trace_section import sig
 from policykit.docsgen.trace_sweep import run_sweep
+from policykit.progress import ProgressBar
 from policykit.registry import registry_from
 
 from .conftest import FIXTURES
@@ -93,9 +93,12 @@ def test_three_significant_digits() -> None:
 
 
 def test_the_sweep_runs_through_the_executor() -> None:
+    registry = registry_from()
+    combos = ["sglang/sglang/page", "reserve-tail/sglang/checkpoint:256", "sglang/sglang/page"]
+    combos[2] += "/default/fcfs-skip"  # fcfs's skip twin: one replay for both
     doc, rows = run_sweep(
         "mooncake-conversation",
-        ["sglang/sglang/page", "reserve-tail/sglang/checkpoint:256"],
+        [registry.resolve(c) for c in combos],
         (1.0, 4.0),
         {"requests": 8, "pool_tokens": 32768},
         executor="local",
@@ -103,7 +106,13 @@ def test_the_sweep_runs_through_the_executor() -> None:
     )
     assert doc["schema"] == "policykit.trace-sweep/1" and doc["failed"] == []
     assert doc["executor"]["name"] == "local"
-    assert [len(r) for r in rows] == [2, 2]
+    assert [len(r) for r in rows] == [3, 3]
+    assert [r.get("same_replay_as", {}).get("combo") for r in rows[0]] == [
+        "sglang/sglang/page/default/fcfs-skip",
+        None,
+        None,
+    ]
+    assert doc["combos"]["sglang/sglang/page"] == doc["combos"][combos[2]]
     for points in doc["combos"].values():
         assert [p["verdict"] for p in points] == ["ok", "ok"]
         assert points[1]["ttft_p99_s"] >= points[0]["ttft_p99_s"]
@@ -117,8 +126,7 @@ def test_docs_refuses_a_workload_that_is_not_a_trace() -> None:
 
 def test_a_step_writes_lines_to_a_log() -> None:
     log = io.StringIO()
-    step = Step("policykit docs: x", 3)
-    step._beat.stream, step._beat.interval = log, 0.01  # a log, and a short interval
+    step = ProgressBar("policykit docs: x", 3, stream=log, interval=0.01)  # a log
     with step:
         step.describe("first")
         step.advance()

@@ -16,9 +16,15 @@ from policykit.harness.trace_formats import (
     load_bundled,
     load_trace_file,
 )
-from policykit.harness.trace_groups import group_identical
+from policykit.harness.trace_groups import (
+    behaviour_key,
+    group_identical,
+    replay_grouped,
+    skip_twins,
+    unit_groups,
+)
 from policykit.harness.trace_host import BlockHostStore
-from policykit.harness.trace_replay import ReplayConfig, TraceClock, replay
+from policykit.harness.trace_replay import ReplayConfig, TraceClock, replay, replay_shadowed
 from policykit.harness.traces import BLOCK_TOKENS, BlockTokens, Trace, TraceRequest
 from policykit.harness.workloads import WorkloadError
 from policykit.pool import TokenPool
@@ -243,6 +249,73 @@ def test_identical_combos_share_one_group() -> None:
     ]
     groups = group_identical(rows)
     assert [g["combos"] for g in groups] == [["a", "b"], ["c"]]
+
+
+def test_fcfs_follows_fcfs_skip_and_a_sorting_queue_leads_alone(registry) -> None:
+    combos = [
+        registry.resolve(c)
+        for c in (
+            "sglang/sglang/page",
+            "sglang/sglang/page/default/lpm",
+            "sglang/sglang/page/default/fcfs-skip",
+            "sglang/sglang/checkpoint:256",
+        )
+    ]
+    groups = [(str(a), [str(f) for f in b]) for a, b in skip_twins(combos)]
+    assert groups == [
+        ("sglang/sglang/page/default/lpm", []),
+        ("sglang/sglang/page/default/fcfs-skip", ["sglang/sglang/page"]),
+        ("sglang/sglang/checkpoint:256", []),  # its skip twin is not among the combos
+    ]
+
+
+@pytest.mark.parametrize("prompt, shared", [(1000, True), (2240, False)])
+def test_fcfs_carries_fcfs_skips_replay_only_when_nothing_was_skipped(
+    registry, prompt: int, shared: bool
+) -> None:
+    """A 2,240-token prompt never fits a 2,304-token pool under ``sglang`` admission:
+    ``fcfs-skip`` rejects it for good, ``fcfs`` blocks behind it, so ``fcfs`` replays alone."""
+    trace = _trace([(0.0, prompt, (0, 1, 2, 3, 4)), (0.0, 100, (9,))])
+    fcfs, skip = (
+        registry.resolve(f"sglang/sglang/page/default/{q}") for q in ("fcfs", "fcfs-skip")
+    )
+    config = _config(pool=2304)
+    replayed: list[str] = []
+
+    def one(combo, shadows, _done):
+        replayed.append(str(combo))
+        return replay_shadowed(trace, combo, config, shadows)
+
+    rows = replay_grouped([fcfs, skip], one)
+    assert [r["combo"] for r in rows] == [str(fcfs), str(skip)]
+    assert ("same_replay_as" in rows[0]) is shared
+    assert replayed == [str(skip)] if shared else [str(skip), str(fcfs)]
+    own = replay(trace, fcfs, config)  # what fcfs does on its own, either way
+    assert behaviour_key(rows[0]) == behaviour_key(own)
+    assert (behaviour_key(own) == behaviour_key(rows[1])) is shared
+
+
+def test_shadowed_rows_are_the_rows_each_combo_replays_alone(registry) -> None:
+    """Every combo of the docs' settings on a slice that fills the pool: the rows that carry
+    another's replay (shadows, skip twins) are exactly what replaying each alone gives, and
+    both kinds of sharing happen, as do combos that replay alone."""
+    trace = load_bundled("mooncake-conversation").head(150)
+    config = _config(pool=65_536)
+    combos = list(registry.all_combos(config.node_config()))
+    rows: list[dict] = []
+    for names in unit_groups(combos):
+        unit = [registry.resolve(n) for n in names]
+        rows += replay_grouped(
+            unit, lambda c, shadows, _: replay_shadowed(trace, c, config, shadows)
+        )
+    by_name = {r["combo"]: r for r in rows}
+    assert sorted(by_name) == sorted(str(c) for c in combos)
+    for combo in combos:
+        assert behaviour_key(by_name[str(combo)]) == behaviour_key(replay(trace, combo, config))
+    why = [r["same_replay_as"]["why"] for r in rows if "same_replay_as" in r]
+    assert any(w.startswith("planned every round") for w in why)
+    assert any(w.startswith("its queue differs") for w in why)
+    assert len(why) < len(rows) - 2  # the slice tells several behaviours apart
 
 
 # --- the command and the prepared GPU script ----------------------------------------------------

@@ -16,6 +16,9 @@ would have changed which prefixes eviction takes. Only when SGLang's policy keep
 as well (``fcfs`` without priority scheduling, its default) does upstream's own call run
 unchanged, so that the upstream-faithful combo changes nothing.
 
+A queue longer than the policy's ``sort_limit`` (``lpm``: 128, upstream's own limit) is not
+sorted: it keeps the order the last sort left, new arrivals at the back, as upstream's does.
+
 Arrival is numbered by the plugin, the first time it sees a request, in the order of the queue
 as it finds it: the scheduler appends new requests at the end, so that is the order they came
 in, and unlike a timestamp it has no ties.
@@ -72,6 +75,8 @@ def order_queue(original: Any, schedule: Any, waiting_queue: list, *args: Any, *
     for req in waiting_queue:
         if ARRIVAL not in req.__dict__:
             req.__dict__[ARRIVAL] = next(_arrivals)
+    if not policy.arrival_order and not policy.sorts(len(waiting_queue)):
+        return _keep_order(original, schedule, waiting_queue, *args, **kw)
     waiting_queue.sort(key=_arrival)
     if policy.arrival_order:
         return None
@@ -80,6 +85,18 @@ def order_queue(original: Any, schedule: Any, waiting_queue: list, *args: Any, *
         return original(schedule, waiting_queue, *args, **kw)
     waiting_queue.sort(key=lambda req: ranks[id(req)])  # stable: ties keep arrival order
     return None
+
+
+def _keep_order(original: Any, schedule: Any, waiting_queue: list, *args: Any, **kw: Any) -> Any:
+    """A queue over the policy's ``sort_limit`` keeps its order (the last sort's, arrivals
+    behind). Upstream's own call does exactly that, touching the waiting prefixes as ``fcfs``
+    does, when its policy leaves such a queue unsorted (``fcfs`` without priorities, or
+    ``lpm``/``hrrn`` over their own limit); otherwise the queue is left as it is."""
+    policy = schedule._determine_active_policy(waiting_queue)
+    unsorted = policy is _upstream()[0] and (
+        schedule.policy is not policy or not schedule.enable_priority_scheduling
+    )
+    return original(schedule, waiting_queue, *args, **kw) if unsorted else None
 
 
 def _arrival(req: Any) -> int:
