@@ -97,7 +97,7 @@ def build_workload_node(
     are the same, only the values are not (for timing the planner and the forward alone).
     """
     model = store.model
-    page = workload.page_size
+    page = workload.config.page_size
     pool = TokenPool(workload.pool_tokens, page, device=model.device, layout=model.layout)
     node = PrefillNode(workload.config, pool)
     tokens = workload.tokens()

@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     registry = registry_from()
     results: dict[str, Any] = {"deviation": deviation, "bound": bound, "runs": []}
     for name in ("long-prompts", "host-hit-heavy"):
-        workload = dataclasses.replace(generate(name, pool), chunked_prefill_size=chunk)
+        workload = generate(name, pool)
+        config = dataclasses.replace(workload.config, chunked_prefill_size=chunk)
+        workload = dataclasses.replace(workload, config=config)
         bench = from_workload(workload)
         combos = [registry.resolve(c, config=bench.config) for c in COMBOS]
         result = run_bench(bench, combos, model)

@@ -58,12 +58,9 @@ class Workload:
     name: str
     description: str
     pool_tokens: int
-    chunked_prefill_size: int
+    #: the node it runs on (full attention: no sliding window)
+    config: EngineConfig
     requests: tuple[RequestSpec, ...]
-    page_size: int = PAGE_SIZE
-    #: rounds a finished request's KV stays while it transfers to decode
-    kv_release_rounds: int | None = 2
-    max_prefill_tokens: int | None = None
     source: str = "generator"
 
     def tokens(self) -> dict[str, tuple[int, ...]]:
@@ -87,26 +84,16 @@ class Workload:
     def prompt_tokens(self) -> int:
         return sum(r.prompt_tokens for r in self.requests)
 
-    @property
-    def config(self) -> EngineConfig:
-        """The node this workload runs on (no sliding window: workloads are full attention)."""
-        return EngineConfig(
-            page_size=self.page_size,
-            chunked_prefill_size=self.chunked_prefill_size,
-            max_prefill_tokens=self.max_prefill_tokens,
-            kv_release_rounds=self.kv_release_rounds,
-        )
-
     def summary(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "description": self.description,
             "source": self.source,
-            "page_size": self.page_size,
-            "chunked_prefill_size": self.chunked_prefill_size,
-            "max_prefill_tokens": self.max_prefill_tokens,
+            "page_size": self.config.page_size,
+            "chunked_prefill_size": self.config.chunked_prefill_size,
+            "max_prefill_tokens": self.config.max_prefill_tokens,
             "pool_tokens": self.pool_tokens,
-            "kv_release_rounds": self.kv_release_rounds,
+            "kv_release_rounds": self.config.kv_release_rounds,
             "requests": len(self.requests),
             "prompt_tokens": self.prompt_tokens,
         }
@@ -114,6 +101,12 @@ class Workload:
 
 def _paged(tokens: float, page: int = PAGE_SIZE) -> int:
     return max(page, int(tokens) // page * page)
+
+
+def workload_config(chunked_prefill_size: int, kv_release_rounds: int | None = 2) -> EngineConfig:
+    """A workload's node: ``PAGE_SIZE`` pages, and finished requests' KV held two rounds for
+    the transfer to decode unless the workload says otherwise."""
+    return EngineConfig(PAGE_SIZE, chunked_prefill_size, kv_release_rounds=kv_release_rounds)
 
 
 def _chunk_budget(pool: int) -> int:
@@ -133,7 +126,7 @@ def long_prompts(pool: int, seed: int) -> Workload:
         "Eight prompts of 30-80% of the pool, one per round: every one is chunked over several "
         "rounds, so the in-progress request and its tail dominate.",
         pool,
-        _chunk_budget(pool),
+        workload_config(_chunk_budget(pool)),
         tuple(reqs),
     )
 
@@ -173,9 +166,8 @@ def host_hit_heavy(pool: int, seed: int) -> Workload:
         "40-45% of the pool. KV is held "
         "six rounds for the transfer to decode.",
         pool,
-        chunk,
+        workload_config(chunk, kv_release_rounds=6),
         tuple(reqs),
-        kv_release_rounds=6,
     )
 
 
@@ -204,7 +196,7 @@ def shared_prefix(pool: int, seed: int) -> Workload:
         "the device cache, one in the host tier, one nowhere (its first request computes it and "
         "the rest hit the cache once it is released).",
         pool,
-        _chunk_budget(pool),
+        workload_config(_chunk_budget(pool)),
         tuple(reqs),
     )
 
@@ -248,7 +240,7 @@ def mixed(pool: int, seed: int) -> Workload:
         "Sixteen requests, one per round, drawn from short prompts, long chunked prompts, "
         "requests sharing a device-cached system prompt and host-tier hits.",
         pool,
-        _chunk_budget(pool),
+        workload_config(_chunk_budget(pool)),
         tuple(reqs),
     )
 
@@ -300,9 +292,8 @@ def seed_incident(pool: int, seed: int) -> Workload:
         "long request with a pinned device prefix and a large host prefix, and a 185-token host "
         "hit that enters through the checkpoint gap. KV is held for the whole run.",
         pool,
-        chunk,
+        workload_config(chunk, kv_release_rounds=None),
         reqs,
-        kv_release_rounds=None,
     )
 
 
@@ -462,9 +453,8 @@ def load_trace(path: str | Path, pool_tokens: int) -> Workload:
         str(header.get("name") or path.stem),
         str(header.get("description") or f"trace {path.name}"),
         pool,
-        chunk,
+        workload_config(chunk, kv_release_rounds=header.get("kv_release_rounds", 2)),
         tuple(sorted(requests, key=lambda r: r.arrival_round)),
-        kv_release_rounds=header.get("kv_release_rounds", 2),
         source=str(path),
     )
 

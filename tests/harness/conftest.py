@@ -8,7 +8,7 @@ import torch
 from policykit.harness.build import PrefixKV
 from policykit.harness.model import Decoder
 from policykit.harness.presets import get_preset
-from policykit.harness.workloads import RequestSpec, Workload
+from policykit.harness.workloads import RequestSpec, Workload, workload_config
 from policykit.registry import PolicyRegistry, registry_from
 
 
@@ -48,8 +48,7 @@ def coverage_workload() -> Workload:
         name="coverage",
         description="every KV path on a 1024-token pool",
         pool_tokens=1024,
-        chunked_prefill_size=256,
-        kv_release_rounds=1,
+        config=workload_config(256, kv_release_rounds=1),
         requests=(
             RequestSpec("long", 700, 0),
             RequestSpec(

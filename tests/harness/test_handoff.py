@@ -9,7 +9,7 @@ from policykit.harness.build import PrefixKV, build_workload_node
 from policykit.harness.engine import ModelForward
 from policykit.harness.handoff import DecodeHandoff
 from policykit.harness.runner import from_workload, run_combo
-from policykit.harness.workloads import RequestSpec, Workload
+from policykit.harness.workloads import RequestSpec, Workload, workload_config
 from policykit.registry import PolicyRegistry
 from policykit.scheduler import Scheduler
 
@@ -17,8 +17,7 @@ WORKLOAD = Workload(
     "two",
     "a chunked request and a host hit",
     pool_tokens=1024,
-    chunked_prefill_size=256,
-    kv_release_rounds=1,
+    config=workload_config(256, kv_release_rounds=1),
     requests=(
         RequestSpec("a", 600, 0),
         RequestSpec("b", 300, 0, prefix_group="h", prefix_tokens=256, host_prefix_tokens=256),

@@ -8,7 +8,7 @@ from policykit.harness.metrics import distinct, spread
 from policykit.harness.presets import get_preset
 from policykit.harness.roofline import GPUS, RoundCost, get_gpu, round_cost
 from policykit.harness.runner import from_workload, run_bench
-from policykit.harness.workloads import RequestSpec, Workload, generate
+from policykit.harness.workloads import RequestSpec, Workload, generate, workload_config
 from policykit.plan import Entry, EntryKind
 
 COMBOS = (
@@ -62,8 +62,7 @@ def test_a_prefix_computed_twice_counts_as_recomputed(tiny, registry):
         name="twins",
         description="a shared prefix computed twice",
         pool_tokens=1024,
-        chunked_prefill_size=512,
-        kv_release_rounds=1,
+        config=workload_config(512, kv_release_rounds=1),
         requests=(
             RequestSpec("a", 200, 1, prefix_group="p", prefix_tokens=192),
             RequestSpec("b", 200, 1, prefix_group="p", prefix_tokens=192),

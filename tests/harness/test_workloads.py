@@ -16,6 +16,7 @@ from policykit.harness.workloads import (
     WorkloadError,
     generate,
     load_trace,
+    workload_config,
 )
 from policykit.registry import PolicyRegistry
 
@@ -24,7 +25,7 @@ from policykit.registry import PolicyRegistry
 @pytest.mark.parametrize("pool", [8192, 65536])
 def test_generators_fit_the_pool(name: str, pool: int) -> None:
     w = generate(name, pool, seed=1)
-    assert w.pool_tokens == pool and w.page_size == 64
+    assert w.pool_tokens == pool and w.config.page_size == 64
     assert w.requests
     for r in w.requests:
         assert 0 < r.prompt_tokens <= pool, r
@@ -133,7 +134,7 @@ def test_trace_round_trip(tmp_path: Path) -> None:
         ],
     )
     w = load_trace(path, 4096)
-    assert w.name == "mine" and w.kv_release_rounds == 1
+    assert w.name == "mine" and w.config.kv_release_rounds == 1
     assert [r.id for r in w.requests] == ["b", "c", "a"]  # by arrival
     t = w.tokens()
     assert t["b"][:256] == t["c"][:256] and t["b"][256] != t["c"][256]
@@ -192,7 +193,7 @@ def test_a_request_failed_by_a_policy_fault_is_counted(store: PrefixKV) -> None:
             name="one-bad",
             description="one prompt the admission policy raises on",
             pool_tokens=1024,
-            chunked_prefill_size=256,
+            config=workload_config(256),
             requests=(
                 RequestSpec("ok1", 100, 0),
                 RequestSpec("bad", _Picky.BAD_PROMPT, 0),
