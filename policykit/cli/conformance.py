@@ -1,10 +1,12 @@
-"""``policykit conformance sglang``: what SGLang 0.5.23's real scheduler does differently.
+"""``policykit conformance sglang|vllm``: what an engine's real scheduler does differently.
 
-Runs each scenario through policykit's upstream-faithful combo and through upstream's own
-``PrefillAdder`` and storage (see :mod:`policykit.conformance.sglang.driver`), and prints every
-difference: per round the first differing field of the decisions, then of the storage.
-Exit 0 when all are identical, 1 when any differs, 2 on bad input or when SGLang is not
-installed.
+``sglang`` runs each scenario through policykit's upstream-faithful combo and through upstream's
+own ``PrefillAdder`` and storage (see :mod:`policykit.conformance.sglang.driver`), and prints
+every difference: per round the first differing field of the decisions, then of the storage.
+``vllm`` runs each through policykit's node that preempts under vLLM's combo and through vLLM
+0.33.0's real v1 ``Scheduler`` (:mod:`policykit.conformance.vllm.compare`), and prints each
+round's first differing decision. Exit 0 when all are identical, 1 when any differs, 2 on bad
+input or when the engine is not installed.
 """
 
 from __future__ import annotations
@@ -157,3 +159,119 @@ def _progress(total: int) -> Iterator[Callable[[], None]]:
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("scenarios", total=total)
         yield lambda: progress.advance(task)
+
+
+@conformance.command()
+@click.argument("scenarios", nargs=-1)
+@click.option(
+    "--random",
+    "random_count",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Also compare this many random scenarios, each under random vLLM settings.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --random.")
+@click.option(
+    "--long-prefill-token-threshold",
+    "threshold",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="vLLM's long_prefill_token_threshold for the SCENARIO files (0: off).",
+)
+@click.option(
+    "--reserve-full-isl/--no-reserve-full-isl",
+    default=True,
+    show_default=True,
+    help="vLLM's scheduler_reserve_full_isl for the SCENARIO files.",
+)
+@click.option(
+    "--scheduling-policy",
+    type=click.Choice(["fcfs", "priority"]),
+    default="fcfs",
+    show_default=True,
+    help="vLLM's --scheduling-policy for the SCENARIO files (priority: every request's "
+    "priority is 0, so arrival time orders; compared with the same combo).",
+)
+@json_option
+def vllm(
+    scenarios: tuple[str, ...],
+    random_count: int,
+    seed: int,
+    threshold: int,
+    reserve_full_isl: bool,
+    scheduling_policy: str,
+    as_json: bool,
+) -> None:
+    """Diff SCENARIO... (files or bundled names) against vLLM 0.33.0's real v1 Scheduler, run
+    on a CPU as a prefill-only node: per round the tokens scheduled per request, preemptions,
+    finished prefills, released KV and blocks in use, under policykit's vLLM combo."""
+    from policykit.conformance.vllm import VllmUnavailable, load
+    from policykit.conformance.vllm.compare import conform, random_scenario
+    from policykit.conformance.vllm.engine import VLLM_VERSION, SchedulerKnobs
+    from policykit.errors import PolicykitError
+    from policykit.preempting_scenario import refuse_unmappable
+
+    if not scenarios and not random_count:
+        raise click.UsageError("give SCENARIO files or bundled names, or --random N")
+    knobs = SchedulerKnobs(
+        long_prefill_token_threshold=threshold,
+        scheduler_reserve_full_isl=reserve_full_isl,
+        scheduling_policy=scheduling_policy,
+    )
+    runs = [(load_scenario(resolve_scenario_path(s)), knobs) for s in scenarios]
+    for sc, _ in runs:
+        refuse_unmappable(sc)
+    try:
+        load()  # fail early, with the install hint, when vLLM is missing
+    except VllmUnavailable as exc:
+        raise PolicykitError(str(exc)) from None
+    rng = random.Random(seed)
+    runs += [random_scenario(rng, i) for i in range(random_count)]
+    with _progress(len(runs)) as advance:
+        verdicts = []
+        for sc, k in runs:
+            verdicts.append(conform(sc, k))
+            advance()
+    different = [v for v in verdicts if v.differences]
+    covered = {
+        "preemption": sum(v.preemptions > 0 for v in verdicts),
+        "long_prefill_threshold": sum(k.long_prefill_token_threshold > 0 for _, k in runs),
+        "reserve_full_isl_off": sum(not k.scheduler_reserve_full_isl for _, k in runs),
+        "priority": sum(k.scheduling_policy == "priority" for _, k in runs),
+        "device_prefix": sum(any(r.device_prefix_tokens for r in sc.requests) for sc, _ in runs),
+    }
+    if as_json:
+        echo_json(
+            {
+                "schema": "policykit.conformance.vllm/1",
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                "engine": f"vllm=={VLLM_VERSION}",
+                "seed": seed if random_count else None,
+                "scenarios": [v.to_dict() for v in verdicts],
+                "identical": len(verdicts) - len(different),
+                "different": len(different),
+                "coverage": covered,
+            }
+        )
+    else:
+        for v in verdicts:
+            if v.differences:
+                click.echo(f"{v.scenario} ({v.combo}): {len(v.differences)} difference(s)")
+                for line in v.differences:
+                    click.echo(f"  {line}")
+            else:
+                click.echo(f"{v.scenario} ({v.combo}): identical ({v.rounds} rounds)")
+        click.echo(
+            f"{len(verdicts)} scenario(s) against vllm=={VLLM_VERSION}: "
+            f"{len(verdicts) - len(different)} identical, {len(different)} different"
+        )
+        click.echo(
+            "with preemptions {preemption}, with the long-prefill threshold "
+            "{long_prefill_threshold}, with full-sequence reservation off {reserve_full_isl_off}, "
+            "with priority scheduling {priority}, with device prefixes {device_prefix}".format(
+                **covered
+            )
+        )
+    if different:
+        sys.exit(EXIT_DIFFERENT)
