@@ -35,7 +35,15 @@ from policykit.host_tier import swa_host_hit
 from policykit.ledger import Ledger, ceil_paged
 from policykit.liveness import idle_admit_view, idle_chunk_view, idle_swa_facts, swa_facts
 from policykit.node import FIRST_TOKENS
-from policykit.policy import AdmitView, AlignView, ChunkView, Policy, PreemptView, TailView
+from policykit.policy import (
+    AdmitView,
+    AlignView,
+    ChunkView,
+    Policy,
+    PreemptView,
+    QueueView,
+    TailView,
+)
 from policykit.registry import Combo
 
 
@@ -101,6 +109,19 @@ def ask(policy: Policy, method: Callable[..., Any], view: Any, request_id: str) 
             f"(while deciding on request {request_id!r}: {view}).",
             request_id=request_id,
         ) from exc
+
+
+def queue_rank(policy: Policy, view: QueueView, request_id: str) -> int:
+    """The queue policy's priority of a waiting request (lower goes first), checked to be an
+    int: a sort on anything else would order the queue by accident, not by the policy."""
+    rank = ask(policy, policy.priority, view, request_id)
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise PolicyError(
+            f"{describe(policy)} gave request {request_id!r} the priority {rank!r}; a priority "
+            "is an int (lower goes first).",
+            request_id=request_id,
+        )
+    return rank
 
 
 def _is_int(x: Any) -> bool:

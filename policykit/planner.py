@@ -22,8 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from policykit import kernel
-from policykit.errors import PolicyError
-from policykit.kernel import Ints, Offer, ask, describe
+from policykit.kernel import Ints, Offer, describe
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import idle_capacity
 from policykit.node import PrefillNode
@@ -179,15 +178,7 @@ class Planner:
             host_prefix_tokens=node.host.loadable(req.tokens, cached, page),
             page_size=page,
         )
-        policy = self.combo.queue
-        rank = ask(policy, policy.priority, view, req.id)
-        if isinstance(rank, bool) or not isinstance(rank, int):
-            raise PolicyError(
-                f"{describe(policy)} gave request {req.id!r} the priority {rank!r}; a priority "
-                "is an int (lower goes first).",
-                request_id=req.id,
-            )
-        return rank
+        return kernel.queue_rank(self.combo.queue, view, req.id)
 
     # -- the in-progress request -----------------------------------------------------------
     def _resume(self, req: Request, ledger: Ledger) -> Entry:

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 
 from policykit import kernel
 from policykit.block_pool import BlockPool
-from policykit.errors import PolicyError
-from policykit.kernel import Ints, ask, describe
+from policykit.kernel import Ints
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.policy import PreemptView, QueueView
 from policykit.registry import Combo
@@ -256,15 +255,7 @@ class PreemptingScheduler:
             host_prefix_tokens=0,
             page_size=page,
         )
-        policy = self.combo.queue
-        rank = ask(policy, policy.priority, view, req.id)
-        if isinstance(rank, bool) or not isinstance(rank, int):
-            raise PolicyError(
-                f"{describe(policy)} gave request {req.id!r} the priority {rank!r}; a priority "
-                "is an int (lower goes first).",
-                request_id=req.id,
-            )
-        return rank
+        return kernel.queue_rank(self.combo.queue, view, req.id)
 
     def _admits(self, req: PagedRequest, start: int, evictable: int) -> bool:
         page = self.node.config.page_size

@@ -24,6 +24,7 @@ have at most five parts and parse as before, with no preemption.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import re
@@ -392,6 +393,15 @@ def registry_from(pm: PolicykitPluginManager | None = None) -> PolicyRegistry:
     return PolicyRegistry.from_plugins(pm or make_plugin_manager())
 
 
+@functools.cache
+def builtin_registry() -> PolicyRegistry:
+    """The built-in policies only (no entry points), built once: what a comparison against an
+    engine's own code resolves its combos from, so no installed plugin can change it."""
+    from policykit.plugin_manager import make_plugin_manager
+
+    return PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))
+
+
 __all__ = [
     "COMBO_FORM",
     "COMBO_SEPARATOR",
@@ -400,6 +410,7 @@ __all__ = [
     "Combo",
     "PolicyEntry",
     "PolicyRegistry",
+    "builtin_registry",
     "format_combo",
     "parse_combo",
     "refuse_mixed",

@@ -20,8 +20,7 @@ from policykit.conformance.sglang.run import drive
 from policykit.conformance.sglang.storage_driver import storage_view_of
 from policykit.node import PrefillNode
 from policykit.plan import Plan
-from policykit.plugin_manager import make_plugin_manager
-from policykit.registry import PolicyRegistry
+from policykit.registry import builtin_registry
 from policykit.request import State
 from policykit.scenario import RequestSpec, Scenario, build_node
 from policykit.scheduler import RoundRecord, RunResult, Scheduler
@@ -64,15 +63,6 @@ class Verdict:
         }
 
 
-_REGISTRY: list[PolicyRegistry] = []
-
-
-def _registry() -> PolicyRegistry:
-    if not _REGISTRY:
-        _REGISTRY.append(PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False)))
-    return _REGISTRY[0]
-
-
 def run_policykit(
     scenario: Scenario,
     combo: str = UPSTREAM_COMBO,
@@ -83,7 +73,7 @@ def run_policykit(
     blocks it) unless ``combo`` names another, and a stuck in-progress request not failed.
     With ``storage``, each round's storage view (:func:`node_storage_view`) is appended."""
     node = build_node(scenario)
-    chosen = _registry().resolve({"queue": "fcfs"}, combo, config=scenario.config)
+    chosen = builtin_registry().resolve({"queue": "fcfs"}, combo, config=scenario.config)
     ids = [r.id for r in scenario.requests]
 
     def on_round(record: RoundRecord) -> None:

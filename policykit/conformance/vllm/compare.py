@@ -18,10 +18,9 @@ from policykit.config import EngineConfig
 from policykit.conformance.vllm.driver import drive, max_num_seqs
 from policykit.conformance.vllm.engine import SchedulerKnobs
 from policykit.conformance.vllm.record import StepRecord
-from policykit.plugin_manager import make_plugin_manager
 from policykit.preempting import Step
 from policykit.preempting_scenario import prepare, run
-from policykit.registry import PolicyRegistry, format_combo
+from policykit.registry import builtin_registry, format_combo
 from policykit.scenario import RequestSpec, Scenario
 
 #: rounds each side may run; a livelock would run this long on both
@@ -73,18 +72,9 @@ class Verdict:
         }
 
 
-_REGISTRY: list[PolicyRegistry] = []
-
-
-def _registry() -> PolicyRegistry:
-    if not _REGISTRY:
-        _REGISTRY.append(PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False)))
-    return _REGISTRY[0]
-
-
 def model_steps(scenario: Scenario, knobs: SchedulerKnobs, max_rounds: int) -> list[Step]:
     """policykit's side: the scenario on its node that preempts, under :func:`vllm_combo`."""
-    combo = _registry().resolve(vllm_combo(knobs))
+    combo = builtin_registry().resolve(vllm_combo(knobs))
     sched, _ = prepare(scenario, combo, max_running=max_num_seqs(scenario, knobs))
     return run(sched, len(scenario.requests), max_rounds)
 
