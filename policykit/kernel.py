@@ -361,6 +361,9 @@ class Offer:
     host: Any  #: host tokens a load-back copies after them
     lock: Any  #: evictable tokens that locking the match takes out of the baseline
     slots: Any  #: the slots the load-back takes (whole pages)
+    #: hybrid SWA: evictable sliding-window tokens the lock's window takes out of the
+    #: sliding-window baseline (:mod:`policykit.swa_cache`)
+    swa_lock: Any = 0
 
 
 @dataclass
@@ -409,6 +412,7 @@ def attempt(
     loaded = ledger.copy()
     if not num.known_zero(offer.lock):
         loaded.lower_baseline(offer.lock)
+    lower_swa(loaded, offer.swa_lock)
     loaded.lower_baseline(offer.slots)  # the load-back allocates at admission
     compute = prompt - offer.cached - offer.host
     view = chunk_view(compute, loaded, swa_pool, offer.host)
@@ -450,6 +454,7 @@ def admission(
         return tried(lambda: ok), False
     locked = ledger.copy()
     locked.lower_baseline(offer.lock)
+    lower_swa(locked, offer.swa_lock)
 
     @cache
     def ok_locked() -> Any:
@@ -636,6 +641,13 @@ def swa_loaded(ledger: Ledger, swa_pool: Any | None, host: Any) -> tuple[Ledger,
     out = ledger.copy()
     out.swa_baseline = out.swa_baseline - charge
     return out, swa_pool - charge
+
+
+def lower_swa(ledger: Ledger, tokens: Any) -> None:
+    """A lock's window makes ``tokens`` of cached sliding-window KV unevictable: SGLang's
+    ``remaining_swa`` counts evictable sliding-window KV as room, so it loses them."""
+    if ledger.swa_baseline is not None and not (_is_int(tokens) and tokens == 0):
+        ledger.swa_baseline = ledger.swa_baseline - tokens
 
 
 def load_back_swa(ledger: Ledger, host: Any) -> None:

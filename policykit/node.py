@@ -16,11 +16,12 @@ import torch
 
 from policykit.config import EngineConfig
 from policykit.errors import LoadBackError, PlanError, PrefillOutOfMemory
-from policykit.host_tier import HostEntry, HostTier, swa_host_hit
+from policykit.host_tier import HostEntry, HostTier
 from policykit.plan import Entry, EntryKind, Plan
 from policykit.pool import TokenPool, extend_pages, pages_for
 from policykit.prefix_cache import Node, PrefixCache
 from policykit.request import NO_PAGES, Request, State
+from policykit.swa_cache import SWAPrefixCache
 
 #: KV a prefill node keeps per request for generated tokens: the first token only
 FIRST_TOKENS = 1
@@ -76,6 +77,15 @@ def cached_on_release(tokens: Any, page_size: int) -> Any:
     return tokens // page_size * page_size
 
 
+@dataclass
+class SWAProgress:
+    """Where an admitted request's KV stands under hybrid SWA (see ``PrefillNode``)."""
+
+    protected: int
+    swa_from: int
+    evicted: int = 0
+
+
 def _first_over(needs: list[tuple[Entry, int]], available: int) -> str | None:
     """The first entry of a batch whose running total of needs exceeds ``available``."""
     total = 0
@@ -103,7 +113,11 @@ class PrefillNode:
         self.config = config
         self.pool = pool
         self.swa_pool = swa_pool
-        self.cache = cache or PrefixCache(pool)
+        if cache is None:
+            window = config.sliding_window
+            swa = swa_pool
+            cache = PrefixCache(pool) if swa is None else SWAPrefixCache(pool, swa, window)
+        self.cache = cache
         self.host = host or HostTier()
         self.requests: dict[str, Request] = {}
         self.future: deque[Request] = deque()
@@ -112,6 +126,11 @@ class PrefillNode:
         self.held: deque[Request] = deque()
         #: where each admitted request's chunks began (page floor): its tree nodes once cached
         self._checkpoints: dict[str, list[int]] = {}
+        #: hybrid SWA (:mod:`policykit.swa_cache`), per admitted request: ``protected``, how
+        #: much of its KV the tree holds (its matched prefix, load-back and checkpoints), and
+        #: ``swa_from``, where its own sliding-window pages start (the KV out of its window
+        #: before that is freed), ``evicted``, SGLang's ``evicted_seqlen``
+        self._swa_state: dict[str, SWAProgress] = {}
         #: whether a held request's KV has reached the decode node; the harness replaces this
         #: with a check of its real copy, so slots are never freed under an in-flight transfer
         self.transfer_done: Callable[[Request], bool] = lambda req: True
@@ -152,6 +171,14 @@ class PrefillNode:
     def baseline(self) -> int:
         """``free + evictable``: what the pool could pay right now."""
         return self.pool.free_tokens + self.cache.evictable_tokens
+
+    @property
+    def swa_baseline(self) -> int | None:
+        """Hybrid SWA: free plus evictable sliding-window tokens (SGLang's
+        ``remaining_swa`` before any charge); None without hybrid SWA."""
+        if self.swa_pool is None:
+            return None
+        return self.swa_pool.free_tokens + self._swa_cache.swa_evictable_tokens
 
     # -- commit ----------------------------------------------------------------------------
     def commit(self, plan: Plan) -> None:
@@ -229,9 +256,14 @@ class PrefillNode:
         new = [s for s in staged if s.entry.kind.is_new]
         for s in new:
             self._lock_prefix(s, undo)
-            if s.entry.load_back:
+            if s.entry.load_back and self.swa_pool is not None:
+                self._load_back_swa(s, undo)
+            elif s.entry.load_back:
                 self._load_back(s, undo)
-        self._alloc_extend(staged, undo)
+        if self.swa_pool is not None:
+            self._alloc_extend_swa(staged, undo)
+        else:
+            self._alloc_extend(staged, undo)
         return staged
 
     def _lock_prefix(self, s: _Staged, undo: list[Callable[[], None]]) -> None:
@@ -288,10 +320,11 @@ class PrefillNode:
             self.pool, pages_for(n, self.pool.page_size), undo, tokens=n, request=req.id
         )
         s.host_entry = host
-        if self.swa_pool is not None:
-            # 0.5.23 loads the hit's sliding-window KV back with it (``swa_host_hit``)
-            load = swa_host_hit(n)
-            s.swa_pages = self._alloc(self.swa_pool, load, undo, tokens=load, request=req.id)
+        self._copy_back(s, host, n)
+
+    def _copy_back(self, s: _Staged, host: HostEntry, n: int) -> None:
+        """Copy a load-back's KV from the host tier, when both sides hold real KV."""
+        req, start = s.req, s.entry.cached
         if host.kv is not None and self.pool.k:
             try:
                 self.copy_from_host(host, torch.cat([s.prefix_pages, s.load_pages]), start, n)
@@ -316,16 +349,6 @@ class PrefillNode:
         needs = [(s.entry, extend_pages(s.entry.end, s.entry.start, page)) for s in staged]
         total_pages = sum(n for _, n in needs)
         extend_tokens = sum(e.tokens for e, _ in needs)
-        if self.swa_pool is not None:
-            swa_need = [(e, swa_extend_need(e.tokens, page)) for e, _ in needs]
-            if sum(n for _, n in swa_need) > self.swa_pool.free_tokens:
-                raise PrefillOutOfMemory(
-                    tokens=extend_tokens,
-                    available=self.swa_pool.free_tokens,
-                    evictable=0,
-                    pool="swa",
-                    request=_first_over(swa_need, self.swa_pool.free_tokens),
-                )
         short = eviction_demand(extend_tokens, len(staged), page) - self.pool.free_tokens
         if short > 0:
             self._evict(short, undo)
@@ -339,11 +362,6 @@ class PrefillNode:
         for s, (entry, n) in zip(staged, needs, strict=True):
             rid = entry.request_id
             s.extend_pages = self._alloc(self.pool, n, undo, tokens=entry.tokens, request=rid)
-            if self.swa_pool is not None:
-                extend = self._alloc(
-                    self.swa_pool, entry.tokens, undo, tokens=entry.tokens, request=rid
-                )
-                s.swa_pages = extend if s.swa_pages is None else _concat(s.swa_pages, extend)
 
     def _apply(self, s: _Staged, round_no: int) -> None:
         """Record a staged entry on its request (nothing here can fail)."""
@@ -357,6 +375,8 @@ class PrefillNode:
             req.cached_len = entry.cached
             req.own_pages = s.load_pages
             req.host_entry = s.host_entry
+            if self.swa_pool is not None:
+                self._swa_state[req.id] = SWAProgress(entry.start, entry.start)
         req.own_pages = _concat(req.own_pages, s.extend_pages)
         if s.swa_pages is not None:
             req.swa_pages = _concat(req.swa_pages, s.swa_pages)
@@ -366,10 +386,6 @@ class PrefillNode:
         req.seq_len = entry.end
         if req.first_scheduled_round is None:
             req.first_scheduled_round = round_no
-        if self.swa_pool is not None and self.config.sliding_window is not None:
-            keep = min(self.config.sliding_window, req.swa_pages.numel())
-            self.swa_pool.free(req.swa_pages[: req.swa_pages.numel() - keep])
-            req.swa_pages = req.swa_pages[req.swa_pages.numel() - keep :]
         if entry.kind.finishes:
             req.state = State.HELD
             req.finished_round = round_no
@@ -379,6 +395,139 @@ class PrefillNode:
         else:
             req.state = State.CHUNKED
             self.chunked = req
+
+    # -- hybrid SWA (SGLang 0.5.23's SWA radix tree, :mod:`policykit.swa_cache`) ------------
+    @property
+    def _swa_cache(self) -> SWAPrefixCache:
+        assert isinstance(self.cache, SWAPrefixCache)
+        return self.cache
+
+    def _evict_for(self, tokens: int, undo: list[Callable[[], None]]) -> None:
+        """SGLang's ``evict_to_free_tokens`` on both pools: each pool with fewer than
+        ``tokens`` free is short by the difference. The full pool's shortfall is evicted first
+        (whole leaves, their sliding-window KV too), then what the sliding-window pool still
+        lacks (:meth:`SWAPrefixCache.evict_swa`)."""
+        cache, swa = self._swa_cache, self.swa_pool
+        assert swa is not None
+        full_short = max(0, tokens - self.pool.free_tokens)
+        swa_short = max(0, tokens - swa.free_tokens)
+        swa_target = swa.free_tokens + swa_short
+        freed = 0
+        if full_short:
+            evicted: list[Node] = []
+            try:
+                cache.evict(full_short, evicted)
+            finally:
+                undo.extend(partial(cache.unevict, leaf) for leaf in evicted)
+            freed = sum(len(n) for n in evicted if n.swa is not None)
+        if swa_short:
+            cache.evict_swa(swa_short, swa_target, freed, undo)
+
+    def _alloc_extend_swa(self, staged: list[_Staged], undo: list[Callable[[], None]]) -> None:
+        """``alloc_paged_token_slots_extend`` (``alloc_token_slots`` for one-token pages)
+        under hybrid SWA: evict for the conservative demand in both pools, then take each
+        entry's new pages in both (SGLang pairs every full page with a sliding-window one)."""
+        page, swa = self.config.page_size, self.swa_pool
+        assert swa is not None
+        needs = [(s.entry, extend_pages(s.entry.end, s.entry.start, page)) for s in staged]
+        total = sum(n for _, n in needs)
+        extend_tokens = sum(e.tokens for e, _ in needs)
+        self._evict_for(eviction_demand(extend_tokens, len(staged), page), undo)
+        for pool in (self.pool, swa):
+            if total > pool.free_pages:
+                raise PrefillOutOfMemory(
+                    tokens=extend_tokens,
+                    available=pool.free_tokens,
+                    evictable=self.cache.evictable_tokens,
+                    pool=pool.name,
+                    request=_first_over(needs, min(self.pool.free_pages, swa.free_pages)),
+                )
+        for s, (entry, n) in zip(staged, needs, strict=True):
+            rid = entry.request_id
+            s.extend_pages = self._alloc(self.pool, n, undo, tokens=entry.tokens, request=rid)
+            s.swa_pages = self._alloc(swa, n, undo, tokens=entry.tokens, request=rid)
+
+    def _load_back_swa(self, s: _Staged, undo: list[Callable[[], None]]) -> None:
+        """A load-back under hybrid SWA, as 0.5.23's ``init_load_back``: evict for it in both
+        pools, take its pages in both, and put it into the tree (its sliding-window KV live);
+        the request's lock moves to the node that ends it."""
+        req, n, start = s.req, s.entry.load_back, s.entry.cached
+        cache, page, swa = self._swa_cache, self.config.page_size, self.swa_pool
+        assert swa is not None
+        host = self.host.lookup(req.tokens, start)
+        if host is None or host.end - start < n:
+            raise PlanError(f"The plan loads back {n} tokens for {req.id!r}; the host has fewer.")
+        self._evict_for(n, undo)
+        k = pages_for(n, page)
+        pages = self._alloc(self.pool, k, undo, tokens=n, request=req.id)
+        swa_pages = self._alloc(swa, k, undo, tokens=n, request=req.id)
+        s.load_pages, s.host_entry = pages, host
+        self._copy_back(s, host, n)
+        table = _concat(s.prefix_pages, pages)
+        _, leaf = cache.insert_swa(req.tokens[: start + n], table, swa_pages, start)
+        undo.append(partial(cache.uninsert, leaf, s.prefix_node or cache.root))
+        _, node, _ = cache.match(req.tokens[: start + n])  # the gated node it locks
+        cache.lock(node)
+        undo.append(partial(cache.unlock, node))
+        if s.prefix_node is not None:
+            cache.unlock(s.prefix_node)
+            undo.append(partial(cache.lock, s.prefix_node))
+        s.prefix_node, s.prefix_pages, s.load_pages = node, table, NO_PAGES
+
+    def start_progress(self, req: Request, protected: int, swa_from: int, evicted: int) -> None:
+        """Hybrid SWA: ``req`` is in progress since before the first round (a scenario's),
+        with ``protected`` tokens in the tree and its sliding-window pages from ``swa_from``."""
+        self._swa_state[req.id] = SWAProgress(protected, swa_from, evicted)
+
+    def checkpoint(self) -> None:
+        """Hybrid SWA: put the in-progress request's KV so far into the tree, as SGLang 0.5.23
+        does before every round (``checkpoint_kv_cache``): first its KV out of the window is
+        freed (``free_swa_out_of_window_slots``), then the rest is inserted, the part freed a
+        tombstone, and its lock moves to the node that ends it. Nothing without hybrid SWA
+        (there the tree learns a request's chunks when it is released)."""
+        req = self.chunked
+        if req is None or self.swa_pool is None:
+            return
+        state = self._swa_state[req.id]
+        self._free_out_of_window(req, state)
+        self._insert_progress(req, state)
+
+    def _free_out_of_window(self, req: Request, state: SWAProgress) -> None:
+        window, page, swa = self.config.sliding_window, self.config.page_size, self.swa_pool
+        assert window is not None and swa is not None
+        last = req.seq_len - 1
+        if last - window < state.evicted + 1:
+            return
+        state.evicted = max(state.evicted, state.protected)
+        keep = pages_for(max(window, page), page) * page
+        upto = max(state.evicted, last - keep) // page * page
+        if upto > state.evicted:
+            cut = (upto - state.swa_from) // page
+            swa.free(req.swa_pages[:cut])
+            req.swa_pages = req.swa_pages[cut:]
+            state.swa_from = state.evicted = upto
+
+    def _insert_progress(self, req: Request, state: SWAProgress) -> None:
+        """Insert ``req``'s whole pages the tree does not hold yet (its sliding-window KV from
+        ``state.swa_from`` on) and move its lock to the node that ends them."""
+        cache, page, swa = self._swa_cache, self.config.page_size, self.swa_pool
+        assert swa is not None
+        aligned = req.seq_len // page * page
+        table = req.pages
+        matched, node = cache.insert_swa(req.tokens[:aligned], table, req.swa_pages, state.swa_from)
+        if matched > state.protected:  # someone else cached them meanwhile: ours are duplicates
+            self.pool.free(table[state.protected // page : matched // page])
+            dup = max(0, matched - state.swa_from) // page
+            swa.free(req.swa_pages[:dup])
+            table = _concat(cache.path_pages(node)[: matched // page], table[matched // page :])
+        if req.prefix_node is not None:
+            cache.unlock(req.prefix_node)
+        cache.lock(node)
+        req.prefix_node = node
+        req.prefix_pages, req.own_pages = table[: aligned // page], table[aligned // page :]
+        taken = max(0, aligned - state.swa_from) // page
+        req.swa_pages = req.swa_pages[taken:]
+        state.protected, state.swa_from = aligned, max(state.swa_from, aligned)
 
     # -- release ---------------------------------------------------------------------------
     def release_due(self, round_no: int) -> list[Request]:
@@ -410,6 +559,12 @@ class PrefillNode:
         Whole pages become cached (evictable) prefix, unless the cache already has those tokens;
         duplicates and the partly filled last page go back to the free list.
         """
+        if self.swa_pool is not None:
+            self._insert_progress(req, self._swa_state.pop(req.id))
+            self.pool.free(req.own_pages)  # the partly filled last page
+            self._drop_kv(req)
+            req.state = State.DONE
+            return
         page = self.config.page_size
         aligned = cached_on_release(req.seq_len, page)
         table = req.pages
@@ -464,6 +619,7 @@ class PrefillNode:
             self.waiting.remove(req)
         elif req.state is State.CHUNKED:
             self.pool.free(req.own_pages)
+            self._swa_state.pop(req.id, None)
             self._drop_kv(req)
             self.chunked = None
         else:

@@ -29,8 +29,10 @@ from policykit.node import PrefillNode
 from policykit.plan import NEVER, Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.policy import QueueView
 from policykit.pool import pages_for
+from policykit.prefix_cache import Node
 from policykit.registry import Combo
 from policykit.request import Request
+from policykit.swa_cache import SWAPrefixCache
 
 #: ``_admit_with``'s verdict when the request fitted until its cached prefix was locked
 _LOCK_REFUSED = object()
@@ -93,7 +95,7 @@ class Planner:
             baseline=node.baseline,
             rem_chunk_tokens=cfg.chunked_prefill_size,
             rem_input_tokens=cfg.max_prefill_tokens,
-            swa_baseline=None if node.swa_pool is None else node.swa_pool.free_tokens,
+            swa_baseline=None if node.swa_pool is None else node.swa_baseline,
             sliding_window=cfg.sliding_window,
         )
 
@@ -113,6 +115,8 @@ class Planner:
                 self.observer.admit(entry.request_id, entry, ledger)
 
         locked: set[int] = set()
+        #: hybrid SWA: nodes whose sliding-window KV the round's admissions have window-locked
+        self._window_locked: set[int] = set()
         loads = LoadBacks()
         skips = self.combo.queue.skips_never_fitting
         for req in self.queue():
@@ -245,7 +249,8 @@ class Planner:
         else:
             cached, last = 0, node.cache.root
         newly = [n for n in node.cache.unlocked_on_path(last) if n.id not in locked]
-        offer = self._offer(req, cached, sum(len(n) for n in newly))
+        window = self._window_newly(last)
+        offer = self._offer(req, cached, sum(len(n) for n in newly), sum(len(n) for n in window))
         a, refused = kernel.admission(
             self.num,
             ledger,
@@ -265,17 +270,28 @@ class Planner:
         if a.other:  # no room to start it, or it would be a second in-progress request
             return Budget.OTHER
         locked.update(n.id for n in newly)
+        self._window_locked.update(n.id for n in window)
         ledger.become(a.ledger)
         if a.whole:
             return Entry(req.id, a.start, a.start + a.chunk, EntryKind.WHOLE, cached, offer.host)
         return Entry(req.id, a.start, a.end, EntryKind.TRUNCATED, cached, offer.host)
 
-    def _offer(self, req: Request, cached: int, lock: int) -> Offer:
+    def _window_newly(self, last: Node) -> list[Node]:
+        """Hybrid SWA: the nodes whose evictable sliding-window KV a lock on ``last`` takes
+        (its window, :meth:`SWAPrefixCache.swa_unlocked_on_path`) that no admission of the
+        round has locked yet."""
+        cache = self.node.cache
+        if not isinstance(cache, SWAPrefixCache):
+            return []
+        return [n for n in cache.swa_unlocked_on_path(last) if n.id not in self._window_locked]
+
+    def _offer(self, req: Request, cached: int, lock: int, swa_lock: int = 0) -> Offer:
         """What the cache offers ``req`` with ``cached`` tokens of it matched, whose lock
-        takes ``lock`` evictable tokens: the host prefix after them loads back."""
+        takes ``lock`` evictable tokens (``swa_lock`` sliding-window ones): the host prefix
+        after them loads back."""
         page = self.node.config.page_size
         host = self.node.host.loadable(req.tokens, cached, page)
-        return Offer(cached, host, lock, pages_for(host, page) * page)
+        return Offer(cached, host, lock, pages_for(host, page) * page, swa_lock)
 
     # -- liveness --------------------------------------------------------------------------
     def never_fits(self, req: Request) -> str | None:

@@ -25,7 +25,19 @@ Tokens = Sequence[int]
 class Node:
     """One edge of the radix tree: a run of page-aligned tokens and the pages holding their KV."""
 
-    __slots__ = ("children", "id", "key", "last_access", "lock_ref", "pages", "parent", "pins")
+    __slots__ = (
+        "children",
+        "id",
+        "key",
+        "last_access",
+        "lock_ref",
+        "pages",
+        "parent",
+        "pins",
+        "swa",
+        "swa_access",
+        "swa_lock",
+    )
     _ids = itertools.count()
 
     def __init__(self, key: tuple[int, ...], pages: torch.Tensor, parent: Node | None) -> None:
@@ -38,6 +50,11 @@ class Node:
         #: locks held by nobody on this node (requests outside the simulation): never released
         self.pins = 0
         self.last_access = 0
+        #: hybrid SWA (:mod:`policykit.swa_cache`): sliding-window pages (None: a tombstone),
+        #: window locks, place in the sliding-window LRU
+        self.swa: torch.Tensor | None = None
+        self.swa_lock = 0
+        self.swa_access = 0
 
     def __len__(self) -> int:
         return len(self.key)

@@ -23,6 +23,7 @@ from policykit.errors import ScenarioError, quote
 from policykit.node import PrefillNode
 from policykit.pool import TokenPool, pages_for
 from policykit.request import Request, State
+from policykit.swa_cache import SWAPrefixCache, window_start
 from policykit.tokens import TokenRuns
 
 #: request ``i``'s token ids start at ``(i + 1) * _ID_STRIDE``: no two requests share a token
@@ -387,8 +388,7 @@ def build_node(scenario: Scenario, device: str | torch.device = "cpu") -> Prefil
     pool = TokenPool(total, page, device=device)
     swa = None
     if window is not None and scenario.swa_free_tokens is not None:
-        window_kv = sum(min(window, r.computed_tokens) for r in scenario.requests if r.chunked)
-        swa = TokenPool(scenario.swa_free_tokens + window_kv, 1, device=device, name="swa")
+        swa = TokenPool(swa_pool_tokens(scenario), page, device=device, name="swa")
     node = PrefillNode(scenario.config, pool, swa_pool=swa)
     cache, host = node.cache, node.host
 
@@ -401,8 +401,13 @@ def build_node(scenario: Scenario, device: str | torch.device = "cpu") -> Prefil
     # cached device prefixes, then the anonymous evictable remainder
     for spec, req in zip(scenario.requests, requests, strict=True):
         if spec.device_prefix_tokens:
-            prefix = req.tokens[: spec.device_prefix_tokens]
-            cache.insert(prefix, pool.alloc(spec.device_prefix_tokens // page))
+            n = spec.device_prefix_tokens
+            prefix = req.tokens[:n]
+            if isinstance(cache, SWAPrefixCache) and swa is not None:
+                live = window_start(n, window, page)
+                cache.insert_swa(prefix, pool.alloc(n // page), swa.alloc((n - live) // page), live)
+            else:
+                cache.insert(prefix, pool.alloc(n // page))
             if spec.device_prefix_pinned:
                 _, last, _ = cache.match(prefix)
                 cache.pin(last)  # held by requests outside the scenario
@@ -426,6 +431,23 @@ def build_node(scenario: Scenario, device: str | torch.device = "cpu") -> Prefil
     return node
 
 
+def swa_pool_tokens(scenario: Scenario) -> int:
+    """The sliding-window pool of a hybrid-SWA scenario: its free sliding-window tokens (whole
+    pages) plus what the layout keeps live. Each cached device prefix keeps its last window
+    (:func:`~policykit.swa_cache.window_start`), the filler none, the in-progress request its
+    own KV from its last window on. The scenario's ``swa_free_tokens`` is what is free."""
+    page, window = scenario.config.page_size, scenario.config.sliding_window
+    assert scenario.swa_free_tokens is not None and window is not None
+    total = scenario.swa_free_tokens // page * page
+    for r in scenario.requests:
+        n = r.device_prefix_tokens
+        total += n - window_start(n, window, page)
+        if r.chunked:
+            start = max(n, window_start(r.computed_tokens, window, page))
+            total += pages_for(r.computed_tokens, page) * page - start
+    return max(total, page)
+
+
 def _start_in_progress(node: PrefillNode, req: Request, spec: RequestSpec) -> None:
     cache = node.cache
     node.future.remove(req)
@@ -435,9 +457,13 @@ def _start_in_progress(node: PrefillNode, req: Request, spec: RequestSpec) -> No
     own = spec.computed_tokens - cached
     req.own_pages = node.pool.alloc(math.ceil(own / node.config.page_size))
     req.seq_len = spec.computed_tokens
-    if node.swa_pool is not None and node.config.sliding_window is not None:
-        keep = min(node.config.sliding_window, spec.computed_tokens)
-        req.swa_pages = node.swa_pool.alloc(keep)
+    if node.swa_pool is not None:
+        # its KV out of the window is gone already: freed at its last checkpoint
+        window, page = node.config.sliding_window, node.config.page_size
+        gone = window_start(spec.computed_tokens, window, page)
+        start = max(cached, gone)
+        req.swa_pages = node.swa_pool.alloc(pages_for(spec.computed_tokens, page) - start // page)
+        node.start_progress(req, cached, start, gone if gone > cached else 0)
     req.state = State.CHUNKED
     req.first_scheduled_round = 0
     node.chunked = req

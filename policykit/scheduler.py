@@ -261,6 +261,7 @@ class Scheduler:
         t0 = time.perf_counter()
         released = [q.id for q in node.release_due(r)]
         arrived = [q.id for q in node.arrive(r)]
+        node.checkpoint()
         self._refresh_waiting_prefixes()
         failed: list[str] = []
         while True:

@@ -21,8 +21,9 @@ What is a stand-in, and why (docs/conformance.md lists the same):
   With hybrid SWA the hit's sliding-window part (``swa_host_hit_length``) is reported as
   0.5.23's tree walk derives it for one host node (:func:`policykit.host_tier.swa_host_hit`).
 * **The hybrid-SWA layout.** A cached device prefix keeps sliding-window KV for its last
-  window only, the filler none (:func:`window_start`), and slots beyond the scenario's free
-  sliding-window tokens are held back (:meth:`Storage.settle_swa`).
+  window only, the filler none (:func:`~policykit.swa_cache.window_start`), and the
+  sliding-window pool is sized so that what is left free is the scenario's
+  ``swa_free_tokens`` (:func:`~policykit.scenario.swa_pool_tokens`), as policykit's node does.
 * **Recency.** The tree core keeps its own access counter, so no wall clock is involved.
 """
 
@@ -36,7 +37,8 @@ import torch
 
 from policykit.host_tier import LOAD_BACK_THRESHOLD, swa_host_hit
 from policykit.request import Request
-from policykit.scenario import Scenario, pool_tokens
+from policykit.scenario import Scenario, pool_tokens, swa_pool_tokens
+from policykit.swa_cache import window_start
 
 #: a request's tokens are ``(i + 1) * stride + position`` (see ``policykit.scenario``); the
 #: filler's are below the first stride
@@ -52,28 +54,6 @@ class HostRun:
 
     start: int
     end: int
-
-
-def window_start(tokens: int, window: int | None, page: int) -> int:
-    """Where a cached sequence of ``tokens`` keeps its sliding-window KV from: the last whole
-    pages that cover one window (SGLang matches a prefix only through a window of it), all of
-    it without hybrid SWA."""
-    if window is None or tokens <= window:
-        return 0
-    return (tokens - window) // page * page
-
-
-def swa_pool_tokens(scenario: Scenario) -> int:
-    """The sliding-window pool SGLang is given: the scenario's free sliding-window tokens plus
-    every window the layout keeps (device prefixes, the in-progress request), rounded up to
-    whole pages. :meth:`Storage.settle_swa` holds back what is over once the layout is done."""
-    assert scenario.swa_free_tokens is not None and scenario.config.sliding_window is not None
-    page, window = scenario.config.page_size, scenario.config.sliding_window
-    kept = 0
-    for r in scenario.requests:
-        n = r.computed_tokens if r.chunked else r.device_prefix_tokens
-        kept += n - window_start(n, window, page) + r.device_prefix_tokens
-    return -(-(scenario.swa_free_tokens + kept) // page) * page
 
 
 def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +179,7 @@ class Storage:
             )
             allocator.use_triton_kernels = False  # its torch path: no GPU kernel
             return allocator
-        swa_total = swa_pool_tokens(scenario)
+        swa_total = swa_pool_tokens(scenario)  # as policykit's node sizes it
         kv = s["SWAKVPool"](
             size=total,
             size_swa=swa_total,
@@ -278,20 +258,6 @@ class Storage:
             if spec.host_prefix_tokens:
                 start = spec.device_prefix_tokens
                 self.tree.host_runs[spec.id] = HostRun(start, start + spec.host_prefix_tokens)
-
-    def settle_swa(self, swa_free: int | None) -> None:
-        """Hold back sliding-window slots until free plus evictable ones are the scenario's
-        ``swa_free_tokens`` (the layout's windows were allocated on top of them). Slots held
-        back belong to nothing in the scenario and are never freed."""
-        if self.window is None or swa_free is None:
-            return
-        swa = self.allocator.swa_attn_allocator
-        # When the unpinned windows alone are over it, SGLang starts with more than the
-        # scenario says (a difference the comparison then shows).
-        excess = min(self.swa_free_tokens() - swa_free, int(swa.available_size()))
-        excess = excess // self.page * self.page
-        if excess > 0:
-            swa.alloc(excess)
 
     def note(self, slots: torch.Tensor, tokens: tuple[int, ...] | list[int]) -> None:
         """Record which token's KV each of ``slots`` holds."""

@@ -23,11 +23,12 @@ from typing import Any
 import torch
 
 from policykit.conformance.sglang.driver import UpstreamDriver, UpstreamRun, load
-from policykit.conformance.sglang.storage import OWNER_FILLER, Storage, window_start
+from policykit.conformance.sglang.storage import OWNER_FILLER, Storage
 from policykit.plan import Plan
 from policykit.pool import extend_pages, pages_for
 from policykit.request import Request
 from policykit.scenario import _ID_STRIDE, Scenario, build_node
+from policykit.swa_cache import window_start
 
 
 @contextmanager
@@ -80,7 +81,6 @@ class StorageDriver(UpstreamDriver):
         for spec in scenario.requests:
             if spec.chunked:
                 self._start_in_progress(self.reqs[spec.id], spec.computed_tokens)
-        self.storage.settle_swa(scenario.swa_free_tokens)
 
     def _req(self, q: Request) -> Any:
         params = self.up["SamplingParams"](max_new_tokens=1)  # a PD prefill node: first token
