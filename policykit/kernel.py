@@ -364,6 +364,10 @@ class Offer:
     #: hybrid SWA: evictable sliding-window tokens the lock's window takes out of the
     #: sliding-window baseline (:mod:`policykit.swa_cache`)
     swa_lock: Any = 0
+    #: hybrid SWA with a load-back: the sliding-window tokens the request's lock holds once
+    #: the loaded KV is in the tree (its window moves onto it); None: the hit's whole
+    #: sliding-window KV is charged (:func:`swa_host_charge`)
+    swa_load_lock: Any = None
 
 
 @dataclass
@@ -423,7 +427,7 @@ def attempt(
     placed, end, bad = place(
         num, loaded, start, length, whole, prompt, request_id, placed=lambda: not other
     )
-    load_back_swa(placed, offer.host)  # its sliding-window KV comes back too
+    load_back_swa(placed, offer)  # its sliding-window KV comes back too
     return Attempt(ok, other, bad_range, whole, bad, placed, offer, start, end, length)
 
 
@@ -650,9 +654,16 @@ def lower_swa(ledger: Ledger, tokens: Any) -> None:
         ledger.swa_baseline = ledger.swa_baseline - tokens
 
 
-def load_back_swa(ledger: Ledger, host: Any) -> None:
-    """After a load-back of ``host`` tokens under hybrid SWA its sliding-window KV is on the
-    device (0.5.23's ``init_load_back`` loads the host node's sliding-window values with its
-    full ones): the round's sliding-window baseline loses it. Nothing without hybrid SWA."""
-    if ledger.swa_baseline is not None:
-        ledger.swa_baseline = ledger.swa_baseline - swa_host_charge(host, ledger.page_size)
+def load_back_swa(ledger: Ledger, offer: Offer) -> None:
+    """After a load-back under hybrid SWA its sliding-window KV is on the device (0.5.23's
+    ``init_load_back`` loads the host node's sliding-window values with its full ones). Where
+    the offer knows the tree (``swa_load_lock``), the loaded KV joins it as evictable cache and
+    the round's sliding-window baseline loses what the request's lock then holds instead of
+    what its prefix's lock held; otherwise it loses the hit's whole sliding-window KV.
+    Nothing without hybrid SWA."""
+    if ledger.swa_baseline is None:
+        return
+    if offer.swa_load_lock is None:
+        ledger.swa_baseline = ledger.swa_baseline - swa_host_charge(offer.host, ledger.page_size)
+    else:
+        ledger.swa_baseline = ledger.swa_baseline - (offer.swa_load_lock - offer.swa_lock)

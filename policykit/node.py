@@ -39,6 +39,8 @@ class _Staged:
     host_entry: HostEntry | None = None
     extend_pages: torch.Tensor = NO_PAGES
     swa_pages: torch.Tensor | None = None
+    #: hybrid SWA: the full KV the tree held of the request when it was matched
+    full_hit: int = 0
 
 
 def _concat(head: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
@@ -84,6 +86,9 @@ class SWAProgress:
     protected: int
     swa_from: int
     evicted: int = 0
+    #: where the request's admission match stopped short of the full KV the tree had (its
+    #: window was gone there): SGLang's ``swa_branching_seqlen``
+    branching: int | None = None
 
 
 def _first_over(needs: list[tuple[Entry, int]], available: int) -> str | None:
@@ -255,6 +260,8 @@ class PrefillNode:
         staged = [_Staged(self.requests[e.request_id], e) for e in batch]
         new = [s for s in staged if s.entry.kind.is_new]
         for s in new:
+            if self.swa_pool is not None:
+                s.full_hit = self._swa_cache.full_hit(s.req.tokens)
             self._lock_prefix(s, undo)
             if s.entry.load_back and self.swa_pool is not None:
                 self._load_back_swa(s, undo)
@@ -376,7 +383,8 @@ class PrefillNode:
             req.own_pages = s.load_pages
             req.host_entry = s.host_entry
             if self.swa_pool is not None:
-                self._swa_state[req.id] = SWAProgress(entry.start, entry.start)
+                branch = s.full_hit if s.full_hit > entry.start else None
+                self._swa_state[req.id] = SWAProgress(entry.start, entry.start, 0, branch)
         req.own_pages = _concat(req.own_pages, s.extend_pages)
         if s.swa_pages is not None:
             req.swa_pages = _concat(req.swa_pages, s.swa_pages)
@@ -464,7 +472,7 @@ class PrefillNode:
         s.load_pages, s.host_entry = pages, host
         self._copy_back(s, host, n)
         table = _concat(s.prefix_pages, pages)
-        _, leaf = cache.insert_swa(req.tokens[: start + n], table, swa_pages, start)
+        _, leaf, _ = cache.insert_swa(req.tokens[: start + n], table, swa_pages, start, start)
         undo.append(partial(cache.uninsert, leaf, s.prefix_node or cache.root))
         _, node, _ = cache.match(req.tokens[: start + n])  # the gated node it locks
         cache.lock(node)
@@ -481,21 +489,19 @@ class PrefillNode:
 
     def checkpoint(self) -> None:
         """Hybrid SWA: put the in-progress request's KV so far into the tree, as SGLang 0.5.23
-        does before every round (``checkpoint_kv_cache``): first its KV out of the window is
-        freed (``free_swa_out_of_window_slots``), then the rest is inserted, the part freed a
-        tombstone, and its lock moves to the node that ends it. Nothing without hybrid SWA
-        (there the tree learns a request's chunks when it is released)."""
+        does before every round (``checkpoint_kv_cache``): its KV out of the window is freed
+        (``free_swa_out_of_window_slots``), the rest is inserted, the part freed a tombstone,
+        and its lock moves to the node that ends it. Nothing without hybrid SWA (there the
+        tree learns a request's chunks when it is released)."""
         req = self.chunked
-        if req is None or self.swa_pool is None:
-            return
-        state = self._swa_state[req.id]
-        self._free_out_of_window(req, state)
-        self._insert_progress(req, state)
+        if req is not None and self.swa_pool is not None:
+            self._insert_progress(req, self._swa_state[req.id], finished=False)
 
-    def _free_out_of_window(self, req: Request, state: SWAProgress) -> None:
+    def _free_out_of_window(self, req: Request, state: SWAProgress, last: int) -> None:
+        """Free ``req``'s own sliding-window KV that lies a window (whole pages) before
+        position ``last``, as ``free_swa_out_of_window_slots`` does."""
         window, page, swa = self.config.sliding_window, self.config.page_size, self.swa_pool
         assert window is not None and swa is not None
-        last = req.seq_len - 1
         if last - window < state.evicted + 1:
             return
         state.evicted = max(state.evicted, state.protected)
@@ -507,18 +513,29 @@ class PrefillNode:
             req.swa_pages = req.swa_pages[cut:]
             state.swa_from = state.evicted = upto
 
-    def _insert_progress(self, req: Request, state: SWAProgress) -> None:
+    def _insert_progress(self, req: Request, state: SWAProgress, *, finished: bool) -> None:
         """Insert ``req``'s whole pages the tree does not hold yet (its sliding-window KV from
-        ``state.swa_from`` on) and move its lock to the node that ends them."""
+        ``state.swa_from`` on) and move its lock to the node that ends them, as
+        ``checkpoint_into_tree`` does. A request whose match stopped short of the full KV the
+        tree had (``state.branching``) is inserted only up to there, once it has got that
+        far; an unfinished one frees its KV out of the window first."""
         cache, page, swa = self._swa_cache, self.config.page_size, self.swa_pool
         assert swa is not None
-        aligned = req.seq_len // page * page
+        end = req.seq_len
+        branch = state.branching
+        if branch is not None and state.protected < branch <= end:
+            end = branch
+        if not finished:
+            self._free_out_of_window(req, state, end - 1)
+        aligned = end // page * page
         table = req.pages
-        matched, node = cache.insert_swa(req.tokens[:aligned], table, req.swa_pages, state.swa_from)
-        if matched > state.protected:  # someone else cached them meanwhile: ours are duplicates
+        matched, node, adopted = cache.insert_swa(
+            req.tokens[:aligned], table, req.swa_pages, state.swa_from, state.protected
+        )
+        if matched > state.protected:  # cached meanwhile (or a tombstone): ours are duplicates
             self.pool.free(table[state.protected // page : matched // page])
             dup = max(0, matched - state.swa_from) // page
-            swa.free(req.swa_pages[:dup])
+            swa.free(req.swa_pages[adopted:dup])
             table = _concat(cache.path_pages(node)[: matched // page], table[matched // page :])
         if req.prefix_node is not None:
             cache.unlock(req.prefix_node)
@@ -528,6 +545,10 @@ class PrefillNode:
         taken = max(0, aligned - state.swa_from) // page
         req.swa_pages = req.swa_pages[taken:]
         state.protected, state.swa_from = aligned, max(state.swa_from, aligned)
+        if branch is not None and aligned >= branch:
+            state.branching = None
+            if not finished:
+                self._free_out_of_window(req, state, req.seq_len - 1)
 
     # -- release ---------------------------------------------------------------------------
     def release_due(self, round_no: int) -> list[Request]:
@@ -560,7 +581,7 @@ class PrefillNode:
         duplicates and the partly filled last page go back to the free list.
         """
         if self.swa_pool is not None:
-            self._insert_progress(req, self._swa_state.pop(req.id))
+            self._insert_progress(req, self._swa_state.pop(req.id), finished=True)
             self.pool.free(req.own_pages)  # the partly filled last page
             self._drop_kv(req)
             req.state = State.DONE

@@ -19,6 +19,7 @@ engine's real ones would lower its baseline; :meth:`PrefillNode.commit` performs
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from policykit import kernel
@@ -251,6 +252,9 @@ class Planner:
         newly = [n for n in node.cache.unlocked_on_path(last) if n.id not in locked]
         window = self._window_newly(last)
         offer = self._offer(req, cached, sum(len(n) for n in newly), sum(len(n) for n in window))
+        if offer.host and isinstance(node.cache, SWAPrefixCache):
+            held, window = self._window_after_load(last, offer.host)
+            offer = dataclasses.replace(offer, swa_load_lock=held)
         a, refused = kernel.admission(
             self.num,
             ledger,
@@ -284,6 +288,26 @@ class Planner:
         if not isinstance(cache, SWAPrefixCache):
             return []
         return [n for n in cache.swa_unlocked_on_path(last) if n.id not in self._window_locked]
+
+    def _window_after_load(self, last: Node, host: int) -> tuple[int, list[Node]]:
+        """Hybrid SWA: what the lock of a request whose ``host`` tokens load back after
+        ``last`` holds of sliding-window KV once they are in the tree, and the cached nodes
+        of it. The loaded KV is one new leaf, capped at one window of whole pages
+        (:meth:`SWAPrefixCache.insert_swa`); the window goes on into ``last``'s path when the
+        leaf is shorter than a window."""
+        cache = self.node.cache
+        assert isinstance(cache, SWAPrefixCache)
+        page = self.node.config.page_size
+        covered = min(host, pages_for(cache.window, page) * page)
+        held, nodes = covered, []
+        for n in last.path():
+            if covered >= cache.window:
+                break
+            covered += len(n)
+            if n.swa is not None and n.swa_lock == 0 and n.id not in self._window_locked:
+                held += len(n)
+                nodes.append(n)
+        return held, nodes
 
     def _offer(self, req: Request, cached: int, lock: int, swa_lock: int = 0) -> Offer:
         """What the cache offers ``req`` with ``cached`` tokens of it matched, whose lock

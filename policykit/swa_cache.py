@@ -84,6 +84,23 @@ class SWAPrefixCache(PrefixCache):
         pages = torch.cat([n.pages for n in path]) if path else self.root.pages
         return sum(len(n) for n in path), best, pages
 
+    def full_hit(self, tokens: Tokens) -> int:
+        """How much of ``tokens`` the tree holds full KV of, ungated (whole pages), without
+        touching or splitting anything: SGLang's ``full_kv_hit_length``."""
+        page = self.page_size
+        limit = len(tokens) // page * page
+        node, matched = self.root, 0
+        while matched < limit:
+            child = node.children.get(tuple(tokens[matched : matched + page]))
+            if child is None:
+                break
+            common = self._common_pages(child.key, tokens, matched, limit)
+            matched += common
+            if common < len(child):
+                break
+            node = child
+        return matched
+
     def _gated(self, path: list[Node]) -> int:
         """How many nodes of ``path`` a match may take: up to the last one that ends a window
         of live sliding-window KV since the last tombstone (the root counts as live)."""
@@ -161,31 +178,37 @@ class SWAPrefixCache(PrefixCache):
         pages: torch.Tensor,
         swa_pages: torch.Tensor,
         swa_from: int,
-    ) -> tuple[int, Node]:
+        protected: int = 0,
+    ) -> tuple[int, Node, int]:
         """Cache the page-aligned ``tokens`` whose full KV sits on ``pages`` and whose
         sliding-window KV, from position ``swa_from`` on, on ``swa_pages`` (one per page from
         there). What lies before ``swa_from`` is a tombstone. Returns how many leading tokens
-        were cached already and the node that ends ``tokens``.
+        were cached already, the node that ends ``tokens``, and how many of ``swa_pages``
+        the tree took over for nodes it had already.
 
         As SGLang's insert does, a new leaf is cut where its live sliding-window KV starts,
         and its live part is capped at one window (whole pages): locking the leaf then holds
-        one window of sliding-window KV, not a whole chunk's."""
+        one window of sliding-window KV, not a whole chunk's. A cached node past
+        ``protected`` (what the inserting request had locked) that is a tombstone takes the
+        incoming sliding-window KV (``update_component_on_insert_overlap``); its full KV stays
+        and the caller frees the incoming duplicate, as SGLang does for a locked node."""
         page = self.page_size
         length = len(tokens) // page * page
-        matched, node = self._walk(tokens[:length])
+        matched, node, path = self._walk(tokens[:length])
+        adopted = self._recover(path, swa_pages, swa_from, protected)
         if matched < length:
             node = self._leaf(tokens, matched, length, pages, node)
             live = max(swa_from, matched)
             if live < length:
                 self._publish(node, matched, live, length, swa_pages, swa_from)
         self.refresh(node)
-        return matched, node
+        return matched, node, adopted
 
-    def _walk(self, tokens: Tokens) -> tuple[int, Node]:
+    def _walk(self, tokens: Tokens) -> tuple[int, Node, list[Node]]:
         """Walk the cached prefix of ``tokens`` as an insert does (no gate): touch it, split
         where it ends inside a node."""
         page, limit = self.page_size, len(tokens)
-        node, matched = self.root, 0
+        node, matched, path = self.root, 0, []
         now = next(self._clock)
         while matched < limit:
             child = node.children.get(tuple(tokens[matched : matched + page]))
@@ -197,7 +220,29 @@ class SWAPrefixCache(PrefixCache):
             child.last_access = now
             matched += len(child)
             node = child
-        return matched, node
+            path.append(child)
+        return matched, node, path
+
+    def _recover(
+        self, path: list[Node], swa_pages: torch.Tensor, swa_from: int, protected: int
+    ) -> int:
+        """Give the tombstones of ``path`` past ``protected`` the incoming sliding-window KV
+        from ``swa_from`` on (cut where it starts); returns how many pages they took."""
+        page, start, taken = self.page_size, 0, 0
+        for n in path:
+            end = start + len(n)
+            live = max(start, swa_from)
+            if n.swa is None and end > protected and live < end:
+                if live > start:
+                    self._split(n, live - start)  # the upper half stays a tombstone
+                first = (live - swa_from) // page
+                n.swa = swa_pages[first : first + (end - live) // page].clone()
+                taken += (end - live) // page
+                if n.swa_lock == 0:
+                    self.swa_evictable_tokens += len(n)
+                n.swa_access = next(self._swa_clock)
+            start = end
+        return taken
 
     def _leaf(
         self, tokens: Tokens, start: int, end: int, pages: torch.Tensor, parent: Node
