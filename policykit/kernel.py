@@ -454,22 +454,31 @@ def admission(
         return Attempt.skipped(ledger, offer) if made is None else made
 
     ok = admits(num, ledger, prompt, offer, swa_pool, request_id)
-    if num.known_zero(offer.lock):
+    window = not num.known_zero(offer.swa_lock)  # a window lock (ints only: see Offer)
+    if num.known_zero(offer.lock) and not window:
         return tried(lambda: ok), False
     locked = ledger.copy()
     locked.lower_baseline(offer.lock)
     lower_swa(locked, offer.swa_lock)
+    takes = offer.lock > 0 or (window and offer.swa_lock > 0)
 
     @cache
     def ok_locked() -> Any:
         # asked once: first by ints, which have no chunk to ask about where the lock refuses;
         # terms ask it after the first chunk, the order the formula's names are made in
         return num.when(
-            lambda: ok and offer.lock > 0,
+            lambda: ok and takes,
             lambda: admits(num, locked, prompt, offer, swa_pool, request_id),
         )
 
-    first = tried(lambda: ok and not (offer.lock > 0 and not ok_locked()))
+    first = tried(lambda: ok and not (takes and not ok_locked()))
+    if window:
+        # Re-selection is for the full lock's refusal only: where the window lock alone
+        # refuses, SGLang 0.5.23 answers NO_TOKEN and selects nothing else.
+        full = ledger.copy()
+        full.lower_baseline(offer.lock)
+        alone = ok and offer.lock > 0
+        return first, alone and not admits(num, full, prompt, offer, swa_pool, request_id)
     refused = num.name("lock_refused", num.all(ok, offer.lock > 0, num.not_(ok_locked())))
     return first, refused
 

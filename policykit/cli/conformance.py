@@ -57,8 +57,9 @@ def conformance() -> None:
 @click.option(
     "--swa-storage",
     is_flag=True,
-    help="Under hybrid SWA, run SGLang's own SWA radix tree and SWATokenToKVPoolAllocator too "
-    "(policykit does not model them yet: see docs/conformance.md).",
+    hidden=True,
+    help="Accepted for old scripts and ignored: hybrid SWA always runs on SGLang's own SWA "
+    "radix tree and SWATokenToKVPoolAllocator.",
 )
 @json_option
 def sglang(
@@ -69,8 +70,10 @@ def sglang(
     swa_storage: bool,
     as_json: bool,
 ) -> None:
-    """Diff SCENARIO... (files or bundled names) against SGLang 0.5.23's PrefillAdder, and
-    (without hybrid SWA) against its own radix tree, allocator and allocation path."""
+    """Diff SCENARIO... (files or bundled names) against SGLang 0.5.23's PrefillAdder and its
+    own radix tree (with its SWA component under hybrid SWA), allocators and allocation
+    path."""
+    del swa_storage  # a no-op alias: SGLang's SWA storage always runs
     from policykit.conformance.sglang.compare import conform, random_scenario, upstream_combo
     from policykit.conformance.sglang.driver import SUPPORTED_VERSION, load
 
@@ -90,7 +93,6 @@ def sglang(
                     combo,
                     schedule_policy=schedule_policy,
                     storage=True,
-                    swa_storage=swa_storage,
                 )
             )
             advance()

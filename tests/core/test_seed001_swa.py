@@ -137,7 +137,12 @@ def test_swa_oom_is_reported_against_the_swa_pool(registry):
     from policykit.scheduler import Scheduler
 
     result = Scheduler(build_node(sc), registry.resolve("chunking=sglang-pre-swa-fix")).run()
-    assert result.oom is not None and result.oom.pool == "swa" and result.oom.round == 1
+    # The sliding-window pool is paged, as SGLang's is: the 100 free tokens are one page, which
+    # the first chunk takes whole (64 tokens). Round 2's checkpoint leaves the request's window
+    # locked and nothing free; the pre-fix chunking then falls back to the chunk budget and its
+    # 436-token chunk cannot be allocated in the sliding-window pool.
+    assert result.oom is not None and result.oom.pool == "swa" and result.oom.round == 2
+    assert result.oom.tokens == 436
     for fixed in ("swa-reserve", "sglang"):  # seed 001's fix, and SGLang 0.5.23 which has it
         run = Scheduler(build_node(sc), registry.resolve(f"chunking={fixed}")).run()
         assert run.oom is None, fixed

@@ -1,7 +1,8 @@
 """Conformance: policykit's upstream-faithful combo against SGLang's real scheduler.
 
-Both sides run the same scenario on the same storage model (a policykit node); one decides
-with policykit's planner and built-ins, the other with upstream's ``PrefillAdder``. The diff
+Both sides run the same scenario: one on a policykit node, deciding with policykit's planner
+and built-ins, the other on SGLang's own storage, deciding with upstream's ``PrefillAdder``
+(:mod:`.storage_driver`). The diff
 compares, round by round, the batch (request, token range, kind), the ledger after each placed
 request (``rem_total_tokens``, ``cur_rem_tokens``, ``rem_chunk_tokens``), the verdict that
 stopped admission and the request it refused, and at the end the out-of-memory outcome and
@@ -164,13 +165,11 @@ def conform(
     max_rounds: int = MAX_ROUNDS,
     schedule_policy: str = "fcfs",
     storage: bool = False,
-    swa_storage: bool = False,
 ) -> Verdict:
     """Run ``scenario`` on both sides (at most ``max_rounds`` rounds each) and compare;
     upstream sorts its queue with ``schedule_policy`` (its ``--schedule-policy``). With
-    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`);
-    ``swa_storage`` runs SGLang's own SWA storage under hybrid SWA (:func:`drive`)."""
-    theirs = drive(scenario, max_rounds, schedule_policy, swa_storage=swa_storage)
+    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`)."""
+    theirs = drive(scenario, max_rounds, schedule_policy)
     views: list[dict[str, Any]] | None = [] if storage else None
     ours = run_policykit(scenario, combo, max_rounds, views)
     return Verdict(

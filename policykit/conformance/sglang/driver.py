@@ -7,14 +7,14 @@ The decisions are upstream's own code: ``Req``, ``PrefillAdder`` (``add_chunked_
 ``SchedulePolicy.calc_priority`` (``fcfs`` unless told otherwise), the in-progress chunked
 request, then the waiting queue in that order until the adder says stop.
 
-Storage: without hybrid SWA (or when asked to, with it),
-:class:`~policykit.conformance.sglang.storage_driver.StorageDriver` runs SGLang's own radix
-tree, allocators and allocation path (docs/conformance.md says which classes run and which are
-stand-ins). With hybrid SWA, by default, :class:`UpstreamDriver` answers storage questions
-from a policykit :class:`~policykit.node.PrefillNode` (:class:`CountingAllocator`,
-:class:`CountingSWAAllocator` and :class:`CountingPrefixCache` are thin subclasses of
-upstream's base classes whose counts are read from the node, which commits upstream's
-decisions): there, both sides share one storage model and differ only in their decisions.
+Storage: conformance runs
+:class:`~policykit.conformance.sglang.storage_driver.StorageDriver`, SGLang's own radix tree
+(with its SWA component under hybrid SWA), allocators and allocation path
+(docs/conformance.md says which classes run and which are stand-ins). :class:`UpstreamDriver`
+itself, kept for the benchmarks of upstream's decisions, answers storage questions from a
+policykit :class:`~policykit.node.PrefillNode` (:class:`CountingAllocator` and
+:class:`CountingPrefixCache` are thin subclasses of upstream's base classes whose counts are
+read from the node), on plain pools only.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from policykit.conformance.sglang import gpu_stubs, storage
 from policykit.errors import PolicykitError, PrefillOutOfMemory
-from policykit.host_tier import LOAD_BACK_THRESHOLD, swa_host_hit
+from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.node import PrefillNode
 from policykit.plan import Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.request import Request, State
@@ -154,7 +154,6 @@ def _counting_allocators(up: dict[str, Any]) -> dict[str, type]:
 
         #: tokens a host load-back took at admission that the node allocates when it commits
         pending_load = 0
-        pending_swa_load = 0
 
         def available_size(self) -> int:
             return self.node.pool.free_tokens - self.pending_load
@@ -168,45 +167,13 @@ def _counting_allocators(up: dict[str, Any]) -> dict[str, type]:
         def free(self, free_index: Any) -> None:
             raise NotImplementedError("the policykit node frees")
 
-    class CountingSWAAllocator(up["allocator_swa"].SWATokenToKVPoolAllocator):
-        """Hybrid SWA: separate full and sliding-window pools, no per-request rings, so
-        upstream's ``SWAPrefillBudget`` is the budget in force."""
-
-        def __init__(self, node: PrefillNode) -> None:
-            assert node.swa_pool is not None
-            self.node = node
-            self.page_size = node.config.page_size
-            self._size_full = node.pool.total_tokens
-            self._size_swa = node.swa_pool.total_tokens
-            self._swa_req_ring = False
-            self._swa_ring_cost = 0
-            self.free_group = None
-
-        @property
-        def swa_req_ring(self) -> bool:
-            return False
-
-        pending_load = 0
-        #: the sliding-window KV those load-backs took (``swa_host_hit``)
-        pending_swa_load = 0
-
-        def full_available_size(self) -> int:
-            return self.node.pool.free_tokens - self.pending_load
-
-        def swa_available_size(self) -> int:
-            assert self.node.swa_pool is not None
-            return self.node.swa_pool.free_tokens - self.pending_swa_load
-
-        def available_size(self) -> int:
-            return min(self.full_available_size(), self.swa_available_size())
-
-    return {"CountingAllocator": CountingAllocator, "CountingSWAAllocator": CountingSWAAllocator}
+    return {"CountingAllocator": CountingAllocator}
 
 
 def _counted_load_back(cache: Any, tokens: int) -> int:
     """HiCache's load-back on a policykit node, in tokens loaded: a hit under its threshold is
-    recomputed (0); else device memory is taken now (and, with hybrid SWA, sliding-window
-    memory for the hit's window KV), evicting cached prefixes if the free pool is short."""
+    recomputed (0); else device memory is taken now, evicting cached prefixes if the free pool
+    is short."""
     allocator = cache.token_to_kv_pool_allocator
     if tokens < LOAD_BACK_THRESHOLD:
         return 0
@@ -216,8 +183,6 @@ def _counted_load_back(cache: Any, tokens: int) -> int:
         if allocator.available_size() < tokens:
             return 0
     allocator.pending_load += tokens
-    if cache.sliding_window_size is not None:
-        allocator.pending_swa_load += swa_host_hit(tokens)
     return tokens
 
 
@@ -255,10 +220,7 @@ def _counting_prefix_cache(up: dict[str, Any]) -> type:
             page = self.node.config.page_size
             # The host tier is a radix tree of whole pages, like the device one.
             hit = 0 if host is None else (host.end - matched) // page * page
-            swa = swa_host_hit(hit) if self.sliding_window_size is not None else 0
-            return bpc.MatchResult(
-                matched, last, last, last, host_hit_length=hit, swa_host_hit_length=swa
-            )
+            return bpc.MatchResult(matched, last, last, last, host_hit_length=hit)
 
         def touch_prefix(self, key: Any) -> None:
             """Upstream's refresh of waiting prefixes (``_touch_waiting_prefixes``), on the
@@ -287,9 +249,6 @@ def _counting_prefix_cache(up: dict[str, Any]) -> type:
 
         def full_evictable_size(self) -> int:
             return self.node.cache.evictable_tokens
-
-        def swa_evictable_size(self) -> int:
-            return 0
 
     return CountingPrefixCache
 
@@ -327,15 +286,15 @@ class UpstreamDriver:
     def __init__(self, scenario: Scenario, schedule_policy: str = "fcfs") -> None:
         self.up = load()
         self.scenario = scenario
+        if scenario.config.sliding_window is not None:
+            raise ValueError(
+                "UpstreamDriver runs plain pools only; a hybrid-SWA scenario runs on SGLang's "
+                "own SWA storage (storage_driver.StorageDriver)."
+            )
         self.node = build_node(scenario)
         node = self.node
-        if node.swa_pool is None:
-            self.allocator = self.up["CountingAllocator"](node)
-        else:
-            self.allocator = self.up["CountingSWAAllocator"](node)
-        self.cache = self.up["CountingPrefixCache"](
-            node, self.allocator, scenario.config.sliding_window
-        )
+        self.allocator = self.up["CountingAllocator"](node)
+        self.cache = self.up["CountingPrefixCache"](node, self.allocator, None)
         self.reqs: dict[str, Any] = {rid: self._req(q) for rid, q in node.requests.items()}
         self.schedule = self.up["schedule_policy"].SchedulePolicy(
             schedule_policy, self.cache, False, False, False
@@ -468,7 +427,7 @@ class UpstreamDriver:
                 req.lock = None
         self.pending_chunked = adder.new_chunked_req
         # the node allocates the load-backs when it commits
-        self.allocator.pending_load = self.allocator.pending_swa_load = 0
+        self.allocator.pending_load = 0
 
     def enqueue(self) -> None:
         """Bring upstream's waiting queue up to date with the node's: what has left it (admitted,
