@@ -460,18 +460,21 @@ def admission(
     locked = ledger.copy()
     locked.lower_baseline(offer.lock)
     lower_swa(locked, offer.swa_lock)
-    takes = offer.lock > 0 or (window and offer.swa_lock > 0)
+
+    def takes() -> Any:
+        """Whether the lock takes anything (terms have no window lock to ask about)."""
+        return (offer.lock > 0 or offer.swa_lock > 0) if window else offer.lock > 0
 
     @cache
     def ok_locked() -> Any:
         # asked once: first by ints, which have no chunk to ask about where the lock refuses;
         # terms ask it after the first chunk, the order the formula's names are made in
         return num.when(
-            lambda: ok and takes,
+            lambda: ok and takes(),
             lambda: admits(num, locked, prompt, offer, swa_pool, request_id),
         )
 
-    first = tried(lambda: ok and not (takes and not ok_locked()))
+    first = tried(lambda: ok and not (takes() and not ok_locked()))
     if window:
         # Re-selection is for the full lock's refusal only: where the window lock alone
         # refuses, SGLang 0.5.23 answers NO_TOKEN and selects nothing else.

@@ -207,6 +207,8 @@ class Terms:
     def choose(self, cond: Any, a: Any, b: Any) -> Any:
         """``a`` where ``cond`` holds, else ``b``: numbers, truth values, and ledgers and the
         kernel's records field by field."""
+        if a is None and b is None:  # a field neither side has (``Offer.swa_load_lock``)
+            return None
         if isinstance(a, Ledger):
             return _pick_ledger(_truth(cond), a, b)
         if dataclasses.is_dataclass(a):
