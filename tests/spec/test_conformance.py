@@ -25,8 +25,10 @@ from tests.spec.replay import MAX_REQUESTS, concrete_rounds, model_rounds, unrol
 
 ROUNDS = 4
 #: (page, chunk, sliding window, max_prefill_tokens): each is one encoding per combo, so few
-#: and varied
-CONFIGS = [(16, 256, None, None), (64, 4096, None, 512), (64, 256, 128, None)]
+#: and varied. No hybrid SWA: the model does not keep sliding-window KV the way the node now
+#: does (SGLang 0.5.23's SWA radix tree), a known difference pinned below
+#: (``test_the_model_does_not_keep_sliding_window_kv_as_the_node_does``)
+CONFIGS = [(16, 256, None, None), (64, 4096, None, 512)]
 #: every admission, chunking and alignment with the default queue (``fcfs``); the other queues
 #: on a few combos below (``lpm`` needs scenarios listed in its order)
 COMBOS = [
@@ -280,7 +282,6 @@ EVICTED_BY_LOAD_BACK = {
 @example(scenario=IDLE_NOT_NOW)
 @example(scenario=Z3_SEED_000)
 @example(scenario=NEVER_FITS)
-@example(scenario=STUCK_ON_SWA)
 @given(scenario=scenarios())
 def test_encoding_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
     if not _fits(scenario):
@@ -294,6 +295,37 @@ def test_encoding_matches_the_scheduler(registry, combo_text: str, scenario: dic
     if concrete_oom is None:  # the real run stopped idle: nothing may be placed after it
         for rows, marks in modelled[len(concrete) :]:
             assert not marks, f"the model places {rows} after the run went idle"
+
+
+#: Known difference (docs/conformance.md, "Known differences"): policykit's node keeps
+#: sliding-window KV as SGLang 0.5.23 does (policykit.swa_cache: a paged pool, KV kept in the
+#: radix tree, window locks, sliding-window eviction of whole leaves); the model still keeps a
+#: token-granular pool, a request's last window, and no sliding-window KV in its cache. Here the
+#: 129 free sliding-window tokens are two pages (128) to the node, where A's estimate (129)
+#: does not fit; the model admits A.
+SWA_POOL_IN_PAGES = {
+    "page_size": 64,
+    "chunked_prefill_size": 256,
+    "max_prefill_tokens": None,
+    "pool": {
+        "free_tokens": 64,
+        "evictable_tokens": 64,
+        "swa_free_tokens": 129,
+        "sliding_window": 128,
+    },
+    "kv_release_rounds": None,
+    "requests": [{"id": "A", "prompt_tokens": 1, "arrival_round": 1}],
+}
+
+
+def test_the_model_does_not_keep_sliding_window_kv_as_the_node_does(registry) -> None:
+    combo = registry.resolve("sglang/defer/truncation:192")
+    (concrete, _), (modelled, _) = (
+        concrete_rounds(SWA_POOL_IN_PAGES, combo, 1),
+        model_rounds(SWA_POOL_IN_PAGES, combo, 1),
+    )
+    assert concrete[0][0] == [("A", "rejected NO_TOKEN", 0, 0, 0)]
+    assert modelled[0][0][0][:2] == ("A", "whole")
 
 
 def test_a_spent_input_budget_stops_the_queue_in_the_model_too(registry) -> None:
