@@ -66,9 +66,10 @@ def eviction_demand(extend_tokens: int, requests: int, page_size: int) -> int:
 
 
 def swa_extend_need(extend_tokens: Any, page_size: int) -> Any:
-    """The sliding-window slots SGLang 0.5.23's ``alloc_extend`` requires free for one
-    request's extend: its tokens and a page. Plain arithmetic: the checker's round model
-    charges a commit with it too."""
+    """The sliding-window slots the checker's round model charges one request's extend at a
+    commit: its tokens and a page. The node, which keeps SGLang 0.5.23's paged sliding-window
+    pool (:meth:`PrefillNode._alloc_extend_swa`), needs the extend's whole pages instead: a
+    known difference of the checker (docs/conformance.md)."""
     return extend_tokens + page_size
 
 

@@ -378,8 +378,10 @@ class Scheduler:
             return out
         page = node.config.page_size
         for q in node.held:
-            pinned = node.cache.pinned_prefix(q.tokens[: q.cached_len])
-            out += q.own_pages.numel() * page + q.cached_len - pinned
+            # its locked prefix: the matched one, and under hybrid SWA its checkpointed chunks
+            locked = q.prefix_pages.numel() * page
+            pinned = node.cache.pinned_prefix(q.tokens[:locked])
+            out += q.own_pages.numel() * page + locked - pinned
         return out
 
     def _check_completable(self, round_no: int) -> None:

@@ -1,7 +1,7 @@
 """The prefix cache of a hybrid sliding-window model, kept as SGLang 0.5.23 keeps it.
 
 SGLang's ``UnifiedRadixCache`` with its ``SWA`` component stores a request's sliding-window
-KV in the same radix tree as its full KV, and three rules follow from that, each of which
+KV in the same radix tree as its full KV, and four rules follow from that, each of which
 decides what a later round can admit:
 
 * **Tombstones.** A node's sliding-window KV can be gone while its full KV stays (the node is
