@@ -92,6 +92,13 @@ class SWAProgress:
     branching: int | None = None
 
 
+def _unadopted(pages: torch.Tensor, dup: int, adopted: list[int]) -> torch.Tensor:
+    """The first ``dup`` of ``pages`` less those the tree took over (``adopted``): the
+    duplicates an insert leaves to free."""
+    keep = set(adopted)
+    return pages[[i for i in range(min(dup, int(pages.numel()))) if i not in keep]]
+
+
 def _first_over(needs: list[tuple[Entry, int]], available: int) -> str | None:
     """The first entry of a batch whose running total of needs exceeds ``available``."""
     total = 0
@@ -116,6 +123,12 @@ class PrefillNode:
     ) -> None:
         if (swa_pool is None) != (config.sliding_window is None):
             raise ValueError("a sliding-window pool goes with a sliding_window size, and only then")
+        if swa_pool is not None and swa_pool.page_size != config.page_size:
+            raise ValueError(
+                "the sliding-window pool is paged like the full one: SGLang 0.5.23 pairs every "
+                f"page of one with a page of the other ({swa_pool.page_size} != "
+                f"{config.page_size})"
+            )
         self.config = config
         self.pool = pool
         self.swa_pool = swa_pool
@@ -473,20 +486,31 @@ class PrefillNode:
         s.load_pages, s.host_entry = pages, host
         self._copy_back(s, host, n)
         table = _concat(s.prefix_pages, pages)
-        _, leaf, _ = cache.insert_swa(req.tokens[: start + n], table, swa_pages, start, start)
-        undo.append(partial(cache.uninsert, leaf, s.prefix_node or cache.root))
-        _, node, _ = cache.match(req.tokens[: start + n])  # the gated node it locks
+        end = start + n
+        matched, leaf, adopted = cache.insert_swa(req.tokens[:end], table, swa_pages, start, start)
+        undo.append(partial(cache.uninsert, leaf, end - matched, list(cache.recovered)))
+        if matched > start:  # the tree had them (past a gated match): ours are duplicates
+            dup = (matched - start) // page
+            self._free_logged(self.pool, pages[:dup], undo)
+            self._free_logged(swa, _unadopted(swa_pages, dup, adopted), undo)
+        _, node, _ = cache.match(req.tokens[:end])  # the gated node it locks
         cache.lock(node)
         undo.append(partial(cache.unlock, node))
         if s.prefix_node is not None:
             cache.unlock(s.prefix_node)
             undo.append(partial(cache.lock, s.prefix_node))
-        s.prefix_node, s.prefix_pages, s.load_pages = node, table, NO_PAGES
+        # its table is the path to the loaded leaf; its lock is where the gated match ends
+        s.prefix_node, s.prefix_pages, s.load_pages = node, cache.path_pages(leaf), NO_PAGES
 
     def start_progress(self, req: Request, protected: int, swa_from: int, evicted: int) -> None:
         """Hybrid SWA: ``req`` is in progress since before the first round (a scenario's),
         with ``protected`` tokens in the tree and its sliding-window pages from ``swa_from``."""
         self._swa_state[req.id] = SWAProgress(protected, swa_from, evicted)
+
+    @staticmethod
+    def _free_logged(pool: TokenPool, pages: torch.Tensor, undo: list[Callable[[], None]]) -> None:
+        pool.free(pages)
+        undo.append(partial(pool.reclaim, pages))
 
     def checkpoint(self) -> None:
         """Hybrid SWA: put the in-progress request's KV so far into the tree, as SGLang 0.5.23
@@ -536,7 +560,7 @@ class PrefillNode:
         if matched > state.protected:  # cached meanwhile (or a tombstone): ours are duplicates
             self.pool.free(table[state.protected // page : matched // page])
             dup = max(0, matched - state.swa_from) // page
-            swa.free(req.swa_pages[adopted:dup])
+            swa.free(_unadopted(req.swa_pages, dup, adopted))
             table = _concat(cache.path_pages(node)[: matched // page], table[matched // page :])
         if req.prefix_node is not None:
             cache.unlock(req.prefix_node)

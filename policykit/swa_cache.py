@@ -56,6 +56,8 @@ class SWAPrefixCache(PrefixCache):
         self.window = window
         self.swa_evictable_tokens = 0
         self._swa_clock = itertools.count(1)
+        #: the tombstones the last :meth:`insert_swa` gave sliding-window KV (to undo it)
+        self.recovered: list[Node] = []
 
     # -- lookup ----------------------------------------------------------------------------
     def match(self, tokens: Tokens, gone: Collection[int] = ()) -> tuple[int, Node, torch.Tensor]:
@@ -100,6 +102,25 @@ class SWAPrefixCache(PrefixCache):
                 break
             node = child
         return matched
+
+    def peek_window(self, tokens: Tokens) -> tuple[int, int]:
+        """The gated match of ``tokens`` (whole nodes) and the evictable sliding-window KV a
+        lock on it would take, touching and splitting nothing."""
+        page = self.page_size
+        limit = len(tokens) // page * page
+        node, matched, path = self.root, 0, []
+        while matched < limit:
+            child = node.children.get(tuple(tokens[matched : matched + page]))
+            if child is None or self._common_pages(child.key, tokens, matched, limit) < len(child):
+                break
+            path.append(child)
+            matched += len(child)
+            node = child
+        path = path[: self._gated(path)]
+        if not path:
+            return 0, 0
+        held = sum(len(n) for n in self.swa_unlocked_on_path(path[-1]))
+        return sum(len(n) for n in path), held
 
     def _gated(self, path: list[Node]) -> int:
         """How many nodes of ``path`` a match may take: up to the last one that ends a window
@@ -179,12 +200,12 @@ class SWAPrefixCache(PrefixCache):
         swa_pages: torch.Tensor,
         swa_from: int,
         protected: int = 0,
-    ) -> tuple[int, Node, int]:
+    ) -> tuple[int, Node, list[int]]:
         """Cache the page-aligned ``tokens`` whose full KV sits on ``pages`` and whose
         sliding-window KV, from position ``swa_from`` on, on ``swa_pages`` (one per page from
         there). What lies before ``swa_from`` is a tombstone. Returns how many leading tokens
-        were cached already, the node that ends ``tokens``, and how many of ``swa_pages``
-        the tree took over for nodes it had already.
+        were cached already, the node that ends ``tokens``, and the indices into ``swa_pages``
+        of the pages the tree took over for nodes it had already.
 
         As SGLang's insert does, a new leaf is cut where its live sliding-window KV starts,
         and its live part is capped at one window (whole pages): locking the leaf then holds
@@ -195,6 +216,7 @@ class SWAPrefixCache(PrefixCache):
         page = self.page_size
         length = len(tokens) // page * page
         matched, node, path = self._walk(tokens[:length])
+        self.recovered = []
         adopted = self._recover(path, swa_pages, swa_from, protected)
         if matched < length:
             node = self._leaf(tokens, matched, length, pages, node)
@@ -225,10 +247,11 @@ class SWAPrefixCache(PrefixCache):
 
     def _recover(
         self, path: list[Node], swa_pages: torch.Tensor, swa_from: int, protected: int
-    ) -> int:
+    ) -> list[int]:
         """Give the tombstones of ``path`` past ``protected`` the incoming sliding-window KV
-        from ``swa_from`` on (cut where it starts); returns how many pages they took."""
-        page, start, taken = self.page_size, 0, 0
+        from ``swa_from`` on (cut where it starts); returns the indices into ``swa_pages`` of
+        the pages they took."""
+        page, start, taken = self.page_size, 0, []
         for n in path:
             end = start + len(n)
             live = max(start, swa_from)
@@ -237,7 +260,8 @@ class SWAPrefixCache(PrefixCache):
                     self._split(n, live - start)  # the upper half stays a tombstone
                 first = (live - swa_from) // page
                 n.swa = swa_pages[first : first + (end - live) // page].clone()
-                taken += (end - live) // page
+                self.recovered.append(n)
+                taken += range(first, first + (end - live) // page)
                 if n.swa_lock == 0:
                     self.swa_evictable_tokens += len(n)
                 n.swa_access = next(self._swa_clock)
@@ -286,17 +310,28 @@ class SWAPrefixCache(PrefixCache):
         pieces = [n.pages for n in node.path()]
         return torch.cat(pieces[::-1]) if pieces else self.root.pages
 
-    def uninsert(self, node: Node, stop: Node) -> None:
-        """Undo an insert that made the nodes from ``stop`` (exclusive) down to the leaf
-        ``node`` (a failed commit's rollback; their pages go back with their allocation)."""
-        while node is not stop:
+    def uninsert(self, node: Node, tokens: int, recovered: list[Node]) -> None:
+        """Undo an insert that made the last ``tokens`` of the path to the leaf ``node`` and
+        gave the ``recovered`` tombstones sliding-window KV (a failed commit's rollback: the
+        pages go back with their allocation)."""
+        for n in recovered:
+            if n.swa_lock == 0:
+                self.swa_evictable_tokens -= len(n)
+            n.swa = None
+        while tokens > 0:
             parent = node.parent
             assert parent is not None
+            tokens -= len(node)
             self._detach(node)
             self.evictable_tokens -= len(node)
             if node.swa is not None:
                 self.swa_evictable_tokens -= len(node)
             node = parent
+
+    def cached_swa_pages(self) -> torch.Tensor:
+        """Every sliding-window page the cache owns (for the pool's ownership invariant)."""
+        pieces = [n.swa for n in self._nodes() if n.swa is not None]
+        return torch.cat(pieces) if pieces else self.root.pages
 
     def evict(self, tokens: int, journal: list[Node] | None = None) -> int:
         """Free least recently used unlocked leaves, full and sliding-window KV both, until

