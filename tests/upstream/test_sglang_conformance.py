@@ -246,9 +246,9 @@ def test_swa_driver_reports_upstreams_chunk():
 # Hybrid SWA with a host hit: SGLang 0.5.23 charges the hit's sliding-window KV
 # (swa_host_hit_length, the whole 512-token host run) on top of the chunk's estimate. r0's
 # 488 tokens to compute are estimated 497 + page 16 = 513, plus 512: 1025 never fits the
-# 1000-slot pool, so the chunk is capped at (1000 - 17 - 512) floored to pages = 464.
+# 1008-slot pool (63 pages), so the chunk is capped at (1008 - 17 - 512) floored to pages = 464.
 SWA_HOST_CAPPED = swa(
-    16, 4096, 16 * 400, [RequestSpec("r0", 1000, host_prefix_tokens=512)], 1000, 4096
+    16, 4096, 16 * 400, [RequestSpec("r0", 1000, host_prefix_tokens=512)], 1008, 4096
 )
 SWA_HOST_EDGES = {
     "host-charge-caps-the-chunk": SWA_HOST_CAPPED,
