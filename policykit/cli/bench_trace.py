@@ -145,7 +145,7 @@ def bench_trace(
         host_tier=args.host_tier,
     )
     pm, registry = load_registry()
-    engine = config.node_config()
+    engine = config.engine
     chosen = (
         list(registry.all_combos(engine))
         if not combo_texts
