@@ -89,9 +89,7 @@ def test_random_scenarios_leak_no_block():
     checked = 0
     for index in range(60):
         sc, _ = random_scenario(rng, index)
-        if sc.config.kv_release_rounds is None or any(
-            r.device_prefix_pinned for r in sc.requests
-        ):
+        if sc.config.kv_release_rounds is None or any(r.device_prefix_pinned for r in sc.requests):
             continue
         sched, _ = prepare(sc, REGISTRY.resolve(VLLM))
         run(sched, len(sc.requests), 2_000)
