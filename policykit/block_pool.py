@@ -62,6 +62,11 @@ class BlockPool:
     def used_blocks(self) -> int:
         return self.num_blocks - self.kv.free_pages
 
+    @property
+    def evictable_free_blocks(self) -> int:
+        """Free blocks that still cache content (a hit could bring them back)."""
+        return sum(self._refs[b] == 0 for b in self._key_of)
+
     def free_queue(self) -> list[int]:
         """The free blocks, front (next handed out) to back (for tests and invariants)."""
         return self.kv.free_page_ids().flip(0).tolist()

@@ -59,10 +59,6 @@ class PagedRequest:
     blocks: list[int] = field(default_factory=list)
     finished_round: int | None = None
     preemptions: int = 0
-    #: furthest position ever computed, and tokens computed again below it (after a
-    #: preemption threw them away and no cached block brought them back)
-    reached: int = 0
-    recomputed: int = 0
     #: the prompt's token ids, for a harness forward (a pure simulation needs none)
     tokens: Sequence[int] | None = None
 
@@ -175,6 +171,8 @@ class PreemptingScheduler:
         self._rejected: list[Rejection] = []
         self._stop: str | None = None
         self._budget = 0
+        #: the last step's plan (what a harness records and prices)
+        self.last_plan = Plan(round=0)
 
     def step(self) -> Step:
         node = self.node
@@ -201,6 +199,7 @@ class PreemptingScheduler:
             stop=self._stop,
             baseline=baseline,
         )
+        self.last_plan = plan
         if self.forward is not None and plan.batch:
             self.forward(plan, node)
         completed = self._compute(scheduled)
@@ -401,9 +400,7 @@ class PreemptingScheduler:
         by_id = {r.id: r for r in node.running}
         for rid, chunk in scheduled.items():
             req = by_id[rid]
-            req.recomputed += max(0, min(req.computed + chunk, req.reached) - req.computed)
             req.computed += chunk
-            req.reached = max(req.reached, req.computed)
             if req.computed == req.prompt_tokens:
                 req.finished_round = self.round_no
                 node.running.remove(req)

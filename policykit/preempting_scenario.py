@@ -10,6 +10,8 @@ vllm`` lays the scenario out in the real vLLM scheduler (docs/conformance-vllm.m
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from policykit.errors import ScenarioError
@@ -132,26 +134,36 @@ def prepare(
 
 def warm_up(sched: PreemptingScheduler, owners: list[PagedRequest]) -> int:
     """Compute the prefix ``owners`` before round 1, as vLLM would have for earlier requests,
-    and forget the steps that took: returns how many there were."""
+    and forget the steps that took: returns how many there were. A step that schedules
+    nothing ends it (the owners left waiting do not fit: the caller says so)."""
     node = sched.node
     for owner in owners:
         node.add(owner)
     steps = 0
     while (node.waiting or node.running or node.future) and steps < MAX_WARMUP_STEPS:
-        sched.step()
         steps += 1
+        if not sched.step().scheduled:
+            break
     sched.round_no = 0
     node.finished.clear()
     return steps
 
 
-def run(sched: PreemptingScheduler, requests: int, max_rounds: int = 10_000) -> list[Step]:
+def run(
+    sched: PreemptingScheduler,
+    requests: int,
+    max_rounds: int = 10_000,
+    *,
+    on_step: Callable[[Step], None] | None = None,
+) -> list[Step]:
     """Step until every one of the ``requests`` finished and released its KV (if it ever
-    does), or nothing can change any more, or ``max_rounds``."""
+    does), or nothing can change any more, or ``max_rounds``; ``on_step`` sees every step."""
     node, steps = sched.node, []
     for _ in range(max_rounds):
         step = sched.step()
         steps.append(step)
+        if on_step is not None:
+            on_step(step)
         done = len(node.finished) == requests
         if done and not any(r.release_rounds is not None for r in node.held):
             break
