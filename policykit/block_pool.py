@@ -92,10 +92,13 @@ class BlockPool:
             if self._refs[b] == 0:
                 leaving.append(b)
             self._refs[b] += 1
-        self.kv.take(_ids(leaving))
+        if leaving:
+            self.kv.take(_ids(leaving))
 
     def allocate(self, count: int) -> list[int]:
         """``count`` blocks from the front of the free queue, their cached content evicted."""
+        if count == 0:
+            return []
         out = self.kv.alloc(count).flip(0).tolist()
         for block in out:
             key = self._key_of.pop(block, None)
@@ -125,8 +128,10 @@ class BlockPool:
             if self._refs[b] == 0:
                 (last if b in self._key_of else first).append(b)
         # the top of the page stack is the queue's front: the first of ``first`` ends on top
-        self.kv.free(_ids(first[::-1]))
-        self.kv.free_last(_ids(last))
+        if first:
+            self.kv.free(_ids(first[::-1]))
+        if last:
+            self.kv.free_last(_ids(last))
 
     def slots(self, blocks: Sequence[int], start: int, end: int) -> torch.Tensor:
         """KV slots of token positions ``[start, end)`` of a sequence laid on ``blocks``."""

@@ -145,7 +145,7 @@ class PreemptingNode:
 
 #: ``forward(plan, node)``: a harness's model forward over the step's batch, after its blocks
 #: are allocated and before its chunks count as computed (as ``Scheduler(forward=...)``)
-Forward = Callable[[Plan, "PreemptingNode"], None]
+Forward = Callable[[Plan, PreemptingNode], None]
 
 
 class PreemptingScheduler:
