@@ -97,3 +97,27 @@ def test_random_scenarios_leak_no_block():
             _assert_all_free(sched)
             checked += 1
     assert checked >= 10
+
+
+def test_a_victims_blocks_go_back_to_the_tensor_pool_at_once():
+    two = parse_scenario(
+        {
+            "name": "victim",
+            "page_size": 16,
+            "chunked_prefill_size": 64,
+            "pool": {"free_tokens": 160},
+            "kv_release_rounds": 0,
+            "requests": [{"id": "A", "prompt_tokens": 120}, {"id": "B", "prompt_tokens": 120}],
+        }
+    )
+    sched, _ = prepare(two, REGISTRY.resolve("vllm/vllm-threshold:32/none/default/fcfs/vllm"))
+    node = sched.node
+    sched.step()
+    sched.step()
+    held = {r.id: list(r.blocks) for r in node.running}
+    step = sched.step()  # B cannot get its blocks and is its own victim
+    assert step.preempted == ["B"] and node.waiting[0].id == "B" and not node.waiting[0].blocks
+    queue = node.pool.free_queue()
+    # B's 4 full blocks were cached: they went to the back of the queue, last block first
+    assert queue[-4:] == held["B"][::-1]
+    assert set(queue) == set(range(1, 11)) - set(node.running[0].blocks)
