@@ -21,11 +21,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from policykit.errors import PolicyError, ScenarioError
 from policykit.harness.engine import ForwardStats, ModelForward
+from policykit.harness.metrics import is_torch_oom
 from policykit.harness.model import Decoder
 from policykit.harness.workloads import Workload, WorkloadError
 from policykit.plan import Plan
@@ -155,6 +157,8 @@ class PagedRun:
     pool_tokens: int
     page_size: int
     preemptions: int = 0
+    #: a torch out-of-memory error in the forward, as ``run_combo`` reports one
+    crash: dict[str, Any] | None = None
 
 
 def run_paged(
@@ -191,14 +195,17 @@ def run_paged(
     out = PagedRun(RunResult(combo), forward, requests, node.pool.num_blocks * page, page)
     marks["end"] = time.perf_counter()
 
-    def record(step: Step) -> None:
+    def record(step: Step | None) -> None:
+        """Round ``step`` (None: the one a torch OOM stopped, as ``Scheduler`` records it)."""
         now = time.perf_counter()
         times = (marks.pop("planned", now) - marks["end"], now - marks["end"])
-        arrived = arrivals.get(step.round, [])
-        out.result.rounds.append(_record(step, sched.last_plan, node, arrived, times))
+        plan = sched.last_plan
+        released = [] if step is None else step.released
+        arrived = arrivals.get(plan.round, [])
+        out.result.rounds.append(_record(plan, node, released, arrived, times))
         marks["end"] = now
-        out.preemptions += len(step.preempted)
-        if on_round is not None:
+        out.preemptions += 0 if step is None else len(step.preempted)
+        if on_round is not None and step is not None:
             on_round(out.result.rounds[-1])
 
     try:
@@ -206,21 +213,32 @@ def run_paged(
     except PolicyError as err:
         out.result.policy_faults["*"] = " ".join(str(err).split())
         out.result.stopped_by = "policy-fault"
+    except Exception as exc:
+        if not is_torch_oom(exc):
+            raise
+        record(None)
+        out.result.stopped_by = "oom"
+        message = " ".join(str(exc).split())[:400]
+        out.crash = {"round": sched.round_no, "kind": "torch", "request": None, "message": message}
     _summarise(out, node, max_rounds)
     return out
 
 
 def _record(
-    step: Step, plan: Plan, node: PreemptingNode, arrived: list[str], times: tuple[float, float]
+    plan: Plan,
+    node: PreemptingNode,
+    released: list[str],
+    arrived: list[str],
+    times: tuple[float, float],
 ) -> RoundRecord:
-    """The step as the ledger node's round record; ``times``: planning and wall seconds."""
+    """A step as the ledger node's round record; ``times``: planning and wall seconds."""
     page = node.config.page_size
     return RoundRecord(
         plan=plan,
         free_tokens_after=node.pool.free_blocks * page,
         evictable_tokens_after=node.pool.evictable_free_blocks * page,
         swa_free_tokens_after=None,
-        released=step.released,
+        released=released,
         arrived=arrived,
         plan_seconds=times[0],
         round_seconds=times[1],

@@ -210,7 +210,7 @@ def _run_paged_combo(
         on_round=on_round,
     )
     ran = _Ran(paged.requests, paged.pool_tokens, paged.page_size, paged.result, paged.forward)
-    row = _finished_row(bench, combo, ran, None, model.preset, model.device)
+    row = _finished_row(bench, combo, ran, paged.crash, model.preset, model.device)
     row["node"] = "preempting"
     row["preemptions"] = paged.preemptions
     row["recomputed_after_preemption"] = recomputed_after_preemption(paged.result)

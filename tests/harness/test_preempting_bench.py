@@ -165,3 +165,26 @@ def test_a_sweep_unit_runs_a_combo_that_preempts() -> None:
     assert out["completed"] == ["A", "B"] and out["preemptions"] == 1
     # B's 64 tokens are thrown away; 2 of its cached blocks survive, so 24 + 64 + ... again
     assert out["tokens"]["computed"] > 240 and out["tokens"]["cached"] == 32
+
+
+def test_a_torch_out_of_memory_in_the_forward_is_a_crash_as_on_sglangs_node(
+    monkeypatch: pytest.MonkeyPatch, registry: PolicyRegistry, store: PrefixKV
+) -> None:
+    from policykit.harness.engine import ModelForward
+
+    calls = {"n": 0}
+    real = ModelForward.run
+
+    def run_then_oom(self, plan, pool, placed):
+        calls["n"] += 1
+        if calls["n"] > 3:  # after the prefix warm-up and a round or two
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, plan, pool, placed)
+
+    monkeypatch.setattr(ModelForward, "run", run_then_oom)
+    run = run_combo(from_workload(PREEMPTING), registry.resolve(THRESHOLD), store)
+    row = run.row
+    assert row["status"] == "crashed" and row["crash"]["kind"] == "torch"
+    assert (
+        row["crash"]["round"] == row["rounds"] and row["outcomes"]["crash_round"] == row["rounds"]
+    )
