@@ -188,3 +188,10 @@ def test_a_torch_out_of_memory_in_the_forward_is_a_crash_as_on_sglangs_node(
     assert (
         row["crash"]["round"] == row["rounds"] and row["outcomes"]["crash_round"] == row["rounds"]
     )
+
+
+def test_sweep_refuses_a_scenario_a_node_that_preempts_cannot_map_before_anything_runs() -> None:
+    args = ["sweep", "--scenarios", "seed-abc", "--combo", THRESHOLD, "--workers", "1"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "host tier" in result.output and "Traceback" not in result.output
