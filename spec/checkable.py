@@ -60,5 +60,16 @@ def check_or_refuse(
         scope = config_dict(config)
         return [
             Verdict(combo_label(combo), prop, REFUSED, "-", seconds, note=reason, config=scope)
-            for prop in properties_for(config, options.properties)
+            for prop in combo_properties(combo, config, options.properties)
         ]
+
+
+def combo_properties(
+    combo: Combo, config: EngineConfig, wanted: tuple[str, ...] | None = None
+) -> list[str]:
+    """The properties ``combo`` is checked for: a node that preempts has its own."""
+    if combo.preempts:
+        from policykit.spec.preempting_check import preempting_properties
+
+        return preempting_properties(wanted)
+    return properties_for(config, wanted)

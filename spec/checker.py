@@ -153,8 +153,12 @@ def check_combo(
     options: CheckOptions,
     sources: dict[str, str] | None = None,
 ) -> list[Verdict]:
-    """All verdicts for one combo."""
+    """All verdicts for one combo (one that preempts: :mod:`.preempting_check`'s)."""
     sources = sources or {}
+    if combo.preempts:
+        from policykit.spec.preempting_check import check_preempting
+
+        return check_preempting(combo, config, options, sources)
     check_policies(combo, config, sources)
     name = combo_label(combo)
     props = properties_for(config, options.properties)
