@@ -54,6 +54,11 @@ class CheckOptions:
     #: the wall-clock safety net: a ``time.time()`` instant after which no query runs on (a
     #: verdict it cuts short says so); None: no net
     deadline: float | None = None
+    #: the bounds of the model of a node that preempts (:mod:`.preempting_check`), whose step
+    #: costs more: two requests are enough for one to preempt another, or itself while
+    #: another's KV is held, and three steps for that to repeat (docs/spec.md)
+    preempting_rounds: int = 3
+    preempting_requests: int = 2
 
 
 @dataclass

@@ -112,6 +112,8 @@ class PUnrolling:
     states: list[PState] = field(default_factory=list)
     #: per step, per property, its violation in that step
     violations: list[dict[str, z3.BoolRef]] = field(default_factory=list)
+    #: per step, per property, per request: the request the violation is about
+    culprits: list[dict[str, list[z3.BoolRef]]] = field(default_factory=list)
     #: the facts of the run where no cached block was evicted (see the module docstring)
     exact_hits: list[z3.BoolRef] = field(default_factory=list)
 
@@ -496,15 +498,17 @@ def _violations(
     on an empty node is not admitted, and nothing else is either."""
     inp, r = u.inputs, len(u.states) + 1
     reqs = inp.requests
-    stuck = z3.Or(*(z3.And(e, f.t == 0) for e, f in zip(nxt.ever, nxt.finished, strict=True)))
+    unfinished = [z3.And(e, f.t == 0) for e, f in zip(nxt.ever, nxt.finished, strict=True)]
+    stuck = z3.Or(*unfinished)
     loops = [
         z3.And(_same(u.states[j - 1], nxt), *(q.arrival.t <= j for q in reqs)) for j in range(1, r)
     ]
     never = z3.And(nxt.alive, z3.Not(_due(inp, nxt)), stuck, z3.Or(*loops) if loops else False)
     held = [z3.And(f.t > 0, z3.Not(rel)) for f, rel in zip(s.finished, s.released, strict=True)]
     drained = z3.And(*(z3.Not(x) for x in s.running), *(z3.Not(h) for h in held))
-    starving = z3.Or(*(z3.And(wt, q.fits_idle) for wt, q in zip(waiting, reqs, strict=True)))
-    starves = z3.And(nxt.alive, drained, starving, z3.Not(z3.Or(*w.admitted)))
+    would_start = [z3.And(wt, q.fits_idle) for wt, q in zip(waiting, reqs, strict=True)]
+    starves = z3.And(nxt.alive, drained, z3.Or(*would_start), z3.Not(z3.Or(*w.admitted)))
+    u.culprits.append({"admitted-completes": unfinished, "no-starvation": would_start})
     return {"admitted-completes": never, "no-starvation": starves}
 
 

@@ -40,9 +40,6 @@ from policykit.spec.model import Encoder
 from policykit.spec.preempting_bmc import PREEMPTING_PROPERTIES, PUnrolling, unroll, value
 from policykit.spec.solver import WALL_CLOCK, solve, unrolled
 
-#: requests in the bounded model of a node that preempts (at most ``--requests``): two are
-#: enough for a request to preempt another, or itself while another one's KV is held
-PREEMPTING_REQUESTS = 2
 #: steps the replay of a counterexample runs at most: a lasso of the model repeats forever,
 #: and the scheduler must still have the request unfinished after this many
 REPLAY_ROUNDS = 200
@@ -81,7 +78,7 @@ def check_preempting(
     refuse_unmodelled(config)
     check_policies(combo, config, sources)
     name, props = combo_label(combo), preempting_properties(options.properties)
-    n = min(options.requests, PREEMPTING_REQUESTS)
+    n, k = options.preempting_requests, options.preempting_rounds
     granule = options.bounds.granule_for(config)
     verdicts = []
     with Encoder() as enc:
@@ -92,7 +89,7 @@ def check_preempting(
             enc,
             sources,
             requests=n,
-            rounds=options.rounds,
+            rounds=k,
             pool_cap=options.bounds.max_pool_tokens,
             granule=granule,
         )
@@ -102,7 +99,7 @@ def check_preempting(
     check_lifted(combo, config, sources)
     scope = config_dict(config)
     bounds = {
-        "rounds": options.rounds,
+        "rounds": k,
         "requests": n,
         "pool_cap_tokens": options.bounds.max_pool_tokens,
         "granule": granule,
@@ -117,8 +114,7 @@ def _decide(u: PUnrolling, prop: str, name: str, options: CheckOptions, share: f
     """One property: the query over every step; a model replayed; where it does not replay,
     the run with nothing evicted from the prefix cache is asked for instead."""
     t0 = time.perf_counter()
-    k_max, n = options.rounds, len(u.inputs.requests)
-    bound = f"K={k_max},N={n}"
+    bound = f"K={len(u.states)},N={len(u.inputs.requests)}"
     violated = z3.Or(*(v[prop] for v in u.violations))
     tried: list[str] = []
     for extra in ([], u.exact_hits):
@@ -158,7 +154,12 @@ def counterexample(u: PUnrolling, found: z3.ModelRef, prop: str) -> Counterexamp
     """The violating run as a scenario, replayed on the node that preempts."""
     k = next(i for i, v in enumerate(u.violations, start=1) if value(found, v[prop]))
     scenario = scenario_of(u, found, prop, k)
-    failure, steps = replay(scenario, u.combo, prop)
+    who = [
+        q.name
+        for q, c in zip(u.inputs.requests, u.culprits[k - 1][prop], strict=True)
+        if value(found, c)
+    ]
+    failure, steps = replay(scenario, u.combo, prop, who)
     page = u.config.page_size
     return Counterexample(prop, k, scenario, trace_rounds(steps[: max(k, 1)], page), failure)
 
@@ -190,11 +191,12 @@ def scenario_of(u: PUnrolling, found: z3.ModelRef, prop: str, k: int) -> dict[st
 
 
 def replay(
-    scenario: dict[str, Any], combo: Combo, prop: str
+    scenario: dict[str, Any], combo: Combo, prop: str, who: list[str]
 ) -> tuple[Failure | None, list[tuple[Step, dict[str, int]]]]:
     """Run ``scenario`` on the node that preempts (as ``policykit simulate`` does) and name the
-    failure ``prop`` is about, if the run ends in it: an admitted request unfinished when the
-    run stops (``admitted-completes``), or one never admitted at all (``no-starvation``)."""
+    failure ``prop`` is about, if the run ends in it for one of the requests ``who`` the model
+    blames: admitted and unfinished when the run stops (``admitted-completes``), or never
+    admitted at all (``no-starvation``)."""
     sc = parse_scenario(scenario, source="the counterexample")
     sched, _ = prepare(sc, combo)
     requests, ends = list(sched.node.future), []
@@ -214,8 +216,7 @@ def replay(
     idle = len(steps) < REPLAY_ROUNDS
     traced = list(zip(steps, ends, strict=True))
     how = "the node went idle" if idle else f"still changing after {REPLAY_ROUNDS} rounds"
-    for spec in sc.requests:
-        rid = spec.id
+    for rid in who:
         if rid in finished:
             continue
         if prop == "admitted-completes" and rid in scheduled:
