@@ -265,7 +265,8 @@ def _running_loop(u: PUnrolling, s: PState, w: _Step) -> None:
             kernel.preempting_chunk_view(rem, w.budget, w.free * page, w.eligible, page)
         )
         chunk, bad = kernel.chunk(terms, "resume_chunk", view, ids[turn], label="resume_chunk")
-        chunk = _aligned(u, w, go, start, chunk, rem, bad, ids[turn])
+        chunk, bad_end = _aligned(enc, terms, page, start, chunk, rem, ids[turn])
+        w.bad = z3.Or(w.bad, z3.And(go, z3.Or(bad, bad_end)))
         want = z3.And(go, chunk.t > 0)
         need = enc.bind("need", kernel.blocks_to_allocate(start + chunk, w.held[turn], page))
         out: Any = False
@@ -315,15 +316,13 @@ def _victim(u: PUnrolling, w: _Step, turn: int, short: z3.BoolRef) -> Sym:
 
 
 def _aligned(
-    u: PUnrolling, w: _Step, asked: Any, start: Sym, chunk: Sym, rem: Sym, bad: Any, rid: str
-) -> Sym:
-    """A non-final chunk with its end aligned (``kernel.aligned_end``); a broken contract where
-    the chunk was asked (``asked``) stops the run (the scheduler raises there)."""
-    page = u.config.page_size
+    enc: Encoder, terms: Terms, page: int, start: Sym, chunk: Sym, rem: Sym, rid: str
+) -> tuple[Sym, z3.BoolRef]:
+    """A non-final chunk with its end aligned (``kernel.aligned_end``), and whether the
+    alignment policy broke its contract there."""
     cut = z3.And(chunk.t > 0, chunk.t < rem.t)
-    end, bad_end = kernel.aligned_end(u.terms, start, start + chunk, page, rid)
-    w.bad = z3.Or(w.bad, z3.And(asked, bad), z3.And(asked, cut, bad_end))
-    return u.enc.bind("chunk", ite(cut, end - start, chunk))
+    end, bad_end = kernel.aligned_end(terms, start, start + chunk, page, rid)
+    return enc.bind("chunk", ite(cut, end - start, chunk)), z3.And(cut, bad_end)
 
 
 def _hits(u: PUnrolling, s: PState, r: int) -> list[Sym]:
@@ -340,12 +339,47 @@ def _hits(u: PUnrolling, s: PState, r: int) -> list[Sym]:
     return out
 
 
+@dataclass
+class Entry:
+    """A waiting request's turn (the scheduler's ``_schedule_waiting`` body): its first chunk
+    (aligned), the admission policy's answer and the blocks it takes, hit included."""
+
+    chunk: Sym
+    ok: z3.BoolRef
+    takes: Sym
+    bad: z3.BoolRef  #: the chunking or alignment policy broke its contract
+
+
+def enter(
+    enc: Encoder,
+    terms: Terms,
+    page: int,
+    prompt: Sym,
+    hit: Sym,
+    budget: Sym,
+    free: Sym,
+    eligible: Sym,
+    rid: str,
+) -> Entry:
+    """A waiting ``prompt``-token request with ``hit`` cached blocks (evictable: a hit on them
+    takes free blocks) on ``free`` free blocks and ``budget`` tokens left in the step."""
+    start = hit * page
+    rem = prompt - start
+    tokens = (free - hit) * page
+    view = _with_sym(kernel.preempting_chunk_view(rem, budget, tokens, eligible, page))
+    chunk, bad = kernel.chunk(terms, "new_chunk", view, rid, label="new_chunk")
+    chunk, bad_end = _aligned(enc, terms, page, start, chunk, rem, rid)
+    ok = terms.admits(kernel.preempting_admit_view(prompt, rem, tokens, page), rid)
+    need = kernel.blocks_to_allocate(start + chunk, hit, page)
+    return Entry(chunk, ok, enc.bind("takes", need + hit), z3.Or(bad, bad_end))
+
+
 def _waiting_loop(
     u: PUnrolling, s: PState, w: _Step, waiting: list[z3.BoolRef], hits: list[Sym]
 ) -> None:
     """Waiting requests in the queue's order, only if nothing was preempted: each with its hit,
     ``new_chunk``, ``admit`` and the chunk's blocks; the first that does not get in stops it."""
-    enc, terms, page, n = u.enc, u.terms, u.config.page_size, len(u.inputs.requests)
+    enc, page, n = u.enc, u.config.page_size, len(u.inputs.requests)
     reqs = u.inputs.requests
     before = _queue_order(u, s, hits)
     rank = [
@@ -355,27 +389,20 @@ def _waiting_loop(
     w.wslot = [[z3.And(waiting[i], rank[i].t == p) for i in range(n)] for p in range(n)]
     stopped: Any = z3.Or(*w.preempted)
     for p, row in enumerate(w.wslot):
-        rid = f"waiting place {p}"
         prompt = enc.bind("w_prompt", _pick(row, [q.prompt for q in reqs]))
         hit = enc.bind("w_hit", _pick(row, hits))
         asked = z3.And(z3.Or(*row), z3.Not(stopped), w.budget.t > 0)
-        start = hit * page
-        rem = prompt - start
-        free = (w.free - hit) * page
-        view = _with_sym(kernel.preempting_chunk_view(rem, w.budget, free, w.eligible, page))
-        chunk, bad = kernel.chunk(terms, "new_chunk", view, rid, label="new_chunk")
-        chunk = _aligned(u, w, asked, start, chunk, rem, bad, rid)
-        ok = terms.admits(kernel.preempting_admit_view(prompt, rem, free, page), rid)
-        need = kernel.blocks_to_allocate(start + chunk, hit, page)
+        e = enter(enc, u.terms, page, prompt, hit, w.budget, w.free, w.eligible, f"waiting {p}")
+        w.bad = z3.Or(w.bad, z3.And(asked, e.bad))
         admitted = enc.bind_bool(
-            "admitted", z3.And(asked, chunk.t > 0, ok, (need + hit).t <= w.free.t)
+            "admitted", z3.And(asked, e.chunk.t > 0, e.ok, e.takes.t <= w.free.t)
         )
         stopped = z3.Or(stopped, z3.And(z3.Or(*row), z3.Not(admitted)))
-        w.free = enc.bind("free", w.free - ite(admitted, need + hit, 0))
-        w.budget = enc.bind("budget", w.budget - ite(admitted, chunk, 0))
+        w.free = enc.bind("free", w.free - ite(admitted, e.takes, 0))
+        w.budget = enc.bind("budget", w.budget - ite(admitted, e.chunk, 0))
         w.admitted.append(admitted)
-        w.wchunk.append(chunk)
-        w.wstart.append(start)
+        w.wchunk.append(e.chunk)
+        w.wstart.append(hit * page)
 
 
 def _queue_order(u: PUnrolling, s: PState, hits: list[Sym]) -> list[list[Any]]:
@@ -510,6 +537,29 @@ def _violations(
     starves = z3.And(nxt.alive, drained, z3.Or(*would_start), z3.Not(z3.Or(*w.admitted)))
     u.culprits.append({"admitted-completes": unfinished, "no-starvation": would_start})
     return {"admitted-completes": never, "no-starvation": starves}
+
+
+def drained_head_refused(combo: Combo, config: EngineConfig, enc: Encoder, sources: dict) -> Any:
+    """The induction of ``no-starvation`` in one step: on a drained node (every block free,
+    nothing running, so the whole budget and no preemption) the head of the queue, any prompt
+    the pool holds with any hit and any count of eligible requests, is refused. Where that
+    cannot be, every step that opens on a drained node with a request waiting admits the
+    head, whatever came before: no request starves, at any depth."""
+    terms, page = Terms(enc, combo, sources), config.page_size
+    pool, prompt, hit = enc.var("pool_blocks"), enc.var("prompt"), enc.var("hit")
+    eligible = enc.var("eligible")
+    enc.facts += [
+        pool.t >= 1,
+        prompt.t >= 1,
+        prompt.t <= (pool * page).t,
+        hit.t >= 0,
+        (hit * page).t <= (prompt - 1).t,
+        eligible.t >= 1,
+    ]
+    budget = _sym(config.chunked_prefill_size)
+    e = enter(enc, terms, page, prompt, hit, budget, pool, eligible, "the head")
+    admitted = z3.And(e.chunk.t > 0, e.ok, e.takes.t <= pool.t)
+    return z3.And(z3.Not(e.bad), z3.Not(admitted))
 
 
 def unroll(

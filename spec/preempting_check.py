@@ -37,7 +37,13 @@ from policykit.spec.checker import (
 from policykit.spec.counterexample import Counterexample, Failure, Row, TraceRound
 from policykit.spec.crossval import check_lifted, check_policies
 from policykit.spec.model import Encoder
-from policykit.spec.preempting_bmc import PREEMPTING_PROPERTIES, PUnrolling, unroll, value
+from policykit.spec.preempting_bmc import (
+    PREEMPTING_PROPERTIES,
+    PUnrolling,
+    drained_head_refused,
+    unroll,
+    value,
+)
 from policykit.spec.solver import WALL_CLOCK, solve, unrolled
 
 #: steps the replay of a counterexample runs at most: a lasso of the model repeats forever,
@@ -95,6 +101,12 @@ def check_preempting(
         )
         share = (time.perf_counter() - t0) / max(1, len(props))
         for prop in props:
+            unbounded = None
+            if prop == "no-starvation":
+                unbounded = _never_starves(combo, config, options, sources)
+            if unbounded is not None:
+                verdicts.append(dataclasses.replace(unbounded, combo=name))
+                continue
             verdicts.append(_decide(u, prop, name, options, share))
     check_lifted(combo, config, sources)
     scope = config_dict(config)
@@ -106,8 +118,23 @@ def check_preempting(
         "node": "preempting",
     }
     for v in verdicts:
-        v.config, v.bounds = scope, bounds
+        v.config, v.bounds = scope, None if v.bound == "unbounded" else bounds
     return verdicts
+
+
+def _never_starves(
+    combo: Combo, config: EngineConfig, options: CheckOptions, sources: dict[str, str]
+) -> Verdict | None:
+    """``no-starvation`` proved unbounded (:func:`drained_head_refused` cannot be), or None."""
+    t0 = time.perf_counter()
+    with Encoder() as enc:
+        refused = drained_head_refused(combo, config, enc, sources)
+        result, _, _ = solve([*enc.facts, refused], options.rlimit, deadline=options.deadline)
+    if result != z3.unsat:
+        return None
+    note = "on a drained node the policies admit the head of the queue, whatever it is"
+    seconds = time.perf_counter() - t0
+    return Verdict("", "no-starvation", PROVED, "unbounded", seconds, note=note)
 
 
 def _decide(u: PUnrolling, prop: str, name: str, options: CheckOptions, share: float) -> Verdict:

@@ -72,8 +72,20 @@ def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineCon
 
 @click.command()
 @combo_options
-@click.option("--rounds", type=click.IntRange(1, 12), default=4, show_default=True)
-@click.option("--requests", type=click.IntRange(1, 8), default=3, show_default=True)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 12),
+    default=4,
+    show_default=True,
+    help="Bounded checking: rounds unrolled (combos that preempt: 3 unless given).",
+)
+@click.option(
+    "--requests",
+    type=click.IntRange(1, 8),
+    default=3,
+    show_default=True,
+    help="Bounded checking: symbolic requests (combos that preempt: 2 unless given).",
+)
 @click.option(
     "--page-size", type=click.IntRange(1, 4096), default=EngineConfig.page_size, show_default=True
 )
@@ -234,6 +246,10 @@ def check(
     `unknown` (the solver gave up; never counted as passing) or `refused` (the checker cannot
     reason about a policy of the combo, e.g. one using floats; the reason is given, and the
     other combos are still checked).
+
+    A combo that preempts (vLLM's node, sixth part `vllm`) is checked for admitted-completes
+    (no request admitted and then left unfinished forever) and no-starvation, on a bounded
+    model of that node; --all checks those combos too.
 
     Exit code 0: everything proved; 1: a violation; 2: bad input, or a combo refused (the
     checker will not vouch for a policy outside its contract); 3: a timeout or unknown.

@@ -113,14 +113,25 @@ def test_the_model_is_not_vacuous(registry):
         assert solver.check() == z3.unsat
 
 
-def test_vllm_default_is_proved_to_the_bound(registry):
+def test_vllm_default_is_proved(registry):
+    """admitted-completes to the bound; no-starvation for any depth: on a drained node vLLM's
+    admission takes any prompt the pool holds."""
     combo = registry.resolve("vllm/vllm/none/default/fcfs/vllm", config=EngineConfig())
     verdicts = check_combo(combo, EngineConfig(), CheckOptions())
     assert [(v.property, v.verdict, v.bound) for v in verdicts] == [
         ("admitted-completes", "proved", "K=3,N=2"),
-        ("no-starvation", "proved", "K=3,N=2"),
+        ("no-starvation", "proved", "unbounded"),
     ]
     assert verdicts[0].bounds["node"] == "preempting" and verdicts[0].config["page_size"] == 64
+    assert verdicts[1].bounds is None
+
+
+def test_the_starvation_induction_is_not_vacuous(registry):
+    """SGLang's admission refuses a prompt the size of the pool even on a drained node, so the
+    one-step induction does not go through, and the bounded search finds the starving run."""
+    combo = registry.resolve("sglang/sglang/page/default/lpm/vllm", config=EngineConfig())
+    (verdict,) = check_combo(combo, EngineConfig(), CheckOptions(properties=("no-starvation",)))
+    assert verdict.verdict == "violated" and verdict.counterexample.failure.kind == "starves"
 
 
 def test_reservation_off_admits_a_request_it_never_completes(registry, tmp_path):
@@ -195,5 +206,5 @@ def test_given_bounds_hold_for_combos_that_preempt():
     )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
-    assert {v["bound"] for v in data["verdicts"]} == {"K=2,N=1"}
+    assert {v["bound"] for v in data["verdicts"]} == {"K=2,N=1", "unbounded"}
     assert data["config"]["preempting_rounds"] == 2
