@@ -222,8 +222,8 @@ def replay(
 ) -> tuple[Failure | None, list[tuple[Step, dict[str, int]]]]:
     """Run ``scenario`` on the node that preempts (as ``policykit simulate`` does) and name the
     failure ``prop`` is about, if the run ends in it for one of the requests ``who`` the model
-    blames: admitted and unfinished when the run stops (``admitted-completes``), or never
-    admitted at all (``no-starvation``)."""
+    blames: admitted and unfinished when the run stops (``admitted-completes``), or unfinished
+    on a drained node where nothing can change any more (``no-starvation``)."""
     sc = parse_scenario(scenario, source="the counterexample")
     sched, _ = prepare(sc, combo)
     requests, ends = list(sched.node.future), []
@@ -241,6 +241,7 @@ def replay(
     scheduled = {rid for s in steps for rid in s.scheduled}
     preempted = {rid: sum(rid in s.preempted for s in steps) for rid in scheduled}
     idle = len(steps) < REPLAY_ROUNDS
+    drained = not sched.node.running and not sched.node.held
     traced = list(zip(steps, ends, strict=True))
     how = "the node went idle" if idle else f"still changing after {REPLAY_ROUNDS} rounds"
     for rid in who:
@@ -253,8 +254,9 @@ def replay(
             )
             detail = "stalled" if idle else "livelock"
             return Failure("never-completes", len(steps), rid, detail, message), traced
-        if prop == "no-starvation" and rid not in scheduled:
-            message = f"request {rid} was never admitted ({how})"
+        if prop == "no-starvation" and idle and drained:
+            before = "never admitted" if rid not in scheduled else "admitted and preempted"
+            message = f"request {rid} was {before}, and waits on a drained node ({how})"
             return Failure("starves", len(steps), rid, "blocked", message), traced
     return None, traced
 
