@@ -26,6 +26,7 @@ from policykit.spec.checker import (
     properties_for,
 )
 from policykit.spec.crossval import check_policies
+from policykit.spec.preempting_check import check_preempting, preempting_properties
 
 
 def checkable(combo: Combo, engine: EngineConfig) -> str | None:
@@ -47,12 +48,16 @@ def check_or_refuse(
     options: CheckOptions,
     sources: dict[str, str] | None = None,
 ) -> list[Verdict]:
-    """:func:`~policykit.spec.checker.check_combo`, except that a combo the checker refuses
-    (a :class:`~policykit.errors.PolicykitError` while encoding it: a float, an unsupported
-    construct, a policy that raised) gives one ``refused`` verdict per property, the reason as
-    its note, instead of an exception: ``check --all`` goes on with the other combos."""
+    """:func:`~policykit.spec.checker.check_combo` (for a combo that preempts,
+    :func:`~policykit.spec.preempting_check.check_preempting`), except that a combo the checker
+    refuses (a :class:`~policykit.errors.PolicykitError` while encoding it: a float, an
+    unsupported construct, a policy that raised) gives one ``refused`` verdict per property,
+    the reason as its note, instead of an exception: ``check --all`` goes on with the other
+    combos."""
     t0 = time.perf_counter()
     try:
+        if combo.preempts:
+            return check_preempting(combo, config, options, sources or {})
         return check_combo(combo, config, options, sources)
     except PolicykitError as exc:
         seconds = time.perf_counter() - t0
@@ -69,7 +74,5 @@ def combo_properties(
 ) -> list[str]:
     """The properties ``combo`` is checked for: a node that preempts has its own."""
     if combo.preempts:
-        from policykit.spec.preempting_check import preempting_properties
-
         return preempting_properties(wanted)
     return properties_for(config, wanted)

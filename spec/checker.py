@@ -31,7 +31,7 @@ from policykit.spec.bmc import (
     unroll_round,
 )
 from policykit.spec.counterexample import Counterexample, extract, replay
-from policykit.spec.crossval import check_lifted, check_policies
+from policykit.spec.crossval import PolicyRefused, check_lifted, check_policies
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, RoundModel
 from policykit.spec.shrink import shrunk_counterexample
@@ -158,12 +158,16 @@ def check_combo(
     options: CheckOptions,
     sources: dict[str, str] | None = None,
 ) -> list[Verdict]:
-    """All verdicts for one combo (one that preempts: :mod:`.preempting_check`'s)."""
+    """All verdicts for one combo on SGLang's node (one that preempts is
+    :func:`policykit.spec.preempting_check.check_preempting`'s;
+    :func:`policykit.spec.checkable.check_or_refuse` picks the one a combo needs)."""
     sources = sources or {}
     if combo.preempts:
-        from policykit.spec.preempting_check import check_preempting
-
-        return check_preempting(combo, config, options, sources)
+        raise PolicyRefused(
+            f"The combo {combo} preempts, so it runs on vLLM's kind of node, which this round "
+            "model (SGLang's node) does not describe: check it with check_or_refuse or "
+            "check_preempting."
+        )
     check_policies(combo, config, sources)
     name = combo_label(combo)
     props = properties_for(config, options.properties)

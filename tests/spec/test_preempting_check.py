@@ -22,7 +22,8 @@ from policykit.config import EngineConfig
 from policykit.preempting_scenario import prepare
 from policykit.registry import VERDICT_KINDS
 from policykit.scenario import parse_scenario
-from policykit.spec.checker import CheckOptions, check_combo
+from policykit.spec.checkable import check_or_refuse
+from policykit.spec.checker import CheckOptions
 from policykit.spec.model import Encoder
 from policykit.spec.preempting_bmc import unroll
 
@@ -117,7 +118,7 @@ def test_vllm_default_is_proved(registry):
     """admitted-completes to the bound; no-starvation for any depth: on a drained node vLLM's
     admission takes any prompt the pool holds."""
     combo = registry.resolve("vllm/vllm/none/default/fcfs/vllm", config=EngineConfig())
-    verdicts = check_combo(combo, EngineConfig(), CheckOptions())
+    verdicts = check_or_refuse(combo, EngineConfig(), CheckOptions())
     assert [(v.property, v.verdict, v.bound) for v in verdicts] == [
         ("admitted-completes", "proved", "K=3,N=2"),
         ("no-starvation", "proved", "unbounded"),
@@ -130,7 +131,7 @@ def test_the_starvation_induction_is_not_vacuous(registry):
     """SGLang's admission refuses a prompt the size of the pool even on a drained node, so the
     one-step induction does not go through, and the bounded search finds the starving run."""
     combo = registry.resolve("sglang/sglang/page/default/lpm/vllm", config=EngineConfig())
-    (verdict,) = check_combo(combo, EngineConfig(), CheckOptions(properties=("no-starvation",)))
+    (verdict,) = check_or_refuse(combo, EngineConfig(), CheckOptions(properties=("no-starvation",)))
     assert verdict.verdict == "violated" and verdict.counterexample.failure.kind == "starves"
 
 
@@ -162,7 +163,7 @@ def test_sglang_admission_on_the_preempting_node_starves_behind_a_prompt_it_neve
     the pool never enters, and fcfs keeps everything behind it waiting on an empty node."""
     combo = registry.resolve("sglang/sglang/page/default/fcfs/vllm", config=EngineConfig())
     options = CheckOptions(properties=("no-starvation",))
-    (verdict,) = check_combo(combo, EngineConfig(), options)
+    (verdict,) = check_or_refuse(combo, EngineConfig(), options)
     assert verdict.verdict == "violated"
     cx = verdict.counterexample
     assert cx.failure.kind == "starves"
@@ -208,3 +209,12 @@ def test_given_bounds_hold_for_combos_that_preempt():
     data = json.loads(res.stdout)
     assert {v["bound"] for v in data["verdicts"]} == {"K=2,N=1", "unbounded"}
     assert data["config"]["preempting_rounds"] == 2
+
+
+def test_the_sglang_round_model_refuses_a_combo_that_preempts(registry):
+    from policykit.spec.checker import check_combo
+    from policykit.spec.crossval import PolicyRefused
+
+    combo = registry.resolve("vllm/vllm/none/default/fcfs/vllm", config=EngineConfig())
+    with pytest.raises(PolicyRefused, match="check_or_refuse"):
+        check_combo(combo, EngineConfig(), CheckOptions())

@@ -21,7 +21,8 @@ import pytest
 
 from policykit.config import EngineConfig
 from policykit.scenario import parse_scenario
-from policykit.spec.checker import CheckOptions, check_combo
+from policykit.spec.checkable import check_or_refuse
+from policykit.spec.checker import CheckOptions
 
 #: vLLM's knobs -> the verdict of admitted-completes on its combo (no-starvation: proved)
 KNOBS = [
@@ -54,7 +55,7 @@ def test_every_verdict_on_a_vllm_combo_holds_on_vllm(vllm_side, registry, knobs,
     SchedulerKnobs, compare, drive = vllm_side
     settings = SchedulerKnobs(**knobs)
     combo = registry.resolve(compare.vllm_combo(settings), config=EngineConfig())
-    verdicts = {v.property: v for v in check_combo(combo, EngineConfig(), CheckOptions())}
+    verdicts = {v.property: v for v in check_or_refuse(combo, EngineConfig(), CheckOptions())}
     assert verdicts["admitted-completes"].verdict == expected
     assert verdicts["no-starvation"].verdict == "proved"
     for v in verdicts.values():
