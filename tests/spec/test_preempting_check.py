@@ -29,13 +29,18 @@ from policykit.spec.preempting_bmc import unroll
 
 CONFIG = EngineConfig(16, 64)
 ROUNDS = 3
+#: random seeds, five scenarios each
+SEEDS = 8
 
 
 def _random_case(rng: random.Random) -> dict:
-    pool = rng.randint(2, 12)
-    prompts = [rng.randint(1, pool * 16) for _ in range(2)]
-    arrivals = sorted(rng.randint(1, ROUNDS) for _ in range(2))
-    release = rng.choice([None, 0, 1, 2, 3])
+    """Two requests in a small pool, often long enough together to preempt."""
+    pool = rng.randint(2, 6 if rng.random() < 0.6 else 12)
+    # a short first one leaves budget for the second to start beside it
+    first = rng.randint(1, 32) if rng.random() < 0.6 else rng.randint(1, pool * 16)
+    prompts = [first, rng.randint(pool * 16 - 15, pool * 16)]
+    arrivals = [1, 1] if rng.random() < 0.6 else sorted(rng.randint(1, ROUNDS) for _ in "AB")
+    release = rng.choice([None, None, None, 0, 1, 2])
     return {
         "name": "random",
         "page_size": 16,
@@ -82,13 +87,32 @@ def _pinned(u, data: dict, run: list) -> list[z3.BoolRef]:
     return facts
 
 
-@pytest.mark.parametrize("seed", range(6))
+def _combo(registry, rng: random.Random):
+    """Any combo that preempts; half the time one that admits on the first chunk alone and
+    caps chunks below the budget, which preempts most."""
+    if rng.random() < 0.5:
+        chunking = rng.choice(["vllm", "vllm-threshold:16", "vllm-threshold:40"])
+        return registry.resolve(f"vllm-no-reserve/{chunking}/none/default/fcfs/vllm", config=CONFIG)
+    kinds = (*VERDICT_KINDS, "preemption")
+    return rng.choice([c for c in registry.all_combos(CONFIG, kinds=kinds) if c.preempts])
+
+
+def test_the_random_runs_preempt(registry):
+    """The runs below reach what the model is for: preemptions."""
+    preempted = 0
+    for seed in range(SEEDS):
+        rng = random.Random(seed)
+        combo = _combo(registry, rng)
+        for _ in range(5):
+            sched, _ = prepare(parse_scenario(_random_case(rng)), combo)
+            preempted += sum(bool(sched.step().preempted) for _ in range(ROUNDS))
+    assert preempted >= 5
+
+
+@pytest.mark.parametrize("seed", range(SEEDS))
 def test_every_run_of_the_scheduler_is_a_run_of_the_model(registry, seed):
     rng = random.Random(seed)
-    combos = [
-        c for c in registry.all_combos(CONFIG, kinds=(*VERDICT_KINDS, "preemption")) if c.preempts
-    ]
-    combo = rng.choice(combos)
+    combo = _combo(registry, rng)
     with Encoder() as enc:
         u = unroll(combo, CONFIG, enc, {}, requests=2, rounds=ROUNDS, pool_cap=1 << 12, granule=1)
         for _ in range(5):
