@@ -30,7 +30,7 @@ over the wider model does not replay.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import z3
@@ -163,8 +163,6 @@ def _fits_idle(terms: Terms, config: EngineConfig, q: PRequest, pool: Sym) -> z3
 def _with_sym(view: Any) -> Any:
     """``view`` with its eligible count as a term (one view shape for the model and the
     cross-validation)."""
-    from dataclasses import replace
-
     return replace(view, eligible_requests=_sym(view.eligible_requests))
 
 
