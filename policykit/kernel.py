@@ -584,25 +584,27 @@ def aligned_end(
     )
 
 
-def victim(num: Numbers, views: list[PreemptView], request_ids: list[str]) -> tuple[Any, Any]:
+def victim(
+    num: Numbers,
+    views: list[PreemptView],
+    request_ids: list[str],
+    present: list[Any] | None = None,
+) -> tuple[Any, Any]:
     """Which running request to preempt, by its place in ``views`` (the running list): the
     preemption policy's highest rank, a tie going to the later one. Returns that place and
-    whether a rank broke the contract (ranks are ints; any int is a rank)."""
+    whether a rank broke the contract (ranks are ints; any int is a rank).
+
+    ``present`` (the checker's): per view, whether that request is still in the list; a view
+    that is not never wins and its rank is not held against the policy. The checker's running
+    list has a place for every request, filled or not, where the scheduler's has only the
+    running ones (None: every view is present)."""
+    if present is not None:
+        return _present_victim(num, views, request_ids, present)
     best: Any = 0
     best_rank: Any = None
     broken: Any = False
     for place, (view, rid) in enumerate(zip(views, request_ids, strict=True)):
-        rank, bad = num.decide(
-            "preemption",
-            "victim_rank",
-            view,
-            rid,
-            label=f"victim_rank_{place}",
-            bad=lambda r: False,
-            complaint=lambda r, rid=rid: (
-                f"ranked running request {rid!r} {r!r}; a victim rank is an int."
-            ),
-        )
+        rank, bad = _victim_rank(num, view, rid, place)
         broken = num.any(broken, bad)
         if best_rank is None:
             best_rank = rank
@@ -610,6 +612,36 @@ def victim(num: Numbers, views: list[PreemptView], request_ids: list[str]) -> tu
         later = rank >= best_rank
         best = num.choose(later, place, best)
         best_rank = num.choose(later, rank, best_rank)
+    return best, broken
+
+
+def _victim_rank(num: Numbers, view: PreemptView, rid: str, place: int) -> tuple[Any, Any]:
+    return num.decide(
+        "preemption",
+        "victim_rank",
+        view,
+        rid,
+        label=f"victim_rank_{place}",
+        bad=lambda r: False,
+        complaint=lambda r: f"ranked running request {rid!r} {r!r}; a victim rank is an int.",
+    )
+
+
+def _present_victim(
+    num: Numbers, views: list[PreemptView], request_ids: list[str], present: list[Any]
+) -> tuple[Any, Any]:
+    """:func:`victim` over the views that are ``present``."""
+    best: Any = 0
+    best_rank: Any = 0
+    found: Any = False
+    broken: Any = False
+    for place, (view, rid, here) in enumerate(zip(views, request_ids, present, strict=True)):
+        rank, bad = _victim_rank(num, view, rid, place)
+        broken = num.any(broken, num.all(here, bad))
+        take = num.all(here, num.any(num.not_(found), rank >= best_rank))
+        best = num.choose(take, place, best)
+        best_rank = num.choose(take, rank, best_rank)
+        found = num.any(found, here)
     return best, broken
 
 
