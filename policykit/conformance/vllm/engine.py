@@ -99,8 +99,11 @@ def build_scheduler(
     max_model_len: int,
     max_num_seqs: int,
     knobs: SchedulerKnobs,
+    scheduler_cls: type | None = None,
 ) -> Any:
-    """A real ``Scheduler`` whose pool has ``num_blocks`` blocks (one is vLLM's null block)."""
+    """A real ``Scheduler`` whose pool has ``num_blocks`` blocks (one is vLLM's null block);
+    ``scheduler_cls`` builds a subclass instead (what ``--scheduler-cls`` names), as vLLM's
+    engine core would."""
     load()
     import torch
     from vllm.config import (
@@ -152,7 +155,7 @@ def build_scheduler(
         kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
     )
-    return Scheduler(
+    return (scheduler_cls or Scheduler)(
         vllm_config=config,
         kv_cache_config=kv_cache,
         structured_output_manager=StructuredOutputManager(config),
