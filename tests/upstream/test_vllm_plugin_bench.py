@@ -82,8 +82,11 @@ class Stepper:
 
     def finish(self) -> None:
         """What the model runner and the engine do between two steps: the finished prefills
-        sample their token and give their KV back; new requests arrive."""
+        sample their token and give their KV back; new requests arrive. Once per step."""
         out, sched = self.output, self.sched
+        if out is None:
+            return
+        self.output = None
         ids = list(out.num_scheduled_tokens)
         done = driver._prefills_done(sched, ids)
         sched.update_from_output(out, driver._runner_output(sched, ids, done, done))
