@@ -35,10 +35,10 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
 from policykit import kernel
-from policykit.integrations.vllm import startup
 from policykit.integrations.vllm.guard import FALLBACK, Guard
 from policykit.integrations.vllm.queue import PolicyQueue
 from policykit.integrations.vllm.running import RunningList
+from policykit.integrations.vllm.startup import start
 from policykit.kernel import Ints, describe
 from policykit.policy import QueueView
 
@@ -55,7 +55,7 @@ class PolicyDecisions:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.combo = startup.start(self)
+        self.combo = start(self)
         self._num = Ints(self.combo)
         self.guard = Guard()
         self._page = int(self.block_size)

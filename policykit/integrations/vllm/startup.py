@@ -12,7 +12,7 @@ from typing import Any
 
 from policykit.config import EngineConfig
 from policykit.errors import PolicykitError
-from policykit.integrations.vllm import settings
+from policykit.integrations.vllm.settings import VLLM_COMBO, combo_text, startup_check_enabled
 from policykit.registry import Combo, PolicyRegistry, registry_from
 
 logger = logging.getLogger("policykit.vllm")
@@ -34,11 +34,11 @@ def engine_config(scheduler: Any) -> EngineConfig:
 
 
 def resolve(text: str | None, config: EngineConfig | None = None) -> tuple[Combo, PolicyRegistry]:
-    """The combo ``text`` names over vLLM's own (:data:`settings.VLLM_COMBO`), from every
-    installed policykit plugin (third-party included)."""
+    """The combo ``text`` names over vLLM's own (``settings.VLLM_COMBO``), from every installed
+    policykit plugin (third-party included)."""
     try:
         registry = registry_from()
-        combo = registry.resolve(settings.VLLM_COMBO, text, config=config)
+        combo = registry.resolve(VLLM_COMBO, text, config=config)
     except PolicykitError as exc:
         raise StartupRefused(" ".join(str(exc).split())) from None
     if not combo.preempts:
@@ -67,7 +67,7 @@ def check_lines(combo: Combo, registry: PolicyRegistry, config: EngineConfig) ->
 def start(scheduler: Any) -> Combo:
     """Resolve the configured combo for ``scheduler`` and log what runs and what is proved."""
     try:
-        text = settings.combo_text(scheduler.vllm_config.additional_config)
+        text = combo_text(scheduler.vllm_config.additional_config)
     except PolicykitError as exc:
         raise StartupRefused(" ".join(str(exc).split())) from None
     config = engine_config(scheduler)
@@ -82,7 +82,7 @@ def start(scheduler: Any) -> Combo:
             combo.preemption.spec,
             scheduler.scheduler_config.policy,
         )
-    if settings.startup_check_enabled():
+    if startup_check_enabled():
         for line in check_lines(combo, registry, config):
             logger.info(line)
     return combo
