@@ -108,6 +108,8 @@ def _classes() -> tuple[type, type]:
 @pytest.mark.parametrize("waiting", SIZES)
 @pytest.mark.parametrize("side", ["vllm", "plugin"])
 def test_schedule_one_step(benchmark, waiting, side):
+    if waiting > 64 and not benchmark.enabled:
+        pytest.skip("filling a 4096-request queue takes seconds: run with --benchmark-enable")
     benchmark.group = f"vllm schedule(), {waiting} waiting"
     own, plugin = _classes()
     stepper = Stepper(plugin if side == "plugin" else own, waiting)
