@@ -145,3 +145,21 @@ def test_priority_scheduling_is_replaced_by_the_combo_and_said_so(engine, monkey
     assert sched.policy.value == "fcfs"
     (line,) = [r.getMessage() for r in caplog.records if r.name == "policykit.vllm"]
     assert "replace --scheduling-policy priority" in line
+
+
+def test_without_a_handler_of_its_own_the_log_goes_through_vllms(engine, monkeypatch):
+    """vLLM's process configures only its ``vllm`` logger; policykit's lines use its handler."""
+    from policykit.integrations.vllm import startup
+
+    handler = logging.NullHandler()
+    vllm_logger = logging.getLogger("vllm")
+    vllm_logger.addHandler(handler)
+    monkeypatch.setattr(startup.logger, "hasHandlers", lambda: False)
+    monkeypatch.setattr(startup.logger, "level", logging.NOTSET)
+    try:
+        startup.route_logs()
+        assert handler in startup.logger.handlers
+        assert startup.logger.level == logging.INFO
+    finally:
+        vllm_logger.removeHandler(handler)
+        startup.logger.removeHandler(handler)

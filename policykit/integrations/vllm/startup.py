@@ -64,8 +64,21 @@ def check_lines(combo: Combo, registry: PolicyRegistry, config: EngineConfig) ->
     return [f"policykit check: {combo}: {v.property} {v.label}" for v in verdicts]
 
 
+def route_logs() -> None:
+    """vLLM logs through a handler of its own on its ``vllm`` logger and leaves the root logger
+    bare, so policykit's lines would be dropped (INFO) or printed without vLLM's format.
+    Where nothing above ``policykit.vllm`` handles them, they go through vLLM's handler."""
+    if logger.hasHandlers():
+        return
+    for handler in logging.getLogger("vllm").handlers:
+        logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+
+
 def start(scheduler: Any) -> Combo:
     """Resolve the configured combo for ``scheduler`` and log what runs and what is proved."""
+    route_logs()
     try:
         text = combo_text(scheduler.vllm_config.additional_config)
     except PolicykitError as exc:
