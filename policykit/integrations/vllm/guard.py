@@ -33,10 +33,11 @@ class Guard:
         self.answered: Counter[str] = Counter()
         self.fallbacks: Counter[str] = Counter()
 
-    def ask(self, kind: str, question: str, decide: Callable[[], Any]) -> Any:
-        """``decide()``, or :data:`FALLBACK` (logged) if a policy broke its contract in it."""
+    def ask(self, kind: str, question: str, decide: Callable[..., Any], *args: Any) -> Any:
+        """``decide(*args)``, or :data:`FALLBACK` (logged) if a policy broke its contract in
+        it."""
         try:
-            answer = decide()
+            answer = decide(*args)
         except PolicyError as exc:
             cause = exc.__cause__
             reason = "the answer" if cause is None else type(cause).__name__

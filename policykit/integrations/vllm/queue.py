@@ -51,6 +51,10 @@ class PolicyQueue(RequestQueue):
     def new_step(self) -> None:
         self._order = None
         self._closed = False
+
+    def end_step(self) -> None:
+        """Forget the step's requests while the scheduler still holds them: a finished one's
+        last reference then goes with vLLM's own, outside the next ``schedule()``."""
         self._popped.clear()
         self.peeked = None
 

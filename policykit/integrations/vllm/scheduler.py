@@ -125,6 +125,8 @@ class PolicyDecisions:
                 # as one whose allocation failed does
                 self.deferred_waiting.discard(self._refused)
                 self.prefill_capacity_bound = True
+            self.waiting.end_step()
+            self._requester = self._hit = self._refused = None
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> None:
         self._spent -= self._given.pop(request.request_id, 0)
@@ -133,9 +135,9 @@ class PolicyDecisions:
     def _get_local_prefix_cache_hit(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         found = super()._get_local_prefix_cache_hit(request, *args, **kwargs)
         if self._in_step:
-            blocks, tokens = found[0], found[1]
-            evictable = sum(1 for block in blocks.blocks[0] if block.ref_cnt == 0)
-            self._hit = (request, tokens, evictable)
+            tokens = found[1]
+            hit = found[0].blocks[0] if tokens else ()
+            self._hit = (request, tokens, sum(1 for block in hit if block.ref_cnt == 0))
         return found
 
     def _reserve_prefill_lookahead(
@@ -185,17 +187,16 @@ class PolicyDecisions:
         chunk = self.guard.ask(
             "chunking",
             method,
-            lambda: kernel.preempting_chunk(
-                self._num,
-                method,
-                computed,
-                request.num_tokens,
-                budget,
-                free_blocks * self._page,
-                self._eligible,
-                self._page,
-                rid,
-            ),
+            kernel.preempting_chunk,
+            self._num,
+            method,
+            computed,
+            request.num_tokens,
+            budget,
+            free_blocks * self._page,
+            self._eligible,
+            self._page,
+            rid,
         )
         if chunk is FALLBACK:
             return None
@@ -242,14 +243,13 @@ class PolicyDecisions:
         verdict = self.guard.ask(
             "admission",
             "admit",
-            lambda: kernel.preempting_admits(
-                self._num,
-                request.num_tokens,
-                computed,
-                free * self._page,
-                self._page,
-                request.request_id,
-            ),
+            kernel.preempting_admits,
+            self._num,
+            request.num_tokens,
+            computed,
+            free * self._page,
+            self._page,
+            request.request_id,
         )
         if verdict is FALLBACK:
             self._reserve_now = None
@@ -280,9 +280,12 @@ class PolicyDecisions:
         place = self.guard.ask(
             "preemption",
             "victim_rank",
-            lambda: kernel.preempting_victim(
-                self._num, candidates, at, self._page, [r.request_id for r in running]
-            ),
+            kernel.preempting_victim,
+            self._num,
+            candidates,
+            at,
+            self._page,
+            [r.request_id for r in running],
         )
         if place is FALLBACK:
             return last
