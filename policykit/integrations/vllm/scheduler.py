@@ -76,7 +76,8 @@ class PolicyDecisions:
         # vLLM's priority path takes its victim by priority, not from running[-1]; the combo's
         # queue and preemption policies replace --scheduling-policy (startup logs it)
         self.policy = SchedulingPolicy.FCFS
-        rank = None if self.combo.queue.arrival_order else self._rank
+        sorts = self._modelled and not self.combo.queue.arrival_order
+        rank = self._rank if sorts else None
         self.waiting = PolicyQueue(rank)
         self.running = RunningList(self.running)
         self._in_step = False
