@@ -254,3 +254,64 @@ def test_a_third_party_victim_after_the_requester_is_taken(vllm_side, monkeypatc
         taken += 1
         changed += trace_rows(plugged) != trace_rows(driver.drive(sc, knobs))
     assert taken >= 20 and changed >= 4, (taken, changed)
+
+
+def _overlapped(driver, scheduler, sc, knobs) -> list[tuple]:
+    """``sc``'s prompts through ``scheduler`` as vLLM's engine core runs it with async
+    scheduling: step N+1 is scheduled before step N's output comes back (a batch queue two
+    deep); finished prefills give their KV back with that output. Each step's tokens per request
+    and preemptions."""
+    hasher = driver._block_hasher(sc.config.page_size)
+    pending = sorted(enumerate(sc.requests), key=lambda p: p[1].arrival_round)
+    rows, in_flight, added = [], [], 0
+    for step in range(1, 400):
+        while pending and pending[0][1].arrival_round <= step:
+            index, spec = pending.pop(0)
+            tokens = driver._prompt(index, spec.prompt_tokens)
+            added += 1  # arrival times in the order requests arrive, as in an engine
+            scheduler.add_request(driver._make_request(spec.id, tokens, hasher, float(added)))
+        out = scheduler.schedule()
+        rows.append((list(out.num_scheduled_tokens.items()), sorted(out.preempted_req_ids)))
+        in_flight.append((out, driver._prefills_done(scheduler, list(out.num_scheduled_tokens))))
+        if len(in_flight) == 2 or not out.num_scheduled_tokens:
+            done_out, done = in_flight.pop(0)
+            ids = list(done_out.num_scheduled_tokens)
+            scheduler.update_from_output(
+                done_out, driver._runner_output(scheduler, ids, done, done)
+            )
+        if not pending and not scheduler.get_num_unfinished_requests() and not in_flight:
+            break
+    return rows
+
+
+def test_the_identity_holds_with_steps_overlapped_as_async_scheduling_runs_them(
+    vllm_side, monkeypatch
+):
+    compare, driver, scheduler = vllm_side
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    from policykit.conformance.vllm.engine import build_scheduler
+
+    rng = random.Random(7)
+    compared = preempting = 0
+    for index in range(120):
+        sc, knobs = compare.random_scenario(rng, index)
+        if any(r.device_prefix_tokens for r in sc.requests):
+            continue  # no prefix owners here: only the prompts
+        monkeypatch.setenv("POLICYKIT_COMBO", compare.vllm_combo(knobs))
+        traces = []
+        for cls in (AsyncScheduler, scheduler.PolicyAsyncScheduler):
+            sched = build_scheduler(
+                block_size=sc.config.page_size,
+                num_blocks=driver.pool_blocks(sc) + 1,
+                budget=sc.config.chunked_prefill_size,
+                max_model_len=max(r.prompt_tokens for r in sc.requests) + 1,
+                max_num_seqs=driver.max_num_seqs(sc, knobs),
+                knobs=knobs,
+                scheduler_cls=cls,
+            )
+            traces.append(_overlapped(driver, sched, sc, knobs))
+        assert traces[1] == traces[0], (sc.name, knobs)
+        compared += 1
+        preempting += any(preempted for _, preempted in traces[0])
+    assert compared >= 30 and preempting >= 3, (compared, preempting)
