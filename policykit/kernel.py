@@ -584,6 +584,65 @@ def aligned_end(
     )
 
 
+def preempting_chunk(
+    num: Numbers,
+    method: str,
+    start: int,
+    prompt: int,
+    budget: int,
+    free_tokens: int,
+    eligible: int,
+    page_size: int,
+    request_id: str,
+) -> int:
+    """A node that preempts asks the chunking policy (``new_chunk`` or ``resume_chunk``) for
+    the chunk of a ``prompt``-token request from ``start``, and the alignment policy where a
+    non-final one ends; 0 leaves it for this step. On ints only: the node (and the vLLM plugin,
+    :mod:`policykit.integrations.vllm`) branches on the answer."""
+    remaining = prompt - start
+    view = preempting_chunk_view(remaining, budget, free_tokens, eligible, page_size)
+    length, _ = chunk(num, method, view, request_id, label=method)
+    if 0 < length < remaining:
+        end, _ = aligned_end(num, start, start + length, page_size, request_id)
+        length = end - start
+    return length
+
+
+def preempting_admits(
+    num: Numbers, prompt: int, start: int, free_tokens: int, page_size: int, request_id: str
+) -> Any:
+    """The admission policy's verdict on a waiting request of a node that preempts, ``start``
+    tokens of its ``prompt`` hit in the prefix cache, ``free_tokens`` free once the hit is
+    taken."""
+    view = preempting_admit_view(prompt, prompt - start, free_tokens, page_size)
+    return num.admits(view, request_id)
+
+
+def preempting_victim(
+    num: Numbers,
+    running: list[tuple[int, int, int]],
+    requester: int,
+    page_size: int,
+    request_ids: list[str],
+) -> int:
+    """The place in the running list of the request to preempt so the chunk of the one at
+    ``requester`` fits: each running request as ``(prompt, computed, held blocks)``, ranked by
+    the preemption policy (:func:`victim`). On ints only, as :func:`preempting_chunk`."""
+    views = [
+        PreemptView(
+            position=place,
+            prompt_tokens=prompt,
+            computed_tokens=computed,
+            held_blocks=held,
+            is_requester=place == requester,
+            page_size=page_size,
+        )
+        for place, (prompt, computed, held) in enumerate(running)
+    ]
+    place, _ = victim(num, views, request_ids)
+    return place
+
+
 def victim(
     num: Numbers,
     views: list[PreemptView],

@@ -39,7 +39,7 @@ from policykit.kernel import Ints
 from policykit.ledger import Ledger
 from policykit.plan import Entry, EntryKind, Plan, Rejection
 from policykit.plugin_manager import PolicykitPluginManager
-from policykit.policy import PreemptView, QueueView
+from policykit.policy import QueueView
 from policykit.pool import KVLayout
 from policykit.registry import Combo
 
@@ -287,18 +287,13 @@ class PreemptingScheduler:
 
     def _victim(self, requester: PagedRequest) -> PagedRequest:
         running = self.node.running
-        views = [
-            PreemptView(
-                position=place,
-                prompt_tokens=r.prompt_tokens,
-                computed_tokens=r.computed,
-                held_blocks=len(r.blocks),
-                is_requester=r is requester,
-                page_size=self.node.config.page_size,
-            )
-            for place, r in enumerate(running)
-        ]
-        place, _ = kernel.victim(self.num, views, [r.id for r in running])
+        place = kernel.preempting_victim(
+            self.num,
+            [(r.prompt_tokens, r.computed, len(r.blocks)) for r in running],
+            next(place for place, r in enumerate(running) if r is requester),
+            self.node.config.page_size,
+            [r.id for r in running],
+        )
         return running[place]
 
     def _preempt(self, victim: PagedRequest, requester: PagedRequest) -> None:
@@ -361,10 +356,7 @@ class PreemptingScheduler:
     def _admits(self, req: PagedRequest, start: int, evictable: int) -> bool:
         page = self.node.config.page_size
         free = (self.node.pool.free_blocks - evictable) * page
-        view = kernel.preempting_admit_view(
-            req.prompt_tokens, req.prompt_tokens - start, free, page
-        )
-        return self.num.admits(view, req.id)
+        return kernel.preempting_admits(self.num, req.prompt_tokens, start, free, page, req.id)
 
     # -- shared ------------------------------------------------------------------------------
     def _chunk(
@@ -379,13 +371,9 @@ class PreemptingScheduler:
         """The chunking policy's chunk from ``start``, a non-final one aligned."""
         page = self.node.config.page_size
         free = (self.node.pool.free_blocks - evictable) * page
-        remaining = req.prompt_tokens - start
-        view = kernel.preempting_chunk_view(remaining, budget, free, eligible, page)
-        chunk, _ = kernel.chunk(self.num, method, view, req.id, label=method)
-        if 0 < chunk < remaining:
-            end, _ = kernel.aligned_end(self.num, start, start + chunk, page, req.id)
-            chunk = end - start
-        return chunk
+        return kernel.preempting_chunk(
+            self.num, method, start, req.prompt_tokens, budget, free, eligible, page, req.id
+        )
 
     def _fits(self, tokens: int, held: list[int], hit: list[int]) -> bool:
         """Whether the blocks to hold ``tokens`` tokens fit the free ones (a hit on blocks that
