@@ -26,6 +26,9 @@ from policykit.spec.checkable import check_or_refuse
 from policykit.spec.checker import CheckOptions
 from policykit.spec.model import Encoder
 from policykit.spec.preempting_bmc import unroll
+from policykit.spec.preempting_replay import counterexample
+from policykit.spec.preempting_shrink import shrunk
+from policykit.spec.solver import solve, unrolled
 
 CONFIG = EngineConfig(16, 64)
 ROUNDS = 3
@@ -178,6 +181,66 @@ def test_reservation_off_admits_a_request_it_never_completes(registry, tmp_path)
     replayed = CliRunner().invoke(main, ["simulate", str(path), "--json"])
     assert replayed.exit_code == 3, replayed.output
     assert failure["request"] in json.loads(replayed.stdout)["unfinished"]
+
+
+def _found_and_shrunk(combo, prop: str):
+    """The solver's counterexample for ``prop`` at the default bounds and the same one shrunk
+    (one z3 model for both)."""
+    config, options = EngineConfig(), CheckOptions()
+    g = options.bounds.granule_for(config)
+    with Encoder() as enc:
+        u = unroll(combo, config, enc, {}, requests=2, rounds=3, pool_cap=1 << 18, granule=g)
+        facts = [*enc.facts, z3.Or(*(v[prop] for v in u.violations))]
+        outcome = solve(facts, options.rlimit, unrolled(0))
+        assert outcome.result == z3.sat
+        found = counterexample(u, outcome.model, prop)
+        assert found.failure is not None
+        return found, shrunk(u, outcome.model, found, facts, g)
+
+
+def _size(cx) -> tuple[int, list[int], list[int]]:
+    requests = cx.scenario["requests"]
+    return (
+        cx.scenario["pool"]["free_tokens"],
+        [r["prompt_tokens"] for r in requests],
+        [r.get("arrival_round", 1) for r in requests],
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "prop"),
+    [
+        ("vllm-no-reserve/vllm/none/default/fcfs/vllm", "admitted-completes"),
+        ("vllm/vllm-threshold:256/none/default/fcfs/vllm", "admitted-completes"),
+        ("sglang/sglang/page/default/fcfs/vllm", "no-starvation"),
+    ],
+)
+def test_a_shrunk_counterexample_is_no_larger_and_still_replays(registry, tmp_path, name, prop):
+    """Shrinking lowers the pool, the prompts and the timing while the scenario still fails on
+    the scheduler and the model still violates the property with those inputs; what it keeps
+    replays through ``policykit simulate`` (exit 3)."""
+    combo = registry.resolve(name, config=EngineConfig())
+    found, small = _found_and_shrunk(combo, prop)
+    (pool, prompts, arrivals), (pool0, prompts0, arrivals0) = _size(small), _size(found)
+    assert pool <= pool0
+    assert all(a <= b for a, b in zip(prompts + arrivals, prompts0 + arrivals0, strict=True))
+    assert (pool, prompts, arrivals) != (pool0, prompts0, arrivals0), "nothing shrank"
+    assert small.failure is not None and small.failure.kind == found.failure.kind
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(small.scenario))
+    replayed = CliRunner().invoke(main, ["simulate", str(path), "--json"])
+    assert replayed.exit_code == 3, replayed.output
+    assert small.failure.request in json.loads(replayed.stdout)["unfinished"]
+
+
+def test_the_reservation_off_counterexample_shrinks_to_one_page_beside_the_pool(registry):
+    """The finding at its smallest: a one-page request finishes and holds its KV; the other,
+    the size of the whole pool, enters on the rest of the budget and can never have its last
+    page."""
+    combo = registry.resolve("vllm-no-reserve/vllm/none/default/fcfs/vllm", config=EngineConfig())
+    _, small = _found_and_shrunk(combo, "admitted-completes")
+    assert _size(small) == (4096, [64, 4096], [1, 1])
+    assert small.scenario["kv_release_rounds"] is None
 
 
 def test_sglang_admission_on_the_preempting_node_starves_behind_a_prompt_it_never_admits(
