@@ -38,6 +38,7 @@ from policykit.spec.preempting_bmc import (
     drained_head_refused,
     unroll,
 )
+from policykit.spec.preempting_induction import step_breaks_it
 from policykit.spec.preempting_replay import counterexample
 from policykit.spec.preempting_shrink import shrunk
 from policykit.spec.solver import WALL_CLOCK, solve, unrolled
@@ -93,9 +94,7 @@ def check_preempting(
         )
         share = (time.perf_counter() - t0) / max(1, len(props))
         for prop in props:
-            unbounded = None
-            if prop == "no-starvation":
-                unbounded = _never_starves(combo, config, options, sources)
+            unbounded = _unbounded(prop, combo, config, options, sources)
             if unbounded is not None:
                 verdicts.append(dataclasses.replace(unbounded, combo=name))
                 continue
@@ -114,19 +113,34 @@ def check_preempting(
     return verdicts
 
 
-def _never_starves(
-    combo: Combo, config: EngineConfig, options: CheckOptions, sources: dict[str, str]
+#: per property, the one-step induction that proves it for any depth (the solver cannot
+#: satisfy the formula), and what the proof says
+INDUCTIONS = {
+    "no-starvation": (
+        drained_head_refused,
+        "on a drained node the policies admit the head of the queue, whatever it is",
+    ),
+    "admitted-completes": (
+        step_breaks_it,
+        "no step preempts: at most one request is part-way after a step, and the rest of its "
+        "prompt fits in the free blocks",
+    ),
+}
+
+
+def _unbounded(
+    prop: str, combo: Combo, config: EngineConfig, options: CheckOptions, sources: dict[str, str]
 ) -> Verdict | None:
-    """``no-starvation`` proved unbounded (:func:`drained_head_refused` cannot be), or None."""
+    """``prop`` proved for any depth by its induction (:data:`INDUCTIONS`), or None."""
     t0 = time.perf_counter()
+    broken, note = INDUCTIONS[prop]
     with Encoder() as enc:
-        refused = drained_head_refused(combo, config, enc, sources)
-        result, _, _ = solve([*enc.facts, refused], options.rlimit, deadline=options.deadline)
+        goal = broken(combo, config, enc, sources)
+        result, _, _ = solve([*enc.facts, goal], options.rlimit, deadline=options.deadline)
     if result != z3.unsat:
         return None
-    note = "on a drained node the policies admit the head of the queue, whatever it is"
     seconds = time.perf_counter() - t0
-    return Verdict("", "no-starvation", PROVED, "unbounded", seconds, note=note)
+    return Verdict("", prop, PROVED, "unbounded", seconds, note=note)
 
 
 def _decide(u: PUnrolling, prop: str, name: str, options: CheckOptions, share: float) -> Verdict:

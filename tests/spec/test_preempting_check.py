@@ -26,6 +26,7 @@ from policykit.spec.checkable import check_or_refuse
 from policykit.spec.checker import CheckOptions
 from policykit.spec.model import Encoder
 from policykit.spec.preempting_bmc import unroll
+from policykit.spec.preempting_induction import step_breaks_it
 from policykit.spec.preempting_replay import counterexample
 from policykit.spec.preempting_shrink import shrunk
 from policykit.spec.solver import solve, unrolled
@@ -147,11 +148,50 @@ def test_vllm_default_is_proved(registry):
     combo = registry.resolve("vllm/vllm/none/default/fcfs/vllm", config=EngineConfig())
     verdicts = check_or_refuse(combo, EngineConfig(), CheckOptions())
     assert [(v.property, v.verdict, v.bound) for v in verdicts] == [
-        ("admitted-completes", "proved", "K=3,N=2"),
+        ("admitted-completes", "proved", "unbounded"),
         ("no-starvation", "proved", "unbounded"),
     ]
-    assert verdicts[0].bounds["node"] == "preempting" and verdicts[0].config["page_size"] == 64
-    assert verdicts[1].bounds is None
+    assert verdicts[0].config["page_size"] == 64
+    assert verdicts[0].bounds is None and verdicts[1].bounds is None
+
+
+def _induction_holds(combo, config: EngineConfig) -> bool:
+    with Encoder() as enc:
+        goal = step_breaks_it(combo, config, enc, {})
+        return solve([*enc.facts, goal], CheckOptions().rlimit).result == z3.unsat
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm-no-reserve/vllm/none/default/fcfs/vllm",  # the rest is not reserved
+        "vllm/vllm-threshold:256/none/default/fcfs/vllm",  # a chunk below the budget
+        "vllm/vllm/truncation:192/default/fcfs/vllm",  # a chunk cut below the budget
+    ],
+)
+def test_the_completion_induction_does_not_prove_a_violated_combo(registry, name):
+    """Each of these is violated (a counterexample replays): the induction must not go through."""
+    assert not _induction_holds(registry.resolve(name, config=EngineConfig()), EngineConfig())
+
+
+def test_where_the_completion_induction_holds_no_scheduler_run_preempts(registry):
+    """The invariant, on the scheduler itself: for vLLM's default combo (proved for this
+    configuration too) random scenarios never preempt, and after every step at most one
+    request is part-way, the blocks the rest of its prompt needs free."""
+    combo = registry.resolve("vllm/vllm/none/default/fcfs/vllm", config=CONFIG)
+    assert _induction_holds(combo, CONFIG)
+    rng, part_way_seen = random.Random(7), 0
+    for _ in range(200):
+        sched, _ = prepare(parse_scenario(_random_case(rng)), combo)
+        for _ in range(12):
+            step = sched.step()
+            assert not step.preempted
+            part_way = [r for r in sched.node.running if 0 < r.computed < r.prompt_tokens]
+            assert len(part_way) <= 1 and len(sched.node.running) == len(part_way)
+            for r in part_way:
+                part_way_seen += 1
+                assert -(-r.prompt_tokens // 16) - -(-r.computed // 16) <= step.blocks_free
+    assert part_way_seen >= 20
 
 
 def test_the_starvation_induction_is_not_vacuous(registry):
@@ -284,7 +324,7 @@ def test_given_bounds_hold_for_combos_that_preempt():
         [
             "check",
             "--combo",
-            "vllm/vllm/none/default/fcfs/vllm",
+            "vllm/vllm/page/default/fcfs/vllm",  # admitted-completes: bounded only
             "--rounds",
             "2",
             "--requests",
