@@ -74,9 +74,10 @@ def preempting_table(run: PreemptingReplay, *, failing_round: int | None = None)
 def preempting_failure_markdown(run: PreemptingReplay, what: str) -> str:
     """How the replay ended, never as a success: a failure box naming the stranded request
     when it reproduced ``what``, a warning when it did not."""
+    n = len(run.steps)
     stopped = (
-        f"the node went idle after {len(run.steps)} steps"
-        if len(run.steps) < REPLAY_ROUNDS
+        f"the node went idle after {n} step{'' if n == 1 else 's'}"
+        if n < REPLAY_ROUNDS
         else f"still changing after {REPLAY_ROUNDS} steps"
     )
     lists = f"    unfinished: {esc(', '.join(run.unfinished) or '-')} ({stopped})\n"
