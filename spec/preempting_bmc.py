@@ -257,16 +257,10 @@ def _running_loop(u: PUnrolling, s: PState, w: _Step) -> None:
     for turn in range(n):
         halted = z3.Or(halted, z3.And(w.present[turn], w.budget.t <= 0))
         go = z3.And(w.present[turn], z3.Not(halted))
-        start = w.computed[turn]
-        rem = w.prompt[turn] - start
-        view = _with_sym(
-            kernel.preempting_chunk_view(rem, w.budget, w.free * page, w.eligible, page)
-        )
-        chunk, bad = kernel.chunk(terms, "resume_chunk", view, ids[turn], label="resume_chunk")
-        chunk, bad_end = _aligned(enc, terms, page, start, chunk, rem, ids[turn])
-        w.bad = z3.Or(w.bad, z3.And(go, z3.Or(bad, bad_end)))
+        at = (w.prompt[turn], w.computed[turn], w.held[turn])
+        chunk, need, bad = resume(enc, terms, page, *at, w.budget, w.free, w.eligible, ids[turn])
+        w.bad = z3.Or(w.bad, z3.And(go, bad))
         want = z3.And(go, chunk.t > 0)
-        need = enc.bind("need", kernel.blocks_to_allocate(start + chunk, w.held[turn], page))
         out: Any = False
         for _ in range(n):
             short = z3.And(want, z3.Not(out), need.t > w.free.t)
@@ -291,6 +285,29 @@ def _running_loop(u: PUnrolling, s: PState, w: _Step) -> None:
         w.held[turn] = enc.bind("r_held", ite(placed, w.held[turn] + need, w.held[turn]))
         w.sched[turn] = enc.bind("r_sched", ite(placed, chunk, 0))
         w.budget = enc.bind("budget", w.budget - ite(placed, chunk, 0))
+
+
+def resume(
+    enc: Encoder,
+    terms: Terms,
+    page: int,
+    prompt: Sym,
+    computed: Sym,
+    held: Sym,
+    budget: Sym,
+    free: Sym,
+    eligible: Sym,
+    rid: str,
+) -> tuple[Sym, Sym, z3.BoolRef]:
+    """A running request's turn: its ``resume_chunk`` (aligned) with ``budget`` tokens left and
+    ``free`` free blocks, the blocks that chunk needs beyond the ``held`` ones, and whether the
+    chunking or alignment policy broke its contract."""
+    rem = prompt - computed
+    view = _with_sym(kernel.preempting_chunk_view(rem, budget, free * page, eligible, page))
+    chunk, bad = kernel.chunk(terms, "resume_chunk", view, rid, label="resume_chunk")
+    chunk, bad_end = _aligned(enc, terms, page, computed, chunk, rem, rid)
+    need = enc.bind("need", kernel.blocks_to_allocate(computed + chunk, held, page))
+    return chunk, need, z3.Or(bad, bad_end)
 
 
 def _victim(u: PUnrolling, w: _Step, turn: int, short: z3.BoolRef) -> Sym:

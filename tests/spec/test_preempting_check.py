@@ -26,6 +26,10 @@ from policykit.spec.checkable import check_or_refuse
 from policykit.spec.checker import CheckOptions
 from policykit.spec.model import Encoder
 from policykit.spec.preempting_bmc import unroll
+from policykit.spec.preempting_induction import step_breaks_it
+from policykit.spec.preempting_replay import counterexample
+from policykit.spec.preempting_shrink import shrunk
+from policykit.spec.solver import solve, unrolled
 
 CONFIG = EngineConfig(16, 64)
 ROUNDS = 3
@@ -144,11 +148,50 @@ def test_vllm_default_is_proved(registry):
     combo = registry.resolve("vllm/vllm/none/default/fcfs/vllm", config=EngineConfig())
     verdicts = check_or_refuse(combo, EngineConfig(), CheckOptions())
     assert [(v.property, v.verdict, v.bound) for v in verdicts] == [
-        ("admitted-completes", "proved", "K=3,N=2"),
+        ("admitted-completes", "proved", "unbounded"),
         ("no-starvation", "proved", "unbounded"),
     ]
-    assert verdicts[0].bounds["node"] == "preempting" and verdicts[0].config["page_size"] == 64
-    assert verdicts[1].bounds is None
+    assert verdicts[0].config["page_size"] == 64
+    assert verdicts[0].bounds is None and verdicts[1].bounds is None
+
+
+def _induction_holds(combo, config: EngineConfig) -> bool:
+    with Encoder() as enc:
+        goal = step_breaks_it(combo, config, enc, {})
+        return solve([*enc.facts, goal], CheckOptions().rlimit).result == z3.unsat
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm-no-reserve/vllm/none/default/fcfs/vllm",  # the rest is not reserved
+        "vllm/vllm-threshold:256/none/default/fcfs/vllm",  # a chunk below the budget
+        "vllm/vllm/truncation:192/default/fcfs/vllm",  # a chunk cut below the budget
+    ],
+)
+def test_the_completion_induction_does_not_prove_a_violated_combo(registry, name):
+    """Each of these is violated (a counterexample replays): the induction must not go through."""
+    assert not _induction_holds(registry.resolve(name, config=EngineConfig()), EngineConfig())
+
+
+def test_where_the_completion_induction_holds_no_scheduler_run_preempts(registry):
+    """The invariant, on the scheduler itself: for vLLM's default combo (proved for this
+    configuration too) random scenarios never preempt, and after every step at most one
+    request is part-way, the blocks the rest of its prompt needs free."""
+    combo = registry.resolve("vllm/vllm/none/default/fcfs/vllm", config=CONFIG)
+    assert _induction_holds(combo, CONFIG)
+    rng, part_way_seen = random.Random(7), 0
+    for _ in range(200):
+        sched, _ = prepare(parse_scenario(_random_case(rng)), combo)
+        for _ in range(12):
+            step = sched.step()
+            assert not step.preempted
+            part_way = [r for r in sched.node.running if 0 < r.computed < r.prompt_tokens]
+            assert len(part_way) <= 1 and len(sched.node.running) == len(part_way)
+            for r in part_way:
+                part_way_seen += 1
+                assert -(-r.prompt_tokens // 16) - -(-r.computed // 16) <= step.blocks_free
+    assert part_way_seen >= 20
 
 
 def test_the_starvation_induction_is_not_vacuous(registry):
@@ -178,6 +221,66 @@ def test_reservation_off_admits_a_request_it_never_completes(registry, tmp_path)
     replayed = CliRunner().invoke(main, ["simulate", str(path), "--json"])
     assert replayed.exit_code == 3, replayed.output
     assert failure["request"] in json.loads(replayed.stdout)["unfinished"]
+
+
+def _found_and_shrunk(combo, prop: str):
+    """The solver's counterexample for ``prop`` at the default bounds and the same one shrunk
+    (one z3 model for both)."""
+    config, options = EngineConfig(), CheckOptions()
+    g = options.bounds.granule_for(config)
+    with Encoder() as enc:
+        u = unroll(combo, config, enc, {}, requests=2, rounds=3, pool_cap=1 << 18, granule=g)
+        facts = [*enc.facts, z3.Or(*(v[prop] for v in u.violations))]
+        outcome = solve(facts, options.rlimit, unrolled(0))
+        assert outcome.result == z3.sat
+        found = counterexample(u, outcome.model, prop)
+        assert found.failure is not None
+        return found, shrunk(u, outcome.model, found, facts, g)
+
+
+def _size(cx) -> tuple[int, list[int], list[int]]:
+    requests = cx.scenario["requests"]
+    return (
+        cx.scenario["pool"]["free_tokens"],
+        [r["prompt_tokens"] for r in requests],
+        [r.get("arrival_round", 1) for r in requests],
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "prop"),
+    [
+        ("vllm-no-reserve/vllm/none/default/fcfs/vllm", "admitted-completes"),
+        ("vllm/vllm-threshold:256/none/default/fcfs/vllm", "admitted-completes"),
+        ("sglang/sglang/page/default/fcfs/vllm", "no-starvation"),
+    ],
+)
+def test_a_shrunk_counterexample_is_no_larger_and_still_replays(registry, tmp_path, name, prop):
+    """Shrinking lowers the pool, the prompts and the timing while the scenario still fails on
+    the scheduler and the model still violates the property with those inputs; what it keeps
+    replays through ``policykit simulate`` (exit 3)."""
+    combo = registry.resolve(name, config=EngineConfig())
+    found, small = _found_and_shrunk(combo, prop)
+    (pool, prompts, arrivals), (pool0, prompts0, arrivals0) = _size(small), _size(found)
+    assert pool <= pool0
+    assert all(a <= b for a, b in zip(prompts + arrivals, prompts0 + arrivals0, strict=True))
+    assert (pool, prompts, arrivals) != (pool0, prompts0, arrivals0), "nothing shrank"
+    assert small.failure is not None and small.failure.kind == found.failure.kind
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(small.scenario))
+    replayed = CliRunner().invoke(main, ["simulate", str(path), "--json"])
+    assert replayed.exit_code == 3, replayed.output
+    assert small.failure.request in json.loads(replayed.stdout)["unfinished"]
+
+
+def test_the_reservation_off_counterexample_shrinks_to_one_page_beside_the_pool(registry):
+    """The finding at its smallest: a one-page request finishes and holds its KV; the other,
+    the size of the whole pool, enters on the rest of the budget and can never have its last
+    page."""
+    combo = registry.resolve("vllm-no-reserve/vllm/none/default/fcfs/vllm", config=EngineConfig())
+    _, small = _found_and_shrunk(combo, "admitted-completes")
+    assert _size(small) == (4096, [64, 4096], [1, 1])
+    assert small.scenario["kv_release_rounds"] is None
 
 
 def test_sglang_admission_on_the_preempting_node_starves_behind_a_prompt_it_never_admits(
@@ -221,7 +324,7 @@ def test_given_bounds_hold_for_combos_that_preempt():
         [
             "check",
             "--combo",
-            "vllm/vllm/none/default/fcfs/vllm",
+            "vllm/vllm/page/default/fcfs/vllm",  # admitted-completes: bounded only
             "--rounds",
             "2",
             "--requests",
