@@ -248,8 +248,8 @@ def check(
     other combos are still checked).
 
     A combo that preempts (vLLM's node, sixth part `vllm`) is checked for admitted-completes
-    (no request admitted and then left unfinished forever) and no-starvation, on a bounded
-    model of that node; --all checks those combos too.
+    (no request admitted and then left unfinished forever) and no-starvation, on a model of
+    that node: by induction where it holds, else bounded; --all checks those combos too.
 
     Exit code 0: everything proved; 1: a violation; 2: bad input, or a combo refused (the
     checker will not vouch for a policy outside its contract); 3: a timeout or unknown.

@@ -12,7 +12,7 @@ chunk does not fit, it preempts itself and, back with its cached blocks, never f
 the long-prefill threshold it is violated even with reservation on: the threshold lets a short
 request in beside a long one that fitted whole when it entered; the short one finishes and holds
 its KV for good, and the long one no longer fits. With vLLM's default (reservation on, no
-threshold) both properties are proved to the bound.
+threshold) both properties are proved unbounded (by induction).
 """
 
 from __future__ import annotations
