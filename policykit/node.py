@@ -305,7 +305,7 @@ class PrefillNode:
     def copy_from_host(self, host: HostEntry, pages: torch.Tensor, start: int, n: int) -> None:
         """Copy KV positions ``[start, start + n)`` of ``host`` into the slots of ``pages``."""
         slots = self.pool.slots(pages, start, start + n)
-        offset = start - host.start
+        offset = start - host.held_from  # type: ignore[operator]
         assert host.kv is not None
         for layer, (k, v) in enumerate(host.kv):
             self.pool.k[layer][slots] = k[offset : offset + n].to(slots.device)
@@ -351,6 +351,10 @@ class PrefillNode:
         cut = entry.start // self.config.page_size * self.config.page_size
         if cut:
             self._checkpoints.setdefault(req.id, []).append(cut)
+        host = s.host_entry
+        if host is not None and entry.cached < host.start < entry.start:
+            # SGLang 0.5.23 loads the host's nodes back as they are: cut where the run began
+            self._checkpoints.setdefault(req.id, []).append(host.start)
         if entry.kind.is_new:
             self.waiting.remove(req)
             req.prefix_node, req.prefix_pages = s.prefix_node, s.prefix_pages

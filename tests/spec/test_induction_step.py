@@ -150,7 +150,8 @@ def _check_admit_with(
     host = req.get("host_prefix_tokens", 0)
     locks = bool(device) and not req.get("device_prefix_pinned", False) and present
     if device and not locks and not req.get("device_prefix_pinned", False):
-        device = host = 0  # evicted: nothing cached, and the host prefix continued it
+        # evicted: nothing cached; the host holds it with a host prefix of a page or more
+        device, host = 0, device + host if host >= CONFIG.page_size else 0
     with Encoder() as enc:
         model = RoundModel(combo, CONFIG, enc, {})
         mid = ob._arbitrary_mid(enc, model)

@@ -186,6 +186,73 @@ def test_driver_reports_sglangs_storage():
     assert run.rounds[2].storage == {"free": 64, "evictable": 64, "cached": {"r0": 64}}
 
 
+# SGLang's own host tier (HiCache: init_hicache, HybridCacheController, host-only nodes,
+# load_back with its threshold), the copies left out. r0's unpinned 256-token prefix and its
+# 512-token host run are host nodes; w's 1020 tokens evict the prefix from the device, which
+# demotes it (backed up, as HiCache backs a node's ancestors up first): r0 then loads all 768
+# back from token 0. After r0's release its KV is three nodes (prefix, host run, its own), and
+# r1's demand evicts the last two only.
+HOST_PREFIX_EVICTED = scenario(
+    16,
+    4096,
+    1024,
+    [
+        RequestSpec("w", 1020),
+        RequestSpec("r0", 1200, device_prefix_tokens=256, host_prefix_tokens=512, arrival_round=2),
+        RequestSpec("r1", 900, arrival_round=4),
+    ],
+    evictable=256,
+    kv_release_rounds=0,
+)
+
+
+def test_host_prefix_cases():
+    assert_identical(HOST_PREFIX_EVICTED)
+
+
+def test_driver_runs_sglangs_host_tier():
+    from policykit.conformance.sglang.storage_driver import StorageDriver
+
+    driver = StorageDriver(HOST_PREFIX_EVICTED)
+    controller = driver.cache.cache_controller
+    assert type(controller).__name__ == "HybridCacheController"
+    host = controller.mem_pool_host
+    assert host.size - host.available_size() == 768  # r0's prefix and host run, backed up
+    run = driver.run(100)
+    loads = [(e.request_id, e.cached, e.load_back) for r in run.rounds for e in r.plan.entries]
+    assert ("r0", 0, 768) in loads
+    assert host.size - host.available_size() == 768  # a load-back keeps the host copy
+    # r1's demand took r0's own KV and its host run's node, and stopped at r0's prefix
+    assert run.rounds[3].storage["cached"] == {"r0": 256}
+
+
+def test_a_backed_up_node_under_one_that_is_not_panics_the_tree_core():
+    """Why the layout backs a host run's device prefix up first: SGLang 0.5.23's compiled tree
+    core assumes a backed-up node's ancestors are backed up (its own backups go parent first),
+    and panics when eviction reaches a parent that is not, above a demoted child."""
+    from array import array
+
+    import torch
+
+    from policykit.conformance.sglang.storage import Storage
+    from policykit.conformance.sglang.storage_driver import StorageDriver
+
+    driver = StorageDriver(HOST_PREFIX_EVICTED)
+    st: Storage = driver.storage
+    s, tree = st.s, st.tree
+    parent = tuple(range(1, 17))
+    child = (*parent, *range(17, 49))
+    slots = st.alloc_seq(torch.empty((0,), dtype=torch.int64), 48)
+    tree.insert(s["InsertParams"](key=s["RadixKey"](array("q", parent)), value=slots[:16]))
+    tree.insert(
+        s["InsertParams"](key=s["RadixKey"](array("q", child)), value=slots, prev_prefix_len=16)
+    )
+    node = tree.match_prefix(s["MatchPrefixParams"](key=s["RadixKey"](array("q", child))))
+    assert tree.backup_node_for_write_back(node.last_device_node)  # the child alone
+    with pytest.raises(RuntimeError, match="panicked"):
+        tree.evict(s["EvictParams"](num_tokens=tree.evictable_size()))
+
+
 # Hybrid SWA: SGLang 0.5.23's SWAPrefillBudget. The issue's example: r0 can never fit the
 # 608-slot sliding-window pool whole (window-capped estimate 1569), so its first chunk is capped
 # at 608 - (1 + 16) floored to pages = 576; the resume then takes remaining_swa - page = 16,
