@@ -21,6 +21,7 @@ if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
 from policykit.conformance.sglang.compare import conform, random_scenario
+from policykit.conformance.sglang.storage import host_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((ROOT / "policykit" / "scenarios").glob("*.json"))
@@ -105,13 +106,14 @@ def test_edge_cases(name):
 def test_random_scenarios(hybrid_swa, count):
     rng = random.Random(RANDOM_SEED)
     failures = []
-    kinds = {"host": 0, "unpinned-evicted": 0}
+    kinds = {"host": 0, "host-nodes": 0, "unpinned-evicted": 0}
     for i in range(count):
         sc = random_scenario(rng, i, hybrid_swa=hybrid_swa)
         verdict = conform(sc, storage=True)
         if verdict.differences:
             failures.append(json.dumps(sc.to_dict()) + "\n  " + "\n  ".join(verdict.differences))
         kinds["host"] += any(r.host_prefix_tokens for r in sc.requests)
+        kinds["host-nodes"] += not hybrid_swa and bool(host_runs(sc))  # on SGLang's HiCache
         kinds["unpinned-evicted"] += verdict.evicted_prefix
     assert not failures, f"{len(failures)}/{count} differ:\n" + "\n".join(failures[:5])
     # what the comparison covers: host prefixes (with hybrid SWA too: swa_host_hit_length),
@@ -119,6 +121,7 @@ def test_random_scenarios(hybrid_swa, count):
     assert kinds["host"] >= count // 10, kinds
     if not hybrid_swa:
         assert kinds["unpinned-evicted"] >= count // 50, kinds
+        assert kinds["host-nodes"] >= count // 10, kinds
 
 
 # Eviction at admission: r0's host load-back takes its slots at admission, evicting r1's cached

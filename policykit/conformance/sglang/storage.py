@@ -131,10 +131,12 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
             result = super().match_prefix(params)
             req = params.req
             run = None if req is None else self.host_runs.get(req.rid)
-            if run is None or result.device_prefix_len != run.start:
+            page, matched = self.page_size, result.device_prefix_len
+            # HiCache holds a host run's device prefix too (it backs ancestors up first), so
+            # a match that lost the prefix continues on the host from there
+            if run is None or matched > run.start or run.end - run.start < page:
                 return result
-            page = self.page_size
-            hit = (run.end - run.start) // page * page
+            hit = (run.end - matched) // page * page
             swa = swa_host_hit(hit) if self.is_swa_enabled else 0
             return result._replace(host_hit_length=hit, swa_host_hit_length=swa)
 
