@@ -102,6 +102,19 @@ class HostTier:
                     best = entry
         return best
 
+    def node_bounds(self, tokens: Tokens, page_size: int) -> tuple[int, ...]:
+        """Where SGLang 0.5.23's tree splits ``tokens`` along the host's nodes: where the
+        longest run held from token 0 begins and where its whole pages end. A radix tree keeps
+        a node's bounds, so KV inserted through a host node (a load-back, or a request that
+        computed what the host held) is cached in pieces cut there, and an eviction may stop
+        at them. Only what the host tier indexes itself counts (a subclass answering lookups
+        its own way has no nodes)."""
+        entry = HostTier.lookup(self, tokens, 0)
+        if entry is None:
+            return ()
+        paged = (entry.end - entry.start) // page_size * page_size
+        return (entry.start, entry.start + paged)
+
     def loadable(self, tokens: Tokens, start: int, page_size: int) -> int:
         """How many tokens after ``tokens[:start]`` a load-back copies to the device.
 

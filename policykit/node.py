@@ -351,10 +351,6 @@ class PrefillNode:
         cut = entry.start // self.config.page_size * self.config.page_size
         if cut:
             self._checkpoints.setdefault(req.id, []).append(cut)
-        host = s.host_entry
-        if host is not None and entry.cached < host.start < entry.start:
-            # SGLang 0.5.23 loads the host's nodes back as they are: cut where the run began
-            self._checkpoints.setdefault(req.id, []).append(host.start)
         if entry.kind.is_new:
             self.waiting.remove(req)
             req.prefix_node, req.prefix_pages = s.prefix_node, s.prefix_pages
@@ -428,12 +424,16 @@ class PrefillNode:
         """Cache ``req``'s first ``aligned`` tokens as SGLang 0.5.23's tree holds them: one node
         per chunk, cut where each chunk began (page floor). The engine checkpoints a chunked
         request into its tree before every round (``checkpoint_kv_cache``), so eviction later
-        takes the last chunk first and may stop part-way through the request's KV.
+        takes the last chunk first and may stop part-way through the request's KV. It also
+        cuts where the host's nodes along the prompt end (``HostTier.node_bounds``): SGLang's
+        tree keeps a host node's bounds when KV is inserted through it.
 
         Returns how many leading tokens were cached already (by someone else): the caller
         frees its duplicate pages.
         """
-        cuts = {b for b in self._checkpoints.get(req.id, ()) if 0 < b < aligned}
+        page = self.config.page_size
+        bounds = (*self._checkpoints.get(req.id, ()), *self.host.node_bounds(req.tokens, page))
+        cuts = {b for b in bounds if 0 < b < aligned}
         already = prev = 0
         for end in (*sorted(cuts), aligned):
             got = self.cache.insert(req.tokens[:end], table)
