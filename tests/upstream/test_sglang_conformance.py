@@ -215,10 +215,12 @@ def test_host_prefix_cases():
 
 def test_driver_runs_sglangs_host_tier():
     from policykit.conformance.sglang.storage_driver import StorageDriver
+    from policykit.host_tier import LOAD_BACK_THRESHOLD
 
     driver = StorageDriver(HOST_PREFIX_EVICTED)
     controller = driver.cache.cache_controller
     assert type(controller).__name__ == "HybridCacheController"
+    assert driver.cache.load_back_threshold == LOAD_BACK_THRESHOLD  # SGLang's own value
     host = controller.mem_pool_host
     assert host.size - host.available_size() == 768  # r0's prefix and host run, backed up
     run = driver.run(100)
