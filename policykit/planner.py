@@ -245,7 +245,9 @@ class Planner:
         else:
             cached, last = 0, node.cache.root
         newly = [n for n in node.cache.unlocked_on_path(last) if n.id not in locked]
-        offer = self._offer(req, cached, sum(len(n) for n in newly))
+        # afresh, nothing is offered: no device hit, and no host hit either (the host's copy
+        # of the prefix is no reason to load back what the device still holds)
+        offer = self._offer(req, cached, sum(len(n) for n in newly)) if reuse else Offer(0, 0, 0, 0)
         a, refused = kernel.admission(
             self.num,
             ledger,
