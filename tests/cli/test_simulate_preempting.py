@@ -54,5 +54,12 @@ def test_check_gives_a_preempting_combo_its_own_properties(cli):
     rows = {v["property"]: v for v in doc["verdicts"]}
     assert set(rows) == {"admitted-completes", "no-starvation"}
     assert {v["verdict"] for v in rows.values()} == {"proved"}
+    # vLLM's own combo: both by induction, so no bounds
+    assert {v["bound"] for v in rows.values()} == {"unbounded"}
+    assert {v["bounds"] for v in rows.values()} == {None}
+    # page alignment is outside the induction: proved to the preempting model's bounds
+    res = cli("check", "--combo", "vllm/vllm/page/default/fcfs/vllm", "--json")
+    assert res.exit_code == 0, res.output
+    rows = {v["property"]: v for v in json.loads(res.stdout)["verdicts"]}
+    assert rows["admitted-completes"]["bound"] == "K=3,N=2"
     assert rows["admitted-completes"]["bounds"]["node"] == "preempting"
-    assert rows["no-starvation"]["bound"] == "unbounded"
