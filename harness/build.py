@@ -83,8 +83,8 @@ def fill_kv(node: PrefillNode, store: PrefixKV) -> None:
             for layer, (k, v) in enumerate(store.dense(req.tokens[:on_device])):
                 pool.k[layer][slots] = k
                 pool.v[layer][slots] = v
-        if host is not None and host.kv is None:
-            host.kv = store.host(req.tokens[: host.end], host.start)
+        if host is not None and host.kv is None:  # from where the host holds KV
+            host.kv = store.host(req.tokens[: host.end], getattr(host, "held_from", host.start))
 
 
 def build_workload_node(

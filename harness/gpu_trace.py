@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     ok = True
     for text in args.combo or COMBOS:
-        combo = registry.resolve(text, config=config.node_config())
+        combo = registry.resolve(text, config=config.engine)
         run = forward_slice(trace, combo, config, model)
         tflops = run["flops"] / run["forward_seconds"] / 1e12 if run["forward_seconds"] else 0.0
         run.update(combo=text, tflops=tflops, mfu=tflops / H200_BF16_DENSE_TFLOPS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from policykit.config import EngineConfig
+from policykit.errors import PolicykitError
 from policykit.harness.build import PrefixKV, attach_kv, build_workload_node, fill_kv
 from policykit.harness.engine import ModelForward
 from policykit.harness.handoff import DecodeHandoff
@@ -35,6 +36,13 @@ from policykit.harness.metrics import (
 )
 from policykit.harness.model import Decoder
 from policykit.harness.outcomes import finish_rounds, outcomes
+from policykit.harness.preempting_bench import (
+    PagedInput,
+    recomputed_after_preemption,
+    run_paged,
+    scenario_layout,
+    workload_layout,
+)
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU, GPUS, predicted_round_seconds
 from policykit.harness.workloads import Workload, generate, load_trace
@@ -56,6 +64,8 @@ class BenchInput:
     config: EngineConfig
     arrivals: dict[str, int]
     make_node: Callable[[PrefixKV], PrefillNode]
+    #: the same input on a node that preempts (a combo that preempts runs there)
+    paged: PagedInput
 
 
 def from_workload(workload: Workload) -> BenchInput:
@@ -65,6 +75,7 @@ def from_workload(workload: Workload) -> BenchInput:
         workload.config,
         {r.id: r.arrival_round for r in workload.requests},
         lambda store: build_workload_node(workload, store),
+        workload_layout(workload),
     )
 
 
@@ -96,6 +107,7 @@ def from_scenario(path: Path) -> BenchInput:
         scenario.config,
         {r.id: r.arrival_round for r in scenario.requests},
         make,
+        scenario_layout(scenario),
     )
 
 
@@ -140,6 +152,8 @@ def run_combo(
     device = model.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    if combo.preempts:
+        return _run_paged_combo(bench, combo, model, pm, keep_logits, max_rounds, on_round)
     combo.allocator_phase.on_init()  # before the pool's buffers are allocated
     node = bench.make_node(store)
     handoff = DecodeHandoff(node)
@@ -166,33 +180,89 @@ def run_combo(
             "request": result.oom.request,
             "message": result.oom.message,
         }
-    row = _row(bench, combo, node, result, forward, crash)
+    ran = _Ran(node.requests, node.pool.total_tokens, node.config.page_size, result, forward)
+    row = _finished_row(bench, combo, ran, crash, predict_model or model.preset, device)
+    row["handoff_bytes"] = handoff.bytes_sent
+    return ComboRun(row, forward.logits, ran.pool_tokens)
+
+
+def _run_paged_combo(
+    bench: BenchInput,
+    combo: Combo,
+    model: Decoder,
+    pm: PolicykitPluginManager | None,
+    keep_logits: bool,
+    max_rounds: int,
+    on_round: Callable[[RoundRecord], None] | None,
+) -> ComboRun:
+    """A combo that preempts, on a node that preempts (:mod:`.preempting_bench`): the same
+    row, plus ``node``, ``preemptions`` and ``recomputed_after_preemption``; no hand-off copy
+    (``handoff_bytes`` is None)."""
+    if bench.paged.make is None:
+        raise PolicykitError(bench.paged.refusal or f"{bench.name}: no node that preempts")
+    paged = run_paged(
+        bench.paged.make,
+        combo,
+        model,
+        pm=pm,
+        keep_logits=keep_logits,
+        max_rounds=max_rounds,
+        on_round=on_round,
+    )
+    ran = _Ran(paged.requests, paged.pool_tokens, paged.page_size, paged.result, paged.forward)
+    row = _finished_row(bench, combo, ran, paged.crash, model.preset, model.device)
+    row["node"] = "preempting"
+    row["preemptions"] = paged.preemptions
+    row["recomputed_after_preemption"] = recomputed_after_preemption(paged.result)
+    return ComboRun(row, paged.forward.logits, paged.pool_tokens)
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """What a finished run leaves for its row, whichever node ran it."""
+
+    requests: Mapping[str, Any]
+    pool_tokens: int
+    page_size: int
+    result: RunResult
+    forward: ModelForward
+
+
+def _finished_row(
+    bench: BenchInput,
+    combo: Combo,
+    ran: _Ran,
+    crash: dict[str, Any] | None,
+    preset: ModelPreset,
+    device: torch.device,
+) -> dict[str, Any]:
+    row = _row(bench, combo, ran, crash, device)
     row["outcomes"] = outcomes(
-        result,
-        node.requests,
+        ran.result,
+        ran.requests,
         bench.arrivals,
-        pool_tokens=node.pool.total_tokens,
-        page_size=node.config.page_size,
+        pool_tokens=ran.pool_tokens,
+        page_size=ran.page_size,
         crash_round=None if crash is None else crash["round"],
     )
-    row["predicted"] = predicted(bench, node, result, predict_model or model.preset)
+    row["predicted"] = predicted(bench, ran.requests, ran.result, preset)
     if device.type == "cuda":
         row["watermark"] = watermark(device)
         torch.cuda.empty_cache()
-    return ComboRun(row, forward.logits, node.pool.total_tokens)
+    return row
 
 
-def _row(bench, combo, node, result, forward, crash) -> dict[str, Any]:
-    stats = forward.stats
-    total = node.pool.total_tokens
+def _row(bench, combo, ran: _Ran, crash, device) -> dict[str, Any]:
+    result, stats = ran.result, ran.forward.stats
+    total = ran.pool_tokens
     completed = set(result.completed)
     first = {rid: r for rid, r in stats.first_token_round.items() if rid in completed}
     times = ttfts(result, bench.arrivals, first)
     rounds = summarise_rounds(result)
     wall = rounds["wall_seconds"]
-    prompt = sum(node.requests[rid].prompt_tokens for rid in completed)
+    prompt = sum(ran.requests[rid].prompt_tokens for rid in completed)
     util = kv_utilisation(result, total)
-    cuda = node.pool.device.type == "cuda"
+    cuda = device.type == "cuda"
     tflops = stats.flops / stats.seconds / 1e12 if stats.seconds > 0 else None
     if crash is not None:
         status = "crashed"
@@ -206,7 +276,7 @@ def _row(bench, combo, node, result, forward, crash) -> dict[str, Any]:
         "status": status,
         "crash": crash,
         "requests": {
-            "total": len(node.requests),
+            "total": len(ran.requests),
             "completed": len(result.completed),
             "rejected": len(result.rejected),
             "failed": len(result.failed),
@@ -228,22 +298,23 @@ def _row(bench, combo, node, result, forward, crash) -> dict[str, Any]:
         "flops": stats.flops,
         "tflops": tflops,
         "mfu": tflops / H200_BF16_DENSE_TFLOPS if cuda and tflops is not None else None,
-        "handoff_bytes": forward.handoff.bytes_sent,
+        "handoff_bytes": None,
         "watermark": None,
     }
 
 
 def predicted(
     bench: BenchInput,
-    node: PrefillNode,
+    requests: Mapping[str, Any],
     result: RunResult,
     preset: ModelPreset,
     gpus: dict[str, GPU] = GPUS,
 ) -> dict[str, Any]:
-    """Roofline-predicted seconds of this schedule for ``preset`` on each GPU (bf16)."""
+    """Roofline-predicted seconds of this schedule for ``preset`` on each GPU (bf16);
+    ``requests`` by id, each with its ``prompt_tokens``."""
     completed = set(result.completed)
     first = {rid: r for rid, r in finish_rounds(result).items() if rid in completed}
-    prompt = sum(node.requests[rid].prompt_tokens for rid in completed)
+    prompt = sum(requests[rid].prompt_tokens for rid in completed)
     out: dict[str, Any] = {"model": preset.name, "dtype": "bfloat16", "gpus": {}}
     for name, gpu in gpus.items():
         seconds = predicted_round_seconds(result, preset, gpu)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from policykit.config import EngineConfig
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU
 from policykit.harness.trace_groups import behaviour_key, group_identical, replay_grouped
@@ -36,6 +37,8 @@ from policykit.registry import Combo
 
 SCHEMA = "policykit.trace-bench/1"
 PAGE_SIZE = 64
+#: a finished request's KV goes to the decode node two rounds later (docs/traces.md)
+KV_RELEASE_ROUNDS = 2
 
 
 def planned_pool(preset: ModelPreset, gpu: GPU, page_size: int = PAGE_SIZE) -> dict[str, Any]:
@@ -67,7 +70,11 @@ def replay_config(
     return (
         ReplayConfig(
             pool_tokens=plan["pool_tokens"] if pool_tokens is None else pool_tokens,
-            chunked_prefill_size=chunked_prefill_size or plan["chunked_prefill_size"],
+            engine=EngineConfig(
+                page_size=PAGE_SIZE,
+                chunked_prefill_size=chunked_prefill_size or plan["chunked_prefill_size"],
+                kv_release_rounds=KV_RELEASE_ROUNDS,
+            ),
             preset=preset,
             gpu=gpu,
             time_scale=time_scale,
@@ -219,7 +226,7 @@ def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
     )
     pm = make_plugin_manager()
     registry = PolicyRegistry.from_plugins(pm)
-    engine = config.node_config()
+    engine = config.engine
     combos = [registry.resolve(c, config=engine) for c in args["combos"]]
 
     def _replay(combo: Combo, shadows: list[Combo]) -> tuple[dict, list[Combo]]:

@@ -45,11 +45,10 @@ class ReplayConfig:
     """How a trace is replayed: the node, the load and what the clock prices rounds with."""
 
     pool_tokens: int
-    chunked_prefill_size: int
+    #: the node's page, chunk and release settings (the same record scenarios and ``check`` use)
+    engine: EngineConfig
     preset: ModelPreset
     gpu: GPU
-    page_size: int = 64
-    kv_release_rounds: int | None = 2
     #: arrivals happen at ``timestamp * time_scale``: 0.5 doubles the load, 2 halves it
     time_scale: float = 1.0
     max_rounds: int = DEFAULT_MAX_ROUNDS
@@ -58,19 +57,12 @@ class ReplayConfig:
     #: ``off``: no host tier, reuse only through the device radix cache
     host_tier: str = "write-through"
 
-    def node_config(self) -> EngineConfig:
-        return EngineConfig(
-            page_size=self.page_size,
-            chunked_prefill_size=self.chunked_prefill_size,
-            kv_release_rounds=self.kv_release_rounds,
-        )
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "pool_tokens": self.pool_tokens,
-            "chunked_prefill_size": self.chunked_prefill_size,
-            "page_size": self.page_size,
-            "kv_release_rounds": self.kv_release_rounds,
+            "chunked_prefill_size": self.engine.chunked_prefill_size,
+            "page_size": self.engine.page_size,
+            "kv_release_rounds": self.engine.kv_release_rounds,
             "time_scale": self.time_scale,
             "host_tier": self.host_tier,
             "clock": {"model": self.preset.name, "gpu": self.gpu.name, "dtype": "bfloat16"},
@@ -208,12 +200,12 @@ Progress = Callable[[int, int, int, float], None]
 def _node(trace: Trace, config: ReplayConfig, device: Any, layout: Any) -> PrefillNode:
     host = BlockHostStore(trace.block_tokens) if config.host_tier == "write-through" else None
     pool = TokenPool(
-        check_pool(config.pool_tokens, config.page_size),
-        config.page_size,
+        check_pool(config.pool_tokens, config.engine.page_size),
+        config.engine.page_size,
         device=device,
         layout=layout,
     )
-    return PrefillNode(config.node_config(), pool, host=host)
+    return PrefillNode(config.engine, pool, host=host)
 
 
 def replay(
@@ -275,7 +267,7 @@ def replay_shadowed(
     beside = Shadows(node, combo, shadows)
     beside.follow(scheduler, pm)
     clock = TraceClock(trace, config.time_scale)
-    tally = TraceTally(config.page_size, trace.block_tokens, node.pool.total_tokens)
+    tally = TraceTally(config.engine.page_size, trace.block_tokens, node.pool.total_tokens)
     blocks: dict[str, tuple[int, ...]] = {}
     deferred: set[str] = set()
     never_fit_skips = [0]  # requests the queue rejected for good (``trace_groups.skip_twins``)

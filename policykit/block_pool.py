@@ -3,17 +3,27 @@
 A node that preempts (:mod:`policykit.preempting`) frees a preempted request's blocks into the
 prefix cache, and whether it recomputes them when it comes back depends on which of them were
 evicted in between: on the *order* of vLLM's free queue, not just its length. So this is
-vLLM's ``BlockPool`` with one full-attention group, as a model: allocation takes blocks from the
-front of the free queue and evicts any cached hash they carry; a freed block goes to the back
-when it is cached (full) and to the front when it is not; a prefix hit takes its blocks out of
-the queue. A block's key is the content it holds (a request's ``(content, index)``), which is
-what vLLM's block hash identifies.
+vLLM's ``BlockPool`` with one full-attention group: allocation takes blocks from the front of
+the free queue and evicts any cached hash they carry; a freed block goes to the back when it is
+cached (full) and to the front when it is not; a prefix hit takes its blocks out of the queue.
+A block's key is the content it holds (a request's ``(content, index)``), which is what vLLM's
+block hash identifies.
+
+The blocks are real: they are the pages of a :class:`~policykit.pool.TokenPool` (one page per
+block), on the device the SGLang node would use, whose free list *is* the free queue (its top
+is the queue's front). Given a model's :class:`~policykit.pool.KVLayout` the pool also owns the
+K and V tensors the blocks index, so a prefix hit reads the KV a request computed before it
+was preempted, unless the queue order let another request overwrite it. Reference counts and
+the hash table stay Python dictionaries, as SGLang's radix tree does.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
+
+import torch
+
+from policykit.pool import KVLayout, TokenPool
 
 #: what a full block holds: equal keys are the same tokens, so one can stand for the other
 BlockKey = Hashable
@@ -22,11 +32,22 @@ BlockKey = Hashable
 class BlockPool:
     """``num_blocks`` usable blocks (ids from 1: vLLM's null block 0 is never handed out)."""
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        page_size: int,
+        *,
+        device: str | torch.device = "cpu",
+        layout: KVLayout | None = None,
+    ) -> None:
         self.num_blocks = num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict(
-            (b, None) for b in range(1, num_blocks + 1)
+        self.kv = TokenPool(
+            (num_blocks + 1) * page_size, page_size, device=device, name="block", layout=layout
         )
+        # every page off the free list, then all but the null block back with block 1 on top:
+        # vLLM's initial queue is blocks 1..num_blocks, front to back
+        self.kv.alloc(num_blocks + 1)
+        self.kv.free(torch.arange(num_blocks, 0, -1, dtype=torch.int64))
         self._refs = [0] * (num_blocks + 1)
         self._key_of: dict[int, BlockKey] = {}
         #: key -> the blocks caching it, first cached first (vLLM's ``get_one_block``)
@@ -35,11 +56,20 @@ class BlockPool:
     @property
     def free_blocks(self) -> int:
         """Blocks no request holds, cached or not (vLLM's ``get_num_free_blocks``)."""
-        return len(self._free)
+        return self.kv.free_pages
 
     @property
     def used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self.kv.free_pages
+
+    @property
+    def evictable_free_blocks(self) -> int:
+        """Free blocks that still cache content (a hit could bring them back)."""
+        return sum(self._refs[b] == 0 for b in self._key_of)
+
+    def free_queue(self) -> list[int]:
+        """The free blocks, front (next handed out) to back (for tests and invariants)."""
+        return self.kv.free_page_ids().flip(0).tolist()
 
     def hit(self, keys: Sequence[BlockKey]) -> list[int]:
         """The cached blocks of the longest prefix of ``keys`` (one block per key)."""
@@ -57,18 +87,20 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[int]) -> None:
         """A prefix hit: the blocks gain a holder and leave the free queue."""
+        leaving = []
         for b in blocks:
             if self._refs[b] == 0:
-                del self._free[b]
+                leaving.append(b)
             self._refs[b] += 1
+        if leaving:
+            self.kv.take(_ids(leaving))
 
     def allocate(self, count: int) -> list[int]:
         """``count`` blocks from the front of the free queue, their cached content evicted."""
-        if count > len(self._free):
-            raise ValueError(f"cannot allocate {count} blocks, {len(self._free)} free")
-        out = []
-        for _ in range(count):
-            block, _ = self._free.popitem(last=False)
+        if count == 0:
+            return []
+        out = self.kv.alloc(count).flip(0).tolist()
+        for block in out:
             key = self._key_of.pop(block, None)
             if key is not None:
                 holders = self._cached[key]
@@ -76,7 +108,6 @@ class BlockPool:
                 if not holders:
                     del self._cached[key]
             self._refs[block] = 1
-            out.append(block)
         return out
 
     def cache(self, block: int, key: BlockKey) -> None:
@@ -92,10 +123,20 @@ class BlockPool:
         first, last = [], []
         for b in blocks:
             self._refs[b] -= 1
+            if self._refs[b] < 0:
+                raise RuntimeError(f"block {b} freed more often than it was held")
             if self._refs[b] == 0:
                 (last if b in self._key_of else first).append(b)
-        for b in reversed(first):
-            self._free[b] = None
-            self._free.move_to_end(b, last=False)
-        for b in last:
-            self._free[b] = None
+        # the top of the page stack is the queue's front: the first of ``first`` ends on top
+        if first:
+            self.kv.free(_ids(first[::-1]))
+        if last:
+            self.kv.free_last(_ids(last))
+
+    def slots(self, blocks: Sequence[int], start: int, end: int) -> torch.Tensor:
+        """KV slots of token positions ``[start, end)`` of a sequence laid on ``blocks``."""
+        return self.kv.slots(_ids(blocks), start, end)
+
+
+def _ids(blocks: Sequence[int]) -> torch.Tensor:
+    return torch.tensor(blocks, dtype=torch.int64)

@@ -12,6 +12,20 @@ A plugin module looks like::
     @policykit.hookimpl
     def policykit_register_policies(register):
         register(MyAdmission)
+
+The observers fire on both kinds of node, with the same arguments. On SGLang's node a round
+plans against its ledger, commits the plan and allocates. On a node that preempts (vLLM's v1
+scheduler, a combo whose preemption policy preempts) a step allocates each chunk's blocks as it
+schedules it: ``policykit_round_start``, ``policykit_admit`` (every running or waiting request
+that gets a chunk, in scheduling order), ``policykit_reject`` (the waiting request that stopped
+the queue), ``policykit_round_end`` (the step's plan) and ``policykit_preempt`` fire there. Its
+``ledger`` is a snapshot, not a planning ledger: vLLM promises nothing beyond what it has
+allocated, so the baseline is the free blocks (cached ones included, as SGLang's free +
+evictable), both offsets are zero and ``rem_chunk_tokens`` is the step's token budget left. A
+request already admitted in a step and then preempted in the same step gets
+``policykit_admit`` then ``policykit_preempt``, and is not in the step's plan.
+``policykit_oom`` never fires there: that node does not run out of memory, it preempts (a
+request that never completes is ``simulate``'s exit 3 on either node).
 """
 
 from __future__ import annotations
@@ -44,12 +58,15 @@ def policykit_round_start(round_no: int, ledger: Ledger) -> None:
 
 @hookspec
 def policykit_admit(round_no: int, request_id: str, entry: Any, ledger: Ledger) -> None:
-    """A request got a chunk in this round's plan (``entry``: a :class:`~policykit.plan.Entry`)."""
+    """A request got a chunk in this round's plan (``entry``: a :class:`~policykit.plan.Entry`;
+    on a node that preempts, ``entry.cached`` is a new request's prefix-cache hit)."""
 
 
 @hookspec
 def policykit_reject(round_no: int, request_id: str, verdict: str, ledger: Ledger) -> None:
-    """A waiting request was looked at and not admitted (``NO_TOKEN`` or ``OTHER``)."""
+    """A waiting request was looked at and not admitted (``NO_TOKEN`` or ``OTHER``; on a node
+    that preempts: ``NO_TOKEN`` when admission refused it or its blocks do not fit, ``OTHER``
+    when the chunking policy gave it no tokens)."""
 
 
 @hookspec
@@ -66,4 +83,5 @@ def policykit_preempt(round_no: int, request_id: str, victim_id: str) -> None:
 
 @hookspec
 def policykit_oom(round_no: int, error: PrefillOutOfMemory) -> None:
-    """Allocation failed: the simulated engine crashes at this round."""
+    """Allocation failed: the simulated engine crashes at this round (SGLang's node only: a
+    node that preempts takes blocks back instead)."""

@@ -24,14 +24,23 @@ LOAD_BACK_THRESHOLD = 10
 
 @dataclass
 class HostEntry:
-    """Host copy of the KV of ``tokens[start:end]`` for sequences that begin with ``head``."""
+    """Host copy of the KV of ``tokens[held_from:end]`` for sequences that begin with ``head``:
+    the run ``tokens[start:end]`` and, from ``held_from`` on, the head's KV too."""
 
     head: Tokens
     run: Tokens
     kv: list[tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, repr=False)
+    #: where the host's KV begins (``start`` unless the head's is held too); ``kv`` from here
+    held_from: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.held_from is None:
+            self.held_from = len(self.head)
 
     @property
     def start(self) -> int:
+        """Where the run begins: a node boundary of the engine's tree (a load-back that
+        crosses it caches the KV as two nodes, as SGLang's host nodes come back)."""
         return len(self.head)
 
     @property
@@ -42,9 +51,9 @@ class HostEntry:
 class HostTier:
     """Host-resident KV runs, looked up by the token prefix they continue.
 
-    Indexed by where a run starts and its first token, so a lookup looks only at the runs that
-    could continue this very prompt (normally one) instead of every run on the host: its cost
-    does not grow with the number of requests the host tier has seen.
+    Indexed by where a run's KV begins and its first token, so a lookup looks only at the runs
+    that could continue this very prompt (normally one) instead of every run on the host: its
+    cost does not grow with the number of requests the host tier has seen.
     """
 
     def __init__(self) -> None:
@@ -57,27 +66,54 @@ class HostTier:
         tokens: Tokens,
         start: int,
         kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        *,
+        held_from: int | None = None,
     ) -> HostEntry:
-        """Hold ``tokens[start:]``; ``kv`` (per layer, ``[len, heads, dim]``) when data is kept."""
-        entry = HostEntry(_frozen(tokens[:start]), _frozen(tokens[start:]), kv)
+        """Hold ``tokens[start:]``, and the head's KV from ``held_from`` on when that is
+        before ``start``; ``kv`` (per layer, ``[len, heads, dim]``, from ``held_from``, or
+        ``start``) when data is kept."""
+        held = start if held_from is None else held_from
+        entry = HostEntry(_frozen(tokens[:start]), _frozen(tokens[start:]), kv, held)
         self._index.setdefault(_slot(tokens, start), []).append(entry)
+        if held == 0 < start:
+            self._index.setdefault(_slot(tokens, 0), []).append(entry)
         self._count += 1
         return entry
 
     def lookup(self, tokens: Tokens, start: int) -> HostEntry | None:
         """The longest host run that continues ``tokens[:start]`` and matches what follows
-        (the first one held, among equals)."""
+        (the first one held, among equals).
+
+        A run whose head is held from token 0 continues every prefix of itself: SGLang
+        0.5.23's HiCache backs a node's ancestors up before the node, so a device match that
+        stops short of the run (its head evicted, say) is continued on the host from there."""
         best: HostEntry | None = None
-        head: Tokens | None = None
-        slot = _slot(tokens, start)
-        for key in dict.fromkeys(((start, None), slot)):
+        for key in dict.fromkeys(((start, None), _slot(tokens, start), _slot(tokens, 0))):
             for entry in self._index.get(key, ()):
-                if entry.end > len(tokens) or (best is not None and entry.end <= best.end):
+                if entry.end > len(tokens) or entry.held_from > start:  # type: ignore[operator]
                     continue
-                head = _frozen(tokens[:start]) if head is None else head
-                if entry.head == head and _frozen(tokens[start : entry.end]) == entry.run:
+                if entry.end <= start and entry.start != start:
+                    continue
+                if best is not None and entry.end <= best.end:
+                    continue
+                if _frozen(tokens[: entry.start]) == entry.head and (
+                    _frozen(tokens[entry.start : entry.end]) == entry.run
+                ):
                     best = entry
         return best
+
+    def node_bounds(self, tokens: Tokens, page_size: int) -> tuple[int, ...]:
+        """Where SGLang 0.5.23's tree splits ``tokens`` along the host's nodes: where the
+        longest run held from token 0 begins and where its whole pages end. A radix tree keeps
+        a node's bounds, so KV inserted through a host node (a load-back, or a request that
+        computed what the host held) is cached in pieces cut there, and an eviction may stop
+        at them. Only what the host tier indexes itself counts (a subclass answering lookups
+        its own way has no nodes)."""
+        entry = HostTier.lookup(self, tokens, 0)
+        if entry is None:
+            return ()
+        paged = (entry.end - entry.start) // page_size * page_size
+        return (entry.start, entry.start + paged)
 
     def loadable(self, tokens: Tokens, start: int, page_size: int) -> int:
         """How many tokens after ``tokens[:start]`` a load-back copies to the device.

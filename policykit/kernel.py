@@ -605,25 +605,86 @@ def aligned_end(
     )
 
 
-def victim(num: Numbers, views: list[PreemptView], request_ids: list[str]) -> tuple[Any, Any]:
+def preempting_chunk(
+    num: Numbers,
+    method: str,
+    start: int,
+    prompt: int,
+    budget: int,
+    free_tokens: int,
+    eligible: int,
+    page_size: int,
+    request_id: str,
+) -> int:
+    """A node that preempts asks the chunking policy (``new_chunk`` or ``resume_chunk``) for
+    the chunk of a ``prompt``-token request from ``start``, and the alignment policy where a
+    non-final one ends; 0 leaves it for this step. On ints only: the node (and the vLLM plugin,
+    :mod:`policykit.integrations.vllm`) branches on the answer."""
+    remaining = prompt - start
+    view = preempting_chunk_view(remaining, budget, free_tokens, eligible, page_size)
+    length, _ = chunk(num, method, view, request_id, label=method)
+    if 0 < length < remaining:
+        end, _ = aligned_end(num, start, start + length, page_size, request_id)
+        length = end - start
+    return length
+
+
+def preempting_admits(
+    num: Numbers, prompt: int, start: int, free_tokens: int, page_size: int, request_id: str
+) -> Any:
+    """The admission policy's verdict on a waiting request of a node that preempts, ``start``
+    tokens of its ``prompt`` hit in the prefix cache, ``free_tokens`` free once the hit is
+    taken."""
+    view = preempting_admit_view(prompt, prompt - start, free_tokens, page_size)
+    return num.admits(view, request_id)
+
+
+def preempting_victim(
+    num: Numbers,
+    running: list[tuple[int, int, int]],
+    requester: int,
+    page_size: int,
+    request_ids: list[str],
+) -> int:
+    """The place in the running list of the request to preempt so the chunk of the one at
+    ``requester`` fits: each running request as ``(prompt, computed, held blocks)``, ranked by
+    the preemption policy (:func:`victim`). On ints only, as :func:`preempting_chunk`."""
+    views = [
+        PreemptView(
+            position=place,
+            prompt_tokens=prompt,
+            computed_tokens=computed,
+            held_blocks=held,
+            is_requester=place == requester,
+            page_size=page_size,
+        )
+        for place, (prompt, computed, held) in enumerate(running)
+    ]
+    place, _ = victim(num, views, request_ids)
+    return place
+
+
+def victim(
+    num: Numbers,
+    views: list[PreemptView],
+    request_ids: list[str],
+    present: list[Any] | None = None,
+) -> tuple[Any, Any]:
     """Which running request to preempt, by its place in ``views`` (the running list): the
     preemption policy's highest rank, a tie going to the later one. Returns that place and
-    whether a rank broke the contract (ranks are ints; any int is a rank)."""
+    whether a rank broke the contract (ranks are ints; any int is a rank).
+
+    ``present`` (the checker's): per view, whether that request is still in the list; a view
+    that is not never wins and its rank is not held against the policy. The checker's running
+    list has a place for every request, filled or not, where the scheduler's has only the
+    running ones (None: every view is present)."""
+    if present is not None:
+        return _present_victim(num, views, request_ids, present)
     best: Any = 0
     best_rank: Any = None
     broken: Any = False
     for place, (view, rid) in enumerate(zip(views, request_ids, strict=True)):
-        rank, bad = num.decide(
-            "preemption",
-            "victim_rank",
-            view,
-            rid,
-            label=f"victim_rank_{place}",
-            bad=lambda r: False,
-            complaint=lambda r, rid=rid: (
-                f"ranked running request {rid!r} {r!r}; a victim rank is an int."
-            ),
-        )
+        rank, bad = _victim_rank(num, view, rid, place)
         broken = num.any(broken, bad)
         if best_rank is None:
             best_rank = rank
@@ -631,6 +692,36 @@ def victim(num: Numbers, views: list[PreemptView], request_ids: list[str]) -> tu
         later = rank >= best_rank
         best = num.choose(later, place, best)
         best_rank = num.choose(later, rank, best_rank)
+    return best, broken
+
+
+def _victim_rank(num: Numbers, view: PreemptView, rid: str, place: int) -> tuple[Any, Any]:
+    return num.decide(
+        "preemption",
+        "victim_rank",
+        view,
+        rid,
+        label=f"victim_rank_{place}",
+        bad=lambda r: False,
+        complaint=lambda r: f"ranked running request {rid!r} {r!r}; a victim rank is an int.",
+    )
+
+
+def _present_victim(
+    num: Numbers, views: list[PreemptView], request_ids: list[str], present: list[Any]
+) -> tuple[Any, Any]:
+    """:func:`victim` over the views that are ``present``."""
+    best: Any = 0
+    best_rank: Any = 0
+    found: Any = False
+    broken: Any = False
+    for place, (view, rid, here) in enumerate(zip(views, request_ids, present, strict=True)):
+        rank, bad = _victim_rank(num, view, rid, place)
+        broken = num.any(broken, num.all(here, bad))
+        take = num.all(here, num.any(num.not_(found), rank >= best_rank))
+        best = num.choose(take, place, best)
+        best_rank = num.choose(take, rank, best_rank)
+        found = num.any(found, here)
     return best, broken
 
 

@@ -359,7 +359,7 @@ class PrefillNode:
     def copy_from_host(self, host: HostEntry, pages: torch.Tensor, start: int, n: int) -> None:
         """Copy KV positions ``[start, start + n)`` of ``host`` into the slots of ``pages``."""
         slots = self.pool.slots(pages, start, start + n)
-        offset = start - host.start
+        offset = start - host.held_from  # type: ignore[operator]
         assert host.kv is not None
         for layer, (k, v) in enumerate(host.kv):
             self.pool.k[layer][slots] = k[offset : offset + n].to(slots.device)
@@ -625,12 +625,16 @@ class PrefillNode:
         """Cache ``req``'s first ``aligned`` tokens as SGLang 0.5.23's tree holds them: one node
         per chunk, cut where each chunk began (page floor). The engine checkpoints a chunked
         request into its tree before every round (``checkpoint_kv_cache``), so eviction later
-        takes the last chunk first and may stop part-way through the request's KV.
+        takes the last chunk first and may stop part-way through the request's KV. It also
+        cuts where the host's nodes along the prompt end (``HostTier.node_bounds``): SGLang's
+        tree keeps a host node's bounds when KV is inserted through it.
 
         Returns how many leading tokens were cached already (by someone else): the caller
         frees its duplicate pages.
         """
-        cuts = {b for b in self._checkpoints.get(req.id, ()) if 0 < b < aligned}
+        page = self.config.page_size
+        bounds = (*self._checkpoints.get(req.id, ()), *self.host.node_bounds(req.tokens, page))
+        cuts = {b for b in bounds if 0 < b < aligned}
         already = prev = 0
         for end in (*sorted(cuts), aligned):
             got = self.cache.insert(req.tokens[:end], table)

@@ -251,7 +251,13 @@ class Planner:
             cached, last = 0, node.cache.root
         newly = [n for n in node.cache.unlocked_on_path(last) if n.id not in locked]
         window = self._window_newly(last)
-        offer = self._offer(req, cached, sum(len(n) for n in newly), sum(len(n) for n in window))
+        # afresh, nothing is offered: no device hit, and no host hit either (the host's copy
+        # of the prefix is no reason to load back what the device still holds)
+        offer = (
+            self._offer(req, cached, sum(len(n) for n in newly), sum(len(n) for n in window))
+            if reuse
+            else Offer(0, 0, 0, 0)
+        )
         if offer.host and isinstance(node.cache, SWAPrefixCache):
             held, window = self._window_after_load(last, offer.host)
             offer = dataclasses.replace(offer, swa_load_lock=held)

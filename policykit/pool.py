@@ -136,6 +136,36 @@ class TokenPool:
         self._free[self._num_free : self._num_free + n] = pages.to(self.device)
         self._num_free += n
 
+    def free_last(self, pages: torch.Tensor) -> None:
+        """Return pages to the *bottom* of the free list: the last to be handed out again, in
+        the order given (the last one given goes out last). With :meth:`free` pushing onto the
+        top and :meth:`take` removing from anywhere, the free list is an ordered queue, which is
+        how a node that preempts (vLLM's free-block queue, :mod:`policykit.block_pool`) keeps
+        its eviction order on this same pool."""
+        n = int(pages.numel())
+        if n == 0:
+            return
+        if self._num_free + n > self.num_pages:
+            raise RuntimeError(f"{self.name} pool: freeing {n} pages would exceed its size")
+        kept = self._free[: self._num_free].clone()
+        self._free[:n] = pages.to(self.device).flip(0)
+        self._free[n : n + self._num_free] = kept
+        self._num_free += n
+
+    def take(self, pages: torch.Tensor) -> None:
+        """Take these particular free pages off the free list, wherever they are, keeping the
+        others' order (a prefix hit on cached pages that nobody holds)."""
+        n = int(pages.numel())
+        if n == 0:
+            return
+        free = self._free[: self._num_free]
+        mask = torch.isin(free, pages.to(self.device))
+        if int(mask.sum()) != n:
+            raise RuntimeError(f"{self.name} pool: taking pages that are not all free")
+        kept = free[~mask]
+        self._num_free -= n
+        self._free[: self._num_free] = kept
+
     def reclaim(self, pages: torch.Tensor) -> None:
         """Take back ``pages`` that the last :meth:`free` returned (a commit's rollback).
 

@@ -15,20 +15,32 @@ vLLM's order (``Scheduler.schedule``):
 
 The arithmetic (blocks to allocate, the views, the victim) is :mod:`policykit.kernel`'s, so the
 checker can run the same rules on symbolic values; the blocks themselves are
-:class:`~policykit.block_pool.BlockPool`'s. A request finishes when its prompt is computed and
-holds its KV until its transfer is done, as on a disaggregated prefill instance.
+:class:`~policykit.block_pool.BlockPool`'s, pages of a real tensor pool. A request finishes when
+its prompt is computed and holds its KV until its transfer is done, as on a disaggregated
+prefill instance.
+
+Each step is also a :class:`~policykit.plan.Plan` (entries in scheduling order, the waiting
+request that stopped the queue), so the observer hooks fire here as on SGLang's node and a
+harness forward (``forward``) runs over the same batch type. There is no ledger: vLLM promises
+nothing beyond what it allocates, so the hooks get a snapshot (:meth:`PreemptingScheduler.ledger`)
+whose baseline is the free blocks and whose offsets are zero (docs/plugins.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+
+import torch
 
 from policykit import kernel
 from policykit.block_pool import BlockPool
 from policykit.kernel import Ints
+from policykit.ledger import Ledger
+from policykit.plan import Entry, EntryKind, Plan, Rejection
 from policykit.plugin_manager import PolicykitPluginManager
-from policykit.policy import PreemptView, QueueView
+from policykit.policy import QueueView
+from policykit.pool import KVLayout
 from policykit.registry import Combo
 
 
@@ -47,6 +59,8 @@ class PagedRequest:
     blocks: list[int] = field(default_factory=list)
     finished_round: int | None = None
     preemptions: int = 0
+    #: the prompt's token ids, for a harness forward (a pure simulation needs none)
+    tokens: Sequence[int] | None = None
 
     @property
     def remaining(self) -> int:
@@ -80,9 +94,16 @@ class Step:
 class PreemptingNode:
     """Requests and blocks of one node that preempts, between rounds."""
 
-    def __init__(self, config: PreemptingConfig, num_blocks: int) -> None:
+    def __init__(
+        self,
+        config: PreemptingConfig,
+        num_blocks: int,
+        *,
+        device: str | torch.device = "cpu",
+        layout: KVLayout | None = None,
+    ) -> None:
         self.config = config
-        self.pool = BlockPool(num_blocks)
+        self.pool = BlockPool(num_blocks, config.page_size, device=device, layout=layout)
         self.future: list[PagedRequest] = []
         self.waiting: list[PagedRequest] = []
         self.running: list[PagedRequest] = []
@@ -122,22 +143,46 @@ class PreemptingNode:
         return self.pool.hit(req.keys[: (req.prompt_tokens - 1) // self.config.page_size])
 
 
+#: ``forward(plan, node)``: a harness's model forward over the step's batch, after its blocks
+#: are allocated and before its chunks count as computed (as ``Scheduler(forward=...)``)
+Forward = Callable[[Plan, PreemptingNode], None]
+
+
 class PreemptingScheduler:
     """Drives a :class:`PreemptingNode` round by round under one combo that preempts."""
 
     def __init__(
-        self, node: PreemptingNode, combo: Combo, *, pm: PolicykitPluginManager | None = None
+        self,
+        node: PreemptingNode,
+        combo: Combo,
+        *,
+        pm: PolicykitPluginManager | None = None,
+        forward: Forward | None = None,
     ) -> None:
         self.node = node
         self.combo = combo
         self.num = Ints(combo)
         self.pm = pm
+        self.forward = forward
         self.round_no = 0
+        #: this step's entries (scheduling order), the request that stopped the queue, and the
+        #: budget left: what the step's :class:`Plan` and the hooks' ledgers are made of
+        self._entries: list[Entry] = []
+        self._rejected: list[Rejection] = []
+        self._stop: str | None = None
+        self._budget = 0
+        #: the last step's plan (what a harness records and prices)
+        self.last_plan = Plan(round=0)
 
     def step(self) -> Step:
         node = self.node
         self.round_no += 1
         node.arrive(self.round_no)
+        self._entries, self._rejected, self._stop = [], [], None
+        self._budget = node.config.budget
+        baseline = node.pool.free_blocks * node.config.page_size
+        if self.pm is not None:
+            self.pm.hook.policykit_round_start(round_no=self.round_no, ledger=self.ledger())
         scheduled: dict[str, int] = {}
         # vLLM counts the eligible requests once, before either loop (its threshold is off when
         # there is only one)
@@ -146,9 +191,30 @@ class PreemptingScheduler:
         if not preempted:
             self._schedule_waiting(scheduled, eligible)
         used, free = node.pool.used_blocks, node.pool.free_blocks
+        gone = set(preempted)
+        plan = Plan(
+            round=self.round_no,
+            entries=tuple(e for e in self._entries if e.request_id not in gone),
+            rejected=tuple(self._rejected),
+            stop=self._stop,
+            baseline=baseline,
+        )
+        self.last_plan = plan
+        if self.forward is not None and plan.batch:
+            self.forward(plan, node)
         completed = self._compute(scheduled)
         released = self._release(completed)
+        if self.pm is not None:
+            self.pm.hook.policykit_round_end(round_no=self.round_no, plan=plan)
         return Step(self.round_no, scheduled, sorted(preempted), completed, released, used, free)
+
+    def ledger(self) -> Ledger:
+        """The node's budgets now, in the ledger's terms: vLLM allocates a chunk's blocks when
+        it schedules it and promises nothing beyond, so the baseline is the free blocks (cached
+        ones included, as SGLang's free + evictable), the offsets are zero and
+        ``rem_chunk_tokens`` is the step budget left."""
+        page = self.node.config.page_size
+        return Ledger(page, self.node.pool.free_blocks * page, self._budget)
 
     def idle(self, step: Step) -> bool:
         """Nothing can change any more: nothing ran, was preempted or freed this round, nothing
@@ -157,6 +223,33 @@ class PreemptingScheduler:
         due = any(r.release_rounds is not None for r in node.held)
         moved = step.scheduled or step.preempted or step.released
         return not moved and not node.future and not due
+
+    def _scheduled(self, req: PagedRequest, start: int, chunk: int, *, new: bool) -> None:
+        """``req`` got ``chunk`` tokens from ``start``: its plan entry, and the admit hook."""
+        end = start + chunk
+        finishes = end == req.prompt_tokens
+        if new:
+            kind = EntryKind.WHOLE if finishes else EntryKind.TRUNCATED
+        else:
+            kind = EntryKind.FINAL if finishes else EntryKind.RESUMED
+        entry = Entry(req.id, start, end, kind, cached=start if new else 0)
+        self._entries.append(entry)
+        self._budget -= chunk
+        if self.pm is not None:
+            self.pm.hook.policykit_admit(
+                round_no=self.round_no, request_id=req.id, entry=entry, ledger=self.ledger()
+            )
+
+    def _stopped(self, req: PagedRequest | None, verdict: str) -> None:
+        """The waiting queue stopped (at ``req``, which was looked at and refused, if any)."""
+        self._stop = verdict
+        if req is None:
+            return
+        self._rejected.append(Rejection(req.id, verdict))
+        if self.pm is not None:
+            self.pm.hook.policykit_reject(
+                round_no=self.round_no, request_id=req.id, verdict=verdict, ledger=self.ledger()
+            )
 
     # -- running requests --------------------------------------------------------------------
     def _schedule_running(self, scheduled: dict[str, int], eligible: int) -> list[str]:
@@ -168,6 +261,7 @@ class PreemptingScheduler:
             req = node.running[index]
             chunk = self._chunk("resume_chunk", req, req.computed, budget, eligible)
             if chunk == 0:
+                self._entries.append(Entry(req.id, req.computed, req.computed, EntryKind.DEFERRED))
                 index += 1
                 continue
             while not self._fits(req.computed + chunk, req.blocks, []):
@@ -175,7 +269,9 @@ class PreemptingScheduler:
                 place = node.running.index(victim)
                 del node.running[place]
                 index -= place < index
-                budget += scheduled.pop(victim.id, 0)
+                taken = scheduled.pop(victim.id, 0)
+                budget += taken
+                self._budget += taken
                 self._preempt(victim, req)
                 preempted.append(victim.id)
                 if victim is req:
@@ -184,24 +280,20 @@ class PreemptingScheduler:
                 continue
             node.take(req, req.computed + chunk, [])
             scheduled[req.id] = chunk
+            self._scheduled(req, req.computed, chunk, new=False)
             budget -= chunk
             index += 1
         return preempted
 
     def _victim(self, requester: PagedRequest) -> PagedRequest:
         running = self.node.running
-        views = [
-            PreemptView(
-                position=place,
-                prompt_tokens=r.prompt_tokens,
-                computed_tokens=r.computed,
-                held_blocks=len(r.blocks),
-                is_requester=r is requester,
-                page_size=self.node.config.page_size,
-            )
-            for place, r in enumerate(running)
-        ]
-        place, _ = kernel.victim(self.num, views, [r.id for r in running])
+        place = kernel.preempting_victim(
+            self.num,
+            [(r.prompt_tokens, r.computed, len(r.blocks)) for r in running],
+            next(place for place, r in enumerate(running) if r is requester),
+            self.node.config.page_size,
+            [r.id for r in running],
+        )
         return running[place]
 
     def _preempt(self, victim: PagedRequest, requester: PagedRequest) -> None:
@@ -223,20 +315,24 @@ class PreemptingScheduler:
             if budget <= 0 or (
                 cfg.max_running is not None and len(node.running) >= cfg.max_running
             ):
+                self._stopped(None, "OTHER")
                 return
             hit = node.hit(req)
             start = len(hit) * cfg.page_size
             evictable = node.pool.evictable(hit)
             chunk = self._chunk("new_chunk", req, start, budget, eligible, evictable)
-            if chunk == 0 or not self._admits(req, start, evictable):
+            if chunk == 0:
+                self._stopped(req, "OTHER")
                 return
-            if not self._fits(start + chunk, [], hit):
+            if not self._admits(req, start, evictable) or not self._fits(start + chunk, [], hit):
+                self._stopped(req, "NO_TOKEN")
                 return
             node.waiting.remove(req)
             req.computed = start
             node.take(req, start + chunk, hit)
             node.running.append(req)
             scheduled[req.id] = chunk
+            self._scheduled(req, start, chunk, new=True)
             budget -= chunk
 
     def _queue(self) -> list[PagedRequest]:
@@ -260,10 +356,7 @@ class PreemptingScheduler:
     def _admits(self, req: PagedRequest, start: int, evictable: int) -> bool:
         page = self.node.config.page_size
         free = (self.node.pool.free_blocks - evictable) * page
-        view = kernel.preempting_admit_view(
-            req.prompt_tokens, req.prompt_tokens - start, free, page
-        )
-        return self.num.admits(view, req.id)
+        return kernel.preempting_admits(self.num, req.prompt_tokens, start, free, page, req.id)
 
     # -- shared ------------------------------------------------------------------------------
     def _chunk(
@@ -278,13 +371,9 @@ class PreemptingScheduler:
         """The chunking policy's chunk from ``start``, a non-final one aligned."""
         page = self.node.config.page_size
         free = (self.node.pool.free_blocks - evictable) * page
-        remaining = req.prompt_tokens - start
-        view = kernel.preempting_chunk_view(remaining, budget, free, eligible, page)
-        chunk, _ = kernel.chunk(self.num, method, view, req.id, label=method)
-        if 0 < chunk < remaining:
-            end, _ = kernel.aligned_end(self.num, start, start + chunk, page, req.id)
-            chunk = end - start
-        return chunk
+        return kernel.preempting_chunk(
+            self.num, method, start, req.prompt_tokens, budget, free, eligible, page, req.id
+        )
 
     def _fits(self, tokens: int, held: list[int], hit: list[int]) -> bool:
         """Whether the blocks to hold ``tokens`` tokens fit the free ones (a hit on blocks that

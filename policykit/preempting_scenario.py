@@ -10,8 +10,15 @@ vllm`` lays the scenario out in the real vLLM scheduler (docs/conformance-vllm.m
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
+
 from policykit.errors import ScenarioError
+from policykit.plugin_manager import PolicykitPluginManager
+from policykit.pool import KVLayout
 from policykit.preempting import (
+    Forward,
     PagedRequest,
     PreemptingConfig,
     PreemptingNode,
@@ -19,7 +26,8 @@ from policykit.preempting import (
     Step,
 )
 from policykit.registry import Combo
-from policykit.scenario import Scenario
+from policykit.scenario import _ID_STRIDE, Scenario
+from policykit.tokens import TokenRuns
 
 #: the prefix owners' ids, outside any scenario id space
 OWNER = "policykit-prefix-owner:"
@@ -77,41 +85,85 @@ def _keys(index: int, tokens: int, page: int) -> tuple[tuple[int, int], ...]:
     return tuple((index, block) for block in range(tokens // page))
 
 
+def _tokens(index: int, count: int) -> TokenRuns:
+    """Request ``index``'s token ids, as :func:`policykit.scenario.build_node` lays them out:
+    what a harness forward computes (equal keys above are equal tokens here)."""
+    return TokenRuns.span((index + 1) * _ID_STRIDE, count)
+
+
 def prepare(
-    scenario: Scenario, combo: Combo, *, max_running: int | None = None, pm=None
+    scenario: Scenario,
+    combo: Combo,
+    *,
+    max_running: int | None = None,
+    pm: PolicykitPluginManager | None = None,
+    device: str | torch.device = "cpu",
+    layout: KVLayout | None = None,
+    forward: Forward | None = None,
 ) -> tuple[PreemptingScheduler, int]:
     """A scheduler for ``scenario`` with its device prefixes computed, and the steps that took
-    (not rounds of the scenario: round 1 comes next)."""
+    (not rounds of the scenario: round 1 comes next). The block pool lives on ``device`` and
+    holds K/V of ``layout`` when one is given; ``forward`` runs every step, the prefixes' too,
+    so their KV is real. ``pm``'s hooks see the scenario's rounds only."""
     refuse_unmappable(scenario)
     page = scenario.config.page_size
     config = PreemptingConfig(page, scenario.config.chunked_prefill_size, max_running)
-    node = PreemptingNode(config, pool_blocks(scenario))
-    sched = PreemptingScheduler(node, combo, pm=pm)
+    node = PreemptingNode(config, pool_blocks(scenario), device=device, layout=layout)
+    sched = PreemptingScheduler(node, combo, forward=forward)
+    owners = []
     for index, spec in enumerate(scenario.requests):
         if spec.device_prefix_tokens:
             release = None if spec.device_prefix_pinned else 1
-            keys = _keys(index, spec.device_prefix_tokens, page)
-            node.add(PagedRequest(OWNER + spec.id, spec.device_prefix_tokens, 0, keys, release))
-    steps = 0
-    while (node.waiting or node.running or node.future) and steps < MAX_WARMUP_STEPS:
-        sched.step()
-        steps += 1
-    sched.round_no = 0
-    node.finished.clear()
+            count = spec.device_prefix_tokens
+            keys = _keys(index, count, page)
+            tokens = _tokens(index, count)
+            owners.append(PagedRequest(OWNER + spec.id, count, 0, keys, release, tokens=tokens))
+    steps = warm_up(sched, owners)
+    sched.pm = pm
     for index, spec in enumerate(scenario.requests):
         keys = _keys(index, spec.prompt_tokens, page)
         release = scenario.config.kv_release_rounds
-        node.add(PagedRequest(spec.id, spec.prompt_tokens, spec.arrival_round, keys, release))
+        tokens = _tokens(index, spec.prompt_tokens)
+        node.add(
+            PagedRequest(
+                spec.id, spec.prompt_tokens, spec.arrival_round, keys, release, tokens=tokens
+            )
+        )
     return sched, steps
 
 
-def run(sched: PreemptingScheduler, requests: int, max_rounds: int = 10_000) -> list[Step]:
+def warm_up(sched: PreemptingScheduler, owners: list[PagedRequest]) -> int:
+    """Compute the prefix ``owners`` before round 1, as vLLM would have for earlier requests,
+    and forget the steps that took: returns how many there were. A step that schedules
+    nothing ends it (the owners left waiting do not fit: the caller says so)."""
+    node = sched.node
+    for owner in owners:
+        node.add(owner)
+    steps = 0
+    while (node.waiting or node.running or node.future) and steps < MAX_WARMUP_STEPS:
+        steps += 1
+        if not sched.step().scheduled:
+            break
+    sched.round_no = 0
+    node.finished.clear()
+    return steps
+
+
+def run(
+    sched: PreemptingScheduler,
+    requests: int,
+    max_rounds: int = 10_000,
+    *,
+    on_step: Callable[[Step], None] | None = None,
+) -> list[Step]:
     """Step until every one of the ``requests`` finished and released its KV (if it ever
-    does), or nothing can change any more, or ``max_rounds``."""
+    does), or nothing can change any more, or ``max_rounds``; ``on_step`` sees every step."""
     node, steps = sched.node, []
     for _ in range(max_rounds):
         step = sched.step()
         steps.append(step)
+        if on_step is not None:
+            on_step(step)
         done = len(node.finished) == requests
         if done and not any(r.release_rounds is not None for r in node.held):
             break

@@ -417,11 +417,12 @@ def build_node(scenario: Scenario, device: str | torch.device = "cpu") -> Prefil
     if filler:
         cache.insert(TokenRuns.span(0, filler), pool.alloc(filler // page))
     for spec, req in zip(scenario.requests, requests, strict=True):
-        if spec.host_prefix_tokens:
-            host.put(
-                req.tokens[: spec.device_prefix_tokens + spec.host_prefix_tokens],
-                spec.device_prefix_tokens,
-            )
+        # SGLang 0.5.23's HiCache backs a node's ancestors up before the node: a host run of
+        # whole pages comes with its device prefix on the host too (one under a page is no
+        # node at all)
+        if spec.host_prefix_tokens >= page:
+            run = req.tokens[: spec.device_prefix_tokens + spec.host_prefix_tokens]
+            host.put(run, spec.device_prefix_tokens, held_from=0)
     for spec, req in zip(scenario.requests, requests, strict=True):
         node.add(req)
         if spec.chunked:

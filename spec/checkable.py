@@ -26,6 +26,7 @@ from policykit.spec.checker import (
     properties_for,
 )
 from policykit.spec.crossval import check_policies
+from policykit.spec.preempting_check import check_preempting, preempting_properties
 
 
 def checkable(combo: Combo, engine: EngineConfig) -> str | None:
@@ -47,12 +48,16 @@ def check_or_refuse(
     options: CheckOptions,
     sources: dict[str, str] | None = None,
 ) -> list[Verdict]:
-    """:func:`~policykit.spec.checker.check_combo`, except that a combo the checker refuses
-    (a :class:`~policykit.errors.PolicykitError` while encoding it: a float, an unsupported
-    construct, a policy that raised) gives one ``refused`` verdict per property, the reason as
-    its note, instead of an exception: ``check --all`` goes on with the other combos."""
+    """:func:`~policykit.spec.checker.check_combo` (for a combo that preempts,
+    :func:`~policykit.spec.preempting_check.check_preempting`), except that a combo the checker
+    refuses (a :class:`~policykit.errors.PolicykitError` while encoding it: a float, an
+    unsupported construct, a policy that raised) gives one ``refused`` verdict per property,
+    the reason as its note, instead of an exception: ``check --all`` goes on with the other
+    combos."""
     t0 = time.perf_counter()
     try:
+        if combo.preempts:
+            return check_preempting(combo, config, options, sources or {})
         return check_combo(combo, config, options, sources)
     except PolicykitError as exc:
         seconds = time.perf_counter() - t0
@@ -60,5 +65,14 @@ def check_or_refuse(
         scope = config_dict(config)
         return [
             Verdict(combo_label(combo), prop, REFUSED, "-", seconds, note=reason, config=scope)
-            for prop in properties_for(config, options.properties)
+            for prop in combo_properties(combo, config, options.properties)
         ]
+
+
+def combo_properties(
+    combo: Combo, config: EngineConfig, wanted: tuple[str, ...] | None = None
+) -> list[str]:
+    """The properties ``combo`` is checked for: a node that preempts has its own."""
+    if combo.preempts:
+        return preempting_properties(wanted)
+    return properties_for(config, wanted)

@@ -31,7 +31,7 @@ from policykit.spec.bmc import (
     unroll_round,
 )
 from policykit.spec.counterexample import Counterexample, extract, replay
-from policykit.spec.crossval import check_lifted, check_policies
+from policykit.spec.crossval import PolicyRefused, check_lifted, check_policies
 from policykit.spec.induction import Obligations
 from policykit.spec.model import Encoder, RoundModel
 from policykit.spec.shrink import shrunk_counterexample
@@ -54,6 +54,11 @@ class CheckOptions:
     #: the wall-clock safety net: a ``time.time()`` instant after which no query runs on (a
     #: verdict it cuts short says so); None: no net
     deadline: float | None = None
+    #: the bounds of the model of a node that preempts (:mod:`.preempting_check`), whose step
+    #: costs more: two requests are enough for one to preempt another, or itself while
+    #: another's KV is held, and three steps for that to repeat (docs/spec.md)
+    preempting_rounds: int = 3
+    preempting_requests: int = 2
 
 
 @dataclass
@@ -153,8 +158,16 @@ def check_combo(
     options: CheckOptions,
     sources: dict[str, str] | None = None,
 ) -> list[Verdict]:
-    """All verdicts for one combo."""
+    """All verdicts for one combo on SGLang's node (one that preempts is
+    :func:`policykit.spec.preempting_check.check_preempting`'s;
+    :func:`policykit.spec.checkable.check_or_refuse` picks the one a combo needs)."""
     sources = sources or {}
+    if combo.preempts:
+        raise PolicyRefused(
+            f"The combo {combo} preempts, so it runs on vLLM's kind of node, which this round "
+            "model (SGLang's node) does not describe: check it with check_or_refuse or "
+            "check_preempting."
+        )
     check_policies(combo, config, sources)
     name = combo_label(combo)
     props = properties_for(config, options.properties)

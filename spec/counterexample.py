@@ -86,6 +86,8 @@ class Failure:
             "memory": "it owes more KV than the node can ever free again",
             "stuck": "it was deferred with no memory ever coming back, and failed",
             "policy-error": "a policy broke its contract on it, and it failed",
+            "stalled": "it was preempted and waits on a node where nothing can change any more",
+            "livelock": "it is preempted and recomputed again and again",
         }.get(self.detail, self.detail)
         return f"Round {self.round}: admitted request {self.request} can never complete ({why})."
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import z3
 
+from policykit import kernel
 from policykit.config import EngineConfig
 from policykit.node import FIRST_TOKENS
 from policykit.policy import (
@@ -46,6 +47,7 @@ from policykit.policy import (
     AlignView,
     ChunkView,
     Policy,
+    PreemptView,
     QueueView,
     TailView,
     incomplete,
@@ -157,20 +159,89 @@ METHODS: tuple[Method, ...] = (
 )
 
 
+#: the decisions of a node that preempts (:mod:`policykit.preempting`), on the views it asks
+#: them on (``kernel.preempting_chunk_view``, ``kernel.preempting_admit_view``, ``PreemptView``):
+#: what :mod:`policykit.spec.preempting_bmc` evaluates symbolically
+PREEMPTING_METHODS: tuple[Method, ...] = (
+    Method(
+        "admission",
+        "admit",
+        bool,
+        lambda c: kernel.preempting_admit_view(
+            _sym("prompt_tokens"), _sym("remaining_tokens"), _sym("rem_total_tokens"), c.page_size
+        ),
+        lambda x, _: [
+            x["remaining_tokens"] >= 1,
+            x["remaining_tokens"] <= x["prompt_tokens"],
+            x["rem_total_tokens"] >= 0,
+        ],
+    ),
+    *(
+        Method(
+            "chunking",
+            name,
+            int,
+            lambda c: kernel.preempting_chunk_view(
+                _sym("remaining_tokens"),
+                _sym("rem_chunk_tokens"),
+                _sym("rem_total_tokens"),
+                _sym("eligible_requests"),
+                c.page_size,
+            ),
+            lambda x, c: [
+                x["remaining_tokens"] >= 1,
+                x["rem_chunk_tokens"] >= 1,
+                x["rem_chunk_tokens"] <= c.chunked_prefill_size,
+                x["rem_total_tokens"] >= 0,
+                x["rem_swa_tokens"] == x["rem_total_tokens"],
+                x["eligible_requests"] >= 1,
+            ],
+        )
+        for name in ("new_chunk", "resume_chunk")
+    ),
+    *(m for m in METHODS if m.kind in ("alignment", "queue")),
+    *(
+        Method(
+            "preemption",
+            "victim_rank",
+            int,
+            lambda c, requester=requester: PreemptView(
+                _sym("position"),  # type: ignore[arg-type]
+                _sym("prompt_tokens"),  # type: ignore[arg-type]
+                _sym("computed_tokens"),  # type: ignore[arg-type]
+                _sym("held_blocks"),  # type: ignore[arg-type]
+                requester,
+                c.page_size,
+            ),
+            lambda x, _: [
+                x["position"] >= 0,
+                x["prompt_tokens"] >= 1,
+                x["computed_tokens"] >= 0,
+                x["computed_tokens"] < x["prompt_tokens"],
+                x["held_blocks"] >= 0,
+            ],
+        )
+        for requester in (False, True)
+    ),
+)
+#: the kinds whose policies decide on a node that preempts
+PREEMPTING_KINDS = (*DECISION_KINDS, "preemption")
+
+
+def methods_of(combo: Combo) -> tuple[tuple[str, ...], tuple[Method, ...]]:
+    """The decision kinds and the decisions the checker's model of ``combo``'s node asks."""
+    if combo.preempts:
+        return PREEMPTING_KINDS, PREEMPTING_METHODS
+    return DECISION_KINDS, METHODS
+
+
 def check_policies(
     combo: Combo, engine: EngineConfig, sources: dict[str, str] | None = None
 ) -> None:
     """Cross-validate every decision of ``combo``'s policies; raise :class:`PolicyRefused`."""
     sources = sources or {}
-    if combo.preempts:
-        raise PolicyRefused(
-            f"The preemption policy {combo.preemption.spec!r} preempts, so the combo runs on a "
-            "node that preempts (vLLM's v1 scheduler), and the checker's round model is SGLang's "
-            "node, which never does: it has no preemption, no per-request block accounting and "
-            "no waiting loop that pauses after a preemption. Its decisions are compared with "
-            "vLLM's own scheduler by `policykit conformance vllm` instead."
-        )
-    for kind in DECISION_KINDS:
+    kinds, methods = methods_of(combo)
+    for kind in kinds:
         policy = getattr(combo, kind)
         forget_stale(policy)
         reason = incomplete(type(policy))
@@ -180,7 +251,7 @@ def check_policies(
                 f"be checked: {reason}"
             )
     _check_declarations(combo.queue, sources.get("queue", combo.queue.source))
-    for m in METHODS:
+    for m in methods:
         policy = getattr(combo, m.kind)
         source = sources.get(m.kind, policy.source)
         view = m.template(engine)
@@ -208,8 +279,9 @@ def check_lifted(combo: Combo, engine: EngineConfig, sources: dict[str, str] | N
     """Cross-validate any lifted function the model made beyond :func:`check_policies`'s (a
     view shape with other concrete fields); run after the model, before verdicts are given."""
     sources = sources or {}
-    by_name = {m.name: m for m in METHODS}
-    for kind in DECISION_KINDS:
+    kinds, methods = methods_of(combo)
+    by_name = {m.name: m for m in methods}
+    for kind in kinds:
         policy = getattr(combo, kind)
         for (name, shape), lifted in entries(policy):
             _unchanged(policy, name, lifted, sources.get(kind, policy.source))
@@ -446,6 +518,15 @@ def _repair(values: dict[str, int], m: Method, engine: EngineConfig) -> None:
         values["rem_chunk_tokens"] = min(values["rem_chunk_tokens"], engine.chunked_prefill_size)
         if not engine.hybrid_swa:
             values["rem_swa_tokens"] = values["rem_total_tokens"]
+        if "eligible_requests" in values:  # a node that preempts
+            values["eligible_requests"] = max(abs(values["eligible_requests"]), 1)
+            values["rem_chunk_tokens"] = max(values["rem_chunk_tokens"], 1)
+    elif m.name == "victim_rank":
+        values["prompt_tokens"] = max(values["prompt_tokens"], 1)
+        computed = abs(values["computed_tokens"])
+        values["computed_tokens"] = min(computed, values["prompt_tokens"] - 1)
+        values["position"] = abs(values["position"])
+        values["held_blocks"] = abs(values["held_blocks"])
     elif m.name == "priority":
         values["prefix_tokens"] = abs(values["prefix_tokens"])
         values["host_prefix_tokens"] = abs(values["host_prefix_tokens"])

@@ -202,7 +202,9 @@ class Obligations:
         :meth:`_request` in fewer terms: ``d`` device tokens cached, the host hit after them,
         and a lock that takes all ``d`` tokens or none (``locks``). A pinned prefix is ``d``
         without a lock, a cached unpinned one ``d`` with it, and an evicted one is a request
-        with nothing cached and no host hit (``d = h = 0``). The never-fits question, which
+        with nothing cached and, where the host holds the prefix with a host run after it,
+        the host hit from token 0 (``d = 0``, ``h`` the two together;
+        ``loadable_after_eviction``). The never-fits question, which
         tells an unpinned prefix from a pinned one, is not asked in a step."""
         page = self.config.page_size
         inputs = (enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))

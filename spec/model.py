@@ -112,7 +112,18 @@ def make_request(
         loadable = host
     else:
         loadable = enc.bind("loadable", loadable_host(host, page))
-    return Req(name, prompt, device, host, arrival, loadable, unpinned)
+    lost = Sym(num(0))
+    if not _is_zero(unpinned):
+        lost = enc.bind("lost_loadable", loadable_after_eviction(unpinned, host, page))
+    return Req(name, prompt, device, host, arrival, loadable, unpinned, lost)
+
+
+def loadable_after_eviction(unpinned: Sym, host: Sym, page: int) -> Sym:
+    """What a load-back copies once the unpinned device prefix is evicted: the host holds it
+    too (SGLang 0.5.23's HiCache backs a node's ancestors up before the node, and a host run
+    under a page is no node at all), so the hit runs from token 0 (``HostTier.lookup``)."""
+    held = ite(host.t >= page, unpinned + host, Sym(num(0)))
+    return loadable_host(held, page)
 
 
 def ite(c: Any, a: Any, b: Any) -> Sym:
@@ -262,14 +273,16 @@ class Req:
     loadable: Sym  #: what a load-back copies of the host hit (``loadable_host``)
     #: unpinned device prefix, page-aligned (a request has a pinned one or an unpinned one)
     unpinned: Sym = field(default_factory=lambda: Sym(num(0)))
+    #: the load-back once the unpinned prefix is evicted (:func:`loadable_after_eviction`)
+    lost_loadable: Sym = field(default_factory=lambda: Sym(num(0)))
 
     @property
     def idle_host(self) -> Sym:
         """The host hit ``Planner.never_fits`` sees: an idle node has evicted the unpinned
-        prefix, and the host prefix, which continues it, is not found from token 0."""
+        prefix, which the host holds with the host prefix after it."""
         if _is_zero(self.unpinned):
             return self.loadable
-        return ite(self.unpinned.t > 0, 0, self.loadable)
+        return ite(self.unpinned.t > 0, self.lost_loadable, self.loadable)
 
 
 @dataclass(frozen=True)
@@ -287,14 +300,14 @@ class Hit(Offer):
     @staticmethod
     def of(req: Req, cached_unpinned: Sym, page: int) -> Hit:
         """``req`` while ``cached_unpinned`` tokens of its unpinned prefix are cached (all of
-        it, or 0 once evicted: a node is evicted whole). Without it the host prefix, which
-        continues it, is not found either."""
+        it, or 0 once evicted: a node is evicted whole). Once evicted, the host holds it with
+        the host prefix, and the hit runs from token 0 (``lost_loadable``)."""
         lost = z3.And(req.unpinned.t > 0, cached_unpinned.t == 0)
         return Hit(
             req.device + cached_unpinned,
-            ite(lost, 0, req.loadable),
+            ite(lost, req.lost_loadable, req.loadable),
             cached_unpinned,
-            ite(lost, 0, _slots(req.loadable, page)),
+            ite(lost, _slots(req.lost_loadable, page), _slots(req.loadable, page)),
         )
 
     @staticmethod

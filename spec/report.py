@@ -106,6 +106,8 @@ def config_block(
         "granule": options.bounds.granule_for(config),
         "pool_cap_tokens": options.bounds.max_pool_tokens,
         "min_swa_pool_tokens": options.bounds.min_swa_pool_tokens,
+        "preempting_rounds": options.preempting_rounds,
+        "preempting_requests": options.preempting_requests,
         "rlimit": options.rlimit,
         "timeout_s": timeout_s,
         "scope": scope_text(config, options),
@@ -146,6 +148,8 @@ def unit_args(config: EngineConfig, options: CheckOptions) -> dict[str, Any]:
         "pool_cap": options.bounds.max_pool_tokens,
         "min_swa_pool": options.bounds.min_swa_pool_tokens,
         "properties": None if options.properties is None else list(options.properties),
+        "preempting_rounds": options.preempting_rounds,
+        "preempting_requests": options.preempting_requests,
     }
 
 
@@ -166,6 +170,8 @@ def from_unit_args(args: dict[str, Any]) -> tuple[EngineConfig, CheckOptions]:
         ),
         properties=None if props is None else tuple(props),
         deadline=args.get("deadline"),
+        preempting_rounds=int(args.get("preempting_rounds", defaults.preempting_rounds)),
+        preempting_requests=int(args.get("preempting_requests", defaults.preempting_requests)),
     )
     return config, options
 

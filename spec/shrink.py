@@ -21,7 +21,9 @@ shrunk values: the rows are the model's, the scenario is the scheduler's, and bo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import z3
 
@@ -85,20 +87,43 @@ class _Search:
         cx = replay(Counterexample(self.prop, self.depth, scenario, ()), self.combo)
         return cx.failure is not None and cx.failure.round == self.depth
 
-    def lower(self, x: Sym, step: int, floor: int) -> bool:
-        """Binary-search ``x`` down to the smallest value (in ``step``s above ``floor``) that
-        still fails; True if it moved."""
-        key = t(x).get_id()
-        start = best = self.values[key]
-        lo = floor
-        while lo < best and self.replays < REPLAY_BUDGET:
-            mid = lo + (best - lo) // 2 // step * step
-            candidate = {**self.values, key: mid}
-            if self.fails(candidate):
-                self.values, best = candidate, mid
-            else:
-                lo = mid + step
-        return best < start
+
+class Candidates(Protocol):
+    """A shrink in progress: ``values`` (input term id -> value) is the smallest candidate
+    so far that ``fails``."""
+
+    values: dict[int, int]
+
+    def fails(self, values: dict[int, int]) -> bool: ...
+
+
+def lower(search: Candidates, x: Sym, step: int, floor: int) -> bool:
+    """Binary-search ``x`` down to the smallest value (in ``step``s above ``floor``) that
+    still fails, keeping it in ``search.values``; True if it moved."""
+    key, base = t(x).get_id(), dict(search.values)
+    return descend(search, base[key], step, floor, lambda v: {**base, key: v})
+
+
+def descend(
+    search: Candidates,
+    start: int,
+    step: int,
+    floor: int,
+    candidate: Callable[[int], dict[int, int]],
+) -> bool:
+    """Binary-search a value down from ``start`` (in ``step``s above ``floor``) to the smallest
+    whose ``candidate`` still fails, keeping that candidate in ``search.values``; True if it
+    moved. ``fails`` answers False once its replay budget is spent, so the search ends there
+    with what it had."""
+    best, lo = start, floor
+    while lo < best:
+        mid = lo + (best - lo) // 2 // step * step
+        values = candidate(mid)
+        if search.fails(values):
+            search.values, best = values, mid
+        else:
+            lo = mid + step
+    return best < start
 
 
 def shrink(
@@ -113,7 +138,7 @@ def shrink(
     if not search.fails(values):
         return None  # the solver's own model does not replay: nothing to shrink from
     for _ in range(SWEEPS):
-        moved = [search.lower(x, step, floor) for x, step, floor in inputs]
+        moved = [lower(search, x, step, floor) for x, step, floor in inputs]
         if not any(moved):
             break
     if search.values == values:

@@ -74,6 +74,10 @@ def results_table(result: dict[str, Any]) -> Table:
         ("plan share", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    # a node that preempts: how often, and what it computed again (only when a row preempts)
+    preempting = any("preemptions" in row for row in result["combos"])
+    if preempting:
+        table.add_column("preempt/recomp tok", justify="right")
     if cuda:
         for name in ("TFLOP/s", "MFU", "reserved GiB", "frag GiB"):
             table.add_column(name, justify="right")
@@ -97,6 +101,12 @@ def results_table(result: dict[str, Any]) -> Table:
             f"{row['peak_kv_utilisation']:.0%}",
             "-" if row["planning_share"] is None else f"{row['planning_share']:.2%}",
         ]
+        if preempting:
+            cells.append(
+                f"{row['preemptions']}/{row['recomputed_after_preemption']:,}"
+                if "preemptions" in row
+                else "-"
+            )
         if cuda:
             mark = row["watermark"] or {}
             cells += [
@@ -273,6 +283,9 @@ def _bench_rounds(
     pm, registry = load_registry()
     engine = bench_input.config
     chosen = _combos(registry, texts, engine)
+    refusal = bench_input.paged.refusal
+    if refusal is not None and any(c.preempts for c in chosen):
+        raise PolicykitError(refusal)  # before any combo runs, as for a bad combo
     warned: set[str] = set()
     for combo in chosen:
         warn_if_uncheckable(combo, engine, as_json=as_json, seen=warned)

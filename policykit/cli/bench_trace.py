@@ -145,12 +145,13 @@ def bench_trace(
         host_tier=args.host_tier,
     )
     pm, registry = load_registry()
-    engine = config.node_config()
+    engine = config.engine
     chosen = (
         list(registry.all_combos(engine))
         if not combo_texts
         else [registry.resolve(t, config=engine) for t in combo_texts]
     )
+    _refuse_preempting(chosen, workload)
     warned: set[str] = set()
     for combo in chosen:
         warn_if_uncheckable(combo, engine, as_json=as_json, seen=warned)
@@ -167,6 +168,22 @@ def bench_trace(
 
         model = Decoder(shape, dev, seed=seed)
     return _inline(trace, chosen, config, source, pm, model, forward)
+
+
+def _refuse_preempting(chosen: list[Combo], workload: str) -> None:
+    """A trace replay is built on SGLang's node (its clock prices the ledger's round records,
+    its host tier is SGLang's HiCache, its shadows and twins replay the ledger's plans), so a
+    combo that preempts is refused here; it benches on a named workload or a scenario."""
+    preempting = [str(c) for c in chosen if c.preempts]
+    if preempting:
+        raise PolicykitError(
+            f"The combo {preempting[0]} preempts, so it runs on a node that preempts (vLLM's), "
+            f"but a production-trace replay ({workload}) runs on SGLang's node only: its "
+            "roofline clock, write-through host tier and shadow runs are built on that node's "
+            "round records. Bench the combo on a named workload without host prefixes (for "
+            "example --workload long-prompts) or on a scenario file, or replay the trace with "
+            "combos that do not preempt."
+        )
 
 
 def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from policykit.config import EngineConfig
 from policykit.errors import ComboError, PolicykitError
 from policykit.fidelity import Holds, approximation_lines
 from policykit.progress import ProgressBar, is_terminal
-from policykit.registry import Combo, PolicyRegistry
+from policykit.registry import VERDICT_KINDS, Combo, PolicyRegistry
 from policykit.render import default_console, fold
 
 EXIT_VIOLATED = 1
@@ -58,15 +58,34 @@ _COMPACT_ABOVE = 3
 
 
 def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineConfig) -> list[Combo]:
+    """The combos named, or with ``--all`` every combo of the verdict kinds, then every one
+    that preempts (vLLM's kind of node) where the configuration is one that node has (no
+    sliding window, no max_prefill_tokens)."""
     if texts is None:
-        return list(registry.all_combos(engine))
+        combos = list(registry.all_combos(engine))
+        if engine.sliding_window is None and engine.max_prefill_tokens is None:
+            kinds = (*VERDICT_KINDS, "preemption")
+            combos += [c for c in registry.all_combos(engine, kinds=kinds) if c.preempts]
+        return combos
     return [registry.resolve(c, config=engine) for c in texts or [None]]
 
 
 @click.command()
 @combo_options
-@click.option("--rounds", type=click.IntRange(1, 12), default=4, show_default=True)
-@click.option("--requests", type=click.IntRange(1, 8), default=3, show_default=True)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 12),
+    default=4,
+    show_default=True,
+    help="Bounded checking: rounds unrolled (combos that preempt: 3 unless given).",
+)
+@click.option(
+    "--requests",
+    type=click.IntRange(1, 8),
+    default=3,
+    show_default=True,
+    help="Bounded checking: symbolic requests (combos that preempt: 2 unless given).",
+)
 @click.option(
     "--page-size", type=click.IntRange(1, 4096), default=EngineConfig.page_size, show_default=True
 )
@@ -228,6 +247,10 @@ def check(
     reason about a policy of the combo, e.g. one using floats; the reason is given, and the
     other combos are still checked).
 
+    A combo that preempts (vLLM's node, sixth part `vllm`) is checked for admitted-completes
+    (no request admitted and then left unfinished forever) and no-starvation, on a model of
+    that node: by induction where it holds, else bounded; --all checks those combos too.
+
     Exit code 0: everything proved; 1: a violation; 2: bad input, or a combo refused (the
     checker will not vouch for a policy outside its contract); 3: a timeout or unknown.
     Precedence when several apply: 1, then 2, then 3.
@@ -331,6 +354,12 @@ def _plan(
     options = CheckOptions(
         b.rounds, b.requests, b.rlimit or QUERY_RLIMIT, bounds, deadline=wall_deadline(b.timeout)
     )
+    # the model of a node that preempts has its own, smaller default bounds; given ones hold
+    # for every combo
+    ctx = click.get_current_context()
+    for name in ("rounds", "requests"):
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+            options = replace(options, **{f"preempting_{name}": getattr(b, name)})
     return _Plan(config, options, _combos(registry, texts, config))
 
 
@@ -415,6 +444,16 @@ def _print_text(data: dict[str, Any], detailed: bool, export_dir: Path | None, c
     console.print(_table(rows) if detailed else _matrix(rows))
     for block in configs:
         console.print(Text(f"Verdicts {block['scope']}.", style="dim"))
+    if any((r.get("bounds") or {}).get("node") == "preempting" for r in rows):
+        b = configs[0]
+        console.print(
+            Text(
+                f"Combos that preempt (vLLM's node): up to {b['preempting_rounds']} rounds, "
+                f"{b['preempting_requests']} requests, prefix-cache hits over-approximated "
+                "(docs/spec.md).",
+                style="dim",
+            )
+        )
     for line in data.get("approximations", ()):
         console.print(Text(line, style="yellow"))
     _print_shortfalls(console, rows)
@@ -455,9 +494,13 @@ def _replay_hint(row: dict[str, Any], block: dict[str, Any], export_dir: Path | 
     ):
         if block.get(key) is not None:
             flags.append((flag, block[key]))
+    preempting = (row.get("bounds") or {}).get("node") == "preempting"
+    rounds, requests = (
+        ("preempting_rounds", "preempting_requests") if preempting else ("rounds", "requests")
+    )
     flags += [
-        ("--rounds", block["rounds"]),
-        ("--requests", block["requests"]),
+        ("--rounds", block.get(rounds, block["rounds"])),
+        ("--requests", block.get(requests, block["requests"])),
         ("--granule", block["granule"]),
         ("--pool-cap", block["pool_cap_tokens"]),
         ("--rlimit", block["rlimit"]),

@@ -163,6 +163,17 @@ def _progress(total: int) -> Iterator[Callable[[], None]]:
         yield lambda: progress.advance(task)
 
 
+def _vllm_coverage(verdicts: list, runs: list) -> dict[str, int]:
+    """How many scenarios exercised each vLLM mechanism the comparison is meant to cover."""
+    return {
+        "preemption": sum(v.preemptions > 0 for v in verdicts),
+        "long_prefill_threshold": sum(k.long_prefill_token_threshold > 0 for _, k in runs),
+        "reserve_full_isl_off": sum(not k.scheduler_reserve_full_isl for _, k in runs),
+        "priority": sum(k.scheduling_policy == "priority" for _, k in runs),
+        "device_prefix": sum(any(r.device_prefix_tokens for r in sc.requests) for sc, _ in runs),
+    }
+
+
 @conformance.command()
 @click.argument("scenarios", nargs=-1)
 @click.option(
@@ -236,13 +247,7 @@ def vllm(
             verdicts.append(conform(sc, k))
             advance()
     different = [v for v in verdicts if v.differences]
-    covered = {
-        "preemption": sum(v.preemptions > 0 for v in verdicts),
-        "long_prefill_threshold": sum(k.long_prefill_token_threshold > 0 for _, k in runs),
-        "reserve_full_isl_off": sum(not k.scheduler_reserve_full_isl for _, k in runs),
-        "priority": sum(k.scheduling_policy == "priority" for _, k in runs),
-        "device_prefix": sum(any(r.device_prefix_tokens for r in sc.requests) for sc, _ in runs),
-    }
+    covered = _vllm_coverage(verdicts, runs)
     if as_json:
         echo_json(
             {

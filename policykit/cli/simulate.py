@@ -75,7 +75,7 @@ def simulate(
     if chosen.preempts:
         from policykit.cli.simulate_preempting import simulate_preempting
 
-        simulate_preempting(sc, chosen, pm, max_rounds, as_json)
+        simulate_preempting(sc, chosen, pm, max_rounds, as_json, resolve_device(device))
     warn_if_uncheckable(chosen, sc.config, as_json=as_json)
     notes = approximations(chosen, Holds.of_scenario(sc))
     node = build_node(sc, device=resolve_device(device))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import asdict
 
+import torch
 from rich.table import Table
 from rich.text import Text
 
@@ -29,10 +30,16 @@ EXIT_POLICY_FAULT = 4
 
 
 def simulate_preempting(
-    sc: Scenario, combo: Combo, pm: PolicykitPluginManager, max_rounds: int, as_json: bool
+    sc: Scenario,
+    combo: Combo,
+    pm: PolicykitPluginManager,
+    max_rounds: int,
+    as_json: bool,
+    device: torch.device,
 ) -> None:
-    """Run ``sc`` under ``combo`` on a node that preempts, print it, and exit."""
-    sched, _ = prepare(sc, combo, pm=pm)
+    """Run ``sc`` under ``combo`` on a node that preempts (its block pool on ``device``), print
+    it, and exit."""
+    sched, _ = prepare(sc, combo, pm=pm, device=device)
     try:
         steps = run(sched, len(sc.requests), max_rounds)
         fault = None

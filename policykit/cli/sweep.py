@@ -30,6 +30,7 @@ from policykit.executor import (
     open_executor,
     run_units,
 )
+from policykit.preempting_scenario import refuse_unmappable
 from policykit.registry import PolicyRegistry
 from policykit.render import default_console, fold
 from policykit.scenario import Scenario, load_scenario, resolve_scenario_path
@@ -67,6 +68,10 @@ def sweep_units(
             chosen = [str(c) for c in registry.all_combos(config)]
         else:
             chosen = [str(registry.resolve(sc.combo, p, config=config)) for p in combos]
+        if any(registry.resolve(c, config=config).preempts for c in chosen):
+            # a node that preempts has no meaning for some scenario fields: say so before
+            # anything runs, as for a bad combo
+            refuse_unmappable(sc)
         if len(set(chosen)) != len(chosen):
             raise ComboError(
                 f"--combo names the same combination twice for scenario {sc.name!r} (after "
@@ -172,7 +177,9 @@ def _outcome(r: UnitResult) -> str:
     if res["oom"] is not None:
         return f"[red]OOM in round {res['oom']['round']}[/]"
     done = len(res["completed"])
-    return f"completed {done}/{done + len(res['pending']) + len(res['rejected'])}"
+    text = f"completed {done}/{done + len(res['pending']) + len(res['rejected'])}"
+    # a node that preempts never runs out of memory; how often it preempted is its cost
+    return f"{text}, {res['preemptions']} preempted" if "preemptions" in res else text
 
 
 def _rounds(r: UnitResult) -> str:

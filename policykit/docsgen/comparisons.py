@@ -25,6 +25,7 @@ from policykit.docsgen.concepts import HYBRID_SWA
 from policykit.docsgen.labels import (
     SHOWN_KINDS,
     combo_cells,
+    preempting_combos,
     registered_combos,
     short_label,
     sliding_window_only,
@@ -54,6 +55,7 @@ PAGE = "generated/comparisons/index.md"
 __all__ = [
     "REPLAY_SCENARIOS",
     "combo_cells",
+    "preempting_combos",
     "registered_combos",
     "short_label",
     "trace_slug",
@@ -156,7 +158,8 @@ def write_comparisons(
         "# Comparisons\n\n",
         f"{len(combos)} registered combinations (admission × chunking × alignment × queue, the "
         "kinds that change a verdict; the allocator phase, which no verdict depends on, at its "
-        "default), side by side. Every figure below comes from a run: a results "
+        "default), side by side, and in the formal verdicts the combinations that preempt "
+        "(vLLM's node, checked but not benched). Every figure below comes from a run: a results "
         "file of `policykit check` or `policykit bench`, or a scheduler replay made while "
         "building this page. How the files look: "
         + links.to("Results files", "results-format.md", page=PAGE)
@@ -166,7 +169,9 @@ def write_comparisons(
         parts.append(trace_section(bench, sweeps.get(bench.trace.get("name")), plot_dir, links))
     if checks:
         for check in checks:
-            parts.append(check_section(check, combos))
+            checked = {v.combo for v in check.verdicts}
+            preempting = [c for c in preempting_combos(registry) if c in checked]
+            parts.append(check_section(check, [*combos, *preempting]))
             for v in check.verdicts:
                 if v.verdict == "violated":
                     path = trace_dir / f"{trace_slug(v)}.md"

@@ -33,6 +33,19 @@ def registered_combos(registry: PolicyRegistry) -> list[str]:
     return [combo_key(c.as_dict()) for c in registry.all_combos(ENUMERATION_CONFIG)]
 
 
+def preempting_combos(registry: PolicyRegistry) -> list[str]:
+    """Keys of the combinations that preempt (vLLM's node): the verdict kinds with each
+    preemption policy that preempts. They are checked (``check --all``) but not benched on
+    every page, so the verdict matrix lists those a check file has after
+    :func:`registered_combos`."""
+    kinds = (*VERDICT_KINDS, "preemption")
+    return [
+        combo_key(c.as_dict())
+        for c in registry.all_combos(ENUMERATION_CONFIG, kinds=kinds)
+        if c.preempts
+    ]
+
+
 def sliding_window_only(registry: PolicyRegistry) -> list[str]:
     """Keys of the combinations that run only with a sliding window (``sglang-pre-swa-fix``
     refuses a plain pool), which :func:`registered_combos` therefore leaves out."""

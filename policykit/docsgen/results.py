@@ -69,6 +69,8 @@ class Verdict:
     #: the trace's steps as given (a step may hold a list of entries), for the trace page
     steps: tuple[dict[str, Any], ...] = ()
     round: int | None = None  #: the round the property broke in
+    #: the request the failure is about, where the counterexample names one
+    request: str = ""
     #: a verdict that reached less than was asked, in words (``proved to round 2 of 4: ...``)
     shortfall: str = ""
 
@@ -317,7 +319,8 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
             )
         trace = _pick(item, "trace.rounds", "trace", "counterexample.rounds")
         scenario = _pick(item, "scenario", "counterexample.scenario")
-        failure, failed_in = _failure(_pick(item, "failure", "counterexample.failure"))
+        told = _pick(item, "failure", "counterexample.failure")
+        failure, failed_in = _failure(told)
         verdicts.append(
             Verdict(
                 combo=_combo(item, at),
@@ -334,6 +337,7 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
                 else (),
                 round=_int(item, at, "round", "counterexample.round") or failed_in,
                 shortfall=_shortfall(item),
+                request=str(told.get("request") or "") if isinstance(told, dict) else "",
             )
         )
     config = top.get("config") if isinstance(top.get("config"), dict) else {}

@@ -380,7 +380,7 @@ def run_traces(
         config, source = replay_config(
             get_preset(PREDICT_MODEL), get_gpu(TRACE_GPU), pool_tokens=TRACE_POOL_TOKENS
         )
-        engine = config.node_config()
+        engine = config.engine
         combos = list(Registry.from_plugins(make_plugin_manager()).all_combos(engine))
         base = {
             "requests": TRACE_REQUESTS,

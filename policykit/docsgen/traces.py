@@ -14,6 +14,12 @@ from typing import Any
 
 from policykit.docsgen.labels import short_label
 from policykit.docsgen.markdown import GENERATED_BANNER, Provenance, esc, fence, table
+from policykit.docsgen.preempting_replay import (
+    PreemptingReplay,
+    preempting_failure_markdown,
+    preempting_table,
+    replay_preempting,
+)
 from policykit.docsgen.replay import (
     Replay,
     failure_markdown,
@@ -83,12 +89,17 @@ def what_broke(v: Verdict, at: int | None) -> str:
     return f"{v.property} is violated{where} under {short_label(v.combo)}"
 
 
-def _replay(v: Verdict, registry: PolicyRegistry) -> Replay | str | None:
-    """The scheduler's run of the exported scenario, why it could not run, or ``None``."""
+def _replay(v: Verdict, registry: PolicyRegistry) -> Replay | PreemptingReplay | str | None:
+    """The scheduler's run of the exported scenario (on the node that preempts for a combo
+    that preempts, by the checker's own replay), why it could not run, or ``None``."""
     if v.scenario is None:
         return None
     try:
-        return replay(scenario_from(v.scenario), v.combo, registry)
+        scenario = scenario_from(v.scenario)
+        combo = registry.resolve(scenario.combo, v.combo, config=scenario.config)
+        if combo.preempts:
+            return replay_preempting(v.scenario, combo, v.property, v.request)
+        return replay(scenario, combo, registry)
     except PolicykitError as exc:
         return str(exc)
 
@@ -122,6 +133,15 @@ def trace_page(v: Verdict, registry: PolicyRegistry, provenance: Provenance) -> 
     )
     if isinstance(run, Replay):
         parts.append(round_table(run, failing_round=at) + "\n" + failure_markdown(run, what))
+    elif isinstance(run, PreemptingReplay):
+        parts.append(
+            "It runs on the node that preempts (vLLM's v1 scheduler, `policykit.preempting`): "
+            "each step's chunks, the requests preempted, and the blocks in use and free after "
+            "scheduling.\n\n"
+            + preempting_table(run, failing_round=at)
+            + "\n"
+            + preempting_failure_markdown(run, what)
+        )
     else:
         parts.append(f'!!! warning "Not replayable here"\n    {esc(run)}\n\n')
     parts += [

@@ -114,7 +114,11 @@ def _combo_of(key: str) -> tuple[str, str, str, str]:
     admission = parts["admission"]
     if parts["allocator-phase"] != DEFAULT_COMBO["allocator-phase"]:
         admission += f" (allocator {parts['allocator-phase']})"
-    return admission, parts["queue"], parts["chunking"], parts["alignment"]
+    queue = parts["queue"]
+    if parts["preemption"] != DEFAULT_COMBO["preemption"]:
+        # a combo that preempts runs on another node: its own row, not its twin's
+        queue += f" (preemption {parts['preemption']})"
+    return admission, queue, parts["chunking"], parts["alignment"]
 
 
 class _Lookup:

@@ -1,7 +1,8 @@
 """Unit functions policykit ships: what a worker runs for one unit of a sweep.
 
 ``simulate_unit`` is the unit of ``policykit sweep``: one scenario under one combo, on the same
-core ``policykit simulate`` uses (scenario -> node -> scheduler with the registered policies).
+core ``policykit simulate`` uses (scenario -> node -> scheduler with the registered policies;
+a combo that preempts on the node that preempts).
 ``bench_unit`` is one combination of one ``policykit bench`` workload on the real model, through
 the harness's own ``run_combo``: what ``bench --executor`` hands out per combination.
 ``check_unit`` is one combination's SMT verdicts: what ``check --executor`` hands out.
@@ -11,8 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from policykit.plugin_manager import make_plugin_manager
-from policykit.registry import PolicyRegistry
+from policykit.errors import PolicyError
+from policykit.plan import Entry
+from policykit.plugin_manager import PolicykitPluginManager, make_plugin_manager
+from policykit.preempting import Step
+from policykit.preempting_scenario import prepare, run
+from policykit.registry import Combo, PolicyRegistry
 from policykit.scenario import (
     Scenario,
     build_node,
@@ -40,8 +45,11 @@ def simulate_unit(args: dict[str, Any]) -> dict[str, Any]:
     pm = make_plugin_manager()
     registry = PolicyRegistry.from_plugins(pm)
     combo = registry.resolve(scenario.combo, args.get("combo"), config=scenario.config)
+    max_rounds = int(args.get("max_rounds", 100_000))
+    if combo.preempts:
+        return _simulate_preempting(scenario, combo, pm, max_rounds)
     node = build_node(scenario)
-    run = Scheduler(node, combo, pm=pm).run(max_rounds=int(args.get("max_rounds", 100_000)))
+    run = Scheduler(node, combo, pm=pm).run(max_rounds=max_rounds)
     # the round that ran out of memory planned its batch but computed nothing
     ran = run.rounds[:-1] if run.oom is not None else run.rounds
     entries = [e for r in ran for e in r.plan.batch]
@@ -58,6 +66,46 @@ def simulate_unit(args: dict[str, Any]) -> dict[str, Any]:
             "computed": sum(e.tokens for e in entries),
             "cached": sum(e.cached for e in entries),
             "load_back": sum(e.load_back for e in entries),
+        },
+    }
+
+
+def _simulate_preempting(
+    scenario: Scenario, combo: Combo, pm: PolicykitPluginManager, max_rounds: int
+) -> dict[str, Any]:
+    """:func:`simulate_unit` for a combo that preempts: the scenario on a node that preempts
+    (as ``simulate`` runs it), summarised in the same keys plus ``preemptions``. It never runs
+    out of memory (``oom`` is None); a policy fault stops it (``stopped_by``)."""
+    sched, _ = prepare(scenario, combo, pm=pm)
+    entries: list[Entry] = []
+    preemptions = 0
+
+    def seen(step: Step) -> None:
+        nonlocal preemptions
+        entries.extend(sched.last_plan.batch)
+        preemptions += len(step.preempted)
+
+    try:
+        steps = run(sched, len(scenario.requests), max_rounds, on_step=seen)
+        stopped_by = "max_rounds" if len(steps) >= max_rounds else "idle"
+    except PolicyError:
+        stopped_by = "policy-fault"
+    done = {r.id for r in sched.node.finished}
+    return {
+        "scenario": scenario.name,
+        "combo": combo.as_dict(),
+        "node": "preempting",
+        "oom": None,
+        "completed": [r.id for r in scenario.requests if r.id in done],
+        "pending": [r.id for r in scenario.requests if r.id not in done],
+        "rejected": [],
+        "rounds": sched.round_no,
+        "stopped_by": stopped_by,
+        "preemptions": preemptions,
+        "tokens": {
+            "computed": sum(e.tokens for e in entries),
+            "cached": sum(e.cached for e in entries),
+            "load_back": 0,
         },
     }
 

@@ -17,6 +17,7 @@ from policykit.plugins.alignment import PageAlignment
 from policykit.plugins.allocator_phase import DefaultAllocator
 from policykit.plugins.chunking import SGLangChunking
 from policykit.plugins.queue import FcfsQueue
+from policykit.plugins.vllm_preemption import NoPreemption
 
 FLOAT_RATIO = '''
 import policykit
@@ -37,7 +38,8 @@ def policykit_register_policies(register):
 
 class FewBuiltIns:
     """A small registry, so that ``check --all`` stays fast: three combos (one queue, the
-    default, so that the queue does not multiply them)."""
+    default, so that the queue does not multiply them, and no preemption policy that
+    preempts, which would add the combos of vLLM's node)."""
 
     @policykit.hookimpl
     def policykit_register_policies(self, register):
@@ -45,6 +47,7 @@ class FewBuiltIns:
             register(cls)
         register(DefaultAllocator)
         register(FcfsQueue)
+        register(NoPreemption)
 
 
 @pytest.fixture
@@ -63,7 +66,8 @@ def float_plugin(tmp_path, monkeypatch):
 def _small_pm():
     pm = make_plugin_manager(entry_points=False, environ={"POLICYKIT_BLOCK_PLUGINS": ",".join(
         f"policykit.plugins.{m}" for m in ("admission", "chunking", "alignment",
-                                           "allocator_phase", "queue"))})  # fmt: skip
+                                           "allocator_phase", "queue", "vllm",
+                                           "vllm_preemption"))})  # fmt: skip
     pm.register(FewBuiltIns(), name="few-built-ins")
     import floaty_policy
 

@@ -47,9 +47,19 @@ def test_a_scenario_field_the_node_has_no_meaning_for_is_bad_input(cli):
     assert res.exit_code == 2 and "host tier" in res.output
 
 
-def test_check_refuses_a_preempting_combo_with_the_reason(cli):
+def test_check_gives_a_preempting_combo_its_own_properties(cli):
     res = cli("check", "--combo", "vllm/vllm/none/default/fcfs/vllm", "--json")
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["summary"]["refused"] == len(doc["verdicts"]) > 0
-    assert "never does" in doc["verdicts"][0]["note"]
+    rows = {v["property"]: v for v in doc["verdicts"]}
+    assert set(rows) == {"admitted-completes", "no-starvation"}
+    assert {v["verdict"] for v in rows.values()} == {"proved"}
+    # vLLM's own combo: both by induction, so no bounds
+    assert {v["bound"] for v in rows.values()} == {"unbounded"}
+    assert {v["bounds"] for v in rows.values()} == {None}
+    # page alignment is outside the induction: proved to the preempting model's bounds
+    res = cli("check", "--combo", "vllm/vllm/page/default/fcfs/vllm", "--json")
+    assert res.exit_code == 0, res.output
+    rows = {v["property"]: v for v in json.loads(res.stdout)["verdicts"]}
+    assert rows["admitted-completes"]["bound"] == "K=3,N=2"
+    assert rows["admitted-completes"]["bounds"]["node"] == "preempting"

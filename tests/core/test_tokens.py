@@ -36,30 +36,36 @@ def test_a_span_is_one_run_whatever_its_length():
 
 
 def _scan_lookup(puts, tokens, start):
-    """The host tier before its index: every entry with this head, longest fit, first wins."""
+    """The host tier before its index: every entry that continues ``tokens[:start]`` (its
+    head and run are the prompt's, and its run begins right there, or it holds KV from token 0
+    up past it), longest fit, first wins."""
     best = None
-    for head, run in puts:
-        end = len(head) + len(run)
-        fits = head == tuple(tokens[:start]) and tuple(tokens[start:end]) == run
+    for head, run, held in puts:
+        at, end = len(head), len(head) + len(run)
+        same = tuple(tokens[:at]) == head and tuple(tokens[at:end]) == run
+        reaches = start == at or (held == 0 and start < end)
         longer = best is None or end > len(best[0]) + len(best[1])
-        if fits and end <= len(tokens) and longer:
-            best = (head, run)
+        if same and reaches and end <= len(tokens) and longer:
+            best = (head, run, held)
     return best
 
 
 @settings(max_examples=200)
 @given(
-    st.lists(st.tuples(st.lists(st.integers(0, 2), max_size=6), st.integers(0, 6)), max_size=8),
+    st.lists(
+        st.tuples(st.lists(st.integers(0, 2), max_size=6), st.integers(0, 6), st.booleans()),
+        max_size=8,
+    ),
     st.lists(st.integers(0, 2), max_size=8),
     st.integers(0, 8),
 )
 def test_host_lookup_answers_what_a_scan_answers(puts, prompt, start):
     host = HostTier()
     held = []
-    for tokens, at in puts:
+    for tokens, at, from_zero in puts:
         at = min(at, len(tokens))
-        entry = host.put(tuple(tokens), at)
-        held.append(((tuple(tokens[:at]), tuple(tokens[at:])), entry))
+        entry = host.put(tuple(tokens), at, held_from=0 if from_zero else None)
+        held.append(((tuple(tokens[:at]), tuple(tokens[at:]), 0 if from_zero else at), entry))
     start = min(start, len(prompt))
     want = _scan_lookup([h for h, _ in held], prompt, start)
     got = host.lookup(tuple(prompt), start)

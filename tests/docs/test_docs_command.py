@@ -143,8 +143,8 @@ def test_docs_on_the_cpu_defaults_builds_the_site_from_real_check_and_bench_resu
 ):
     """The issue's acceptance, end to end: ``policykit docs`` with no results runs the real
     ``check --all --json`` and CPU ``bench --json``, then ``mkdocs build --strict`` passes; the
-    comparison page has one verdict row per registered combination and a replayed trace for
-    each violation."""
+    comparison page has one verdict cell per registered combination (those that preempt too)
+    and a replayed trace for each violation."""
     config = copy_docs_tree(tmp_path)
     registry = PolicyRegistry.from_plugins(make_plugin_manager())
     report = site.make_docs(registry, cli=command_line(), config=config, site=tmp_path / "site")
@@ -153,7 +153,9 @@ def test_docs_on_the_cpu_defaults_builds_the_site_from_real_check_and_bench_resu
     generated = tmp_path / "docs" / "generated"
     page = (generated / "comparisons" / "index.md").read_text()
     section = page.split("## Formal verdicts\n", 1)[1].split("\n## ", 1)[0]
-    assert section.count('<span class="pk-cell">') == len(comparisons.registered_combos(registry))
+    shown = [*comparisons.registered_combos(registry), *comparisons.preempting_combos(registry)]
+    assert section.count('<span class="pk-cell">') == len(shown)
+    assert "not registered here" not in section
     checks = site.load_results_dir(generated / "results")
     violated = [
         v for c in checks if c.kind == "check" for v in c.verdicts if v.verdict == "violated"

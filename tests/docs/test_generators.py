@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -406,3 +407,33 @@ def test_bounded_only_safety_states_its_bound():
     text = summary(check, [key], ["no-oom", "progress"])
     assert "**Safe for every property, unbounded** (0 of 1 checked): none." in text
     assert "**Safe for every property, but only up to K=4 rounds** (1):" in text
+
+
+def test_a_counterexample_that_preempts_is_replayed_on_the_node_that_preempts(tmp_path: Path):
+    """A violation of a combo that preempts, as ``policykit check`` writes it, gets its page
+    replayed on the node that preempts (the checker's own replay): its steps with the
+    preemption and the blocks, the failing step marked, the failure told, never "Not
+    replayable here"."""
+    from click.testing import CliRunner
+
+    from policykit.cli import main
+    from policykit.docsgen.traces import trace_page
+
+    out = tmp_path / "check.json"
+    combo = "vllm-no-reserve/vllm/none/default/fcfs/vllm"
+    res = CliRunner().invoke(main, ["check", "--combo", combo, "--json", "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    (check,) = results.parse_check(json.loads(out.read_text()), out)
+    (v,) = [v for v in check.verdicts if v.property == "admitted-completes"]
+    assert v.verdict == "violated" and v.request == "B"
+    page = trace_page(v, registry(), PROV)
+    assert "Not replayable here" not in page and "!!! success" not in page
+    assert "| step | request | event | chunk [start, end) | tokens | blocks used | free |" in page
+    assert re.search(r"\| \d+ \| B \| preempted \|", page)
+    assert f"| **✗ {v.round}** |" in page
+    assert "The replay ends in it: request B never completes (stalled)." in page
+    # a scenario the node runs to the end is told as a warning, not as the failure
+    roomy = {**v.scenario, "pool": {"free_tokens": 1 << 16, "evictable_tokens": 0}}
+    page = trace_page(dataclasses.replace(v, scenario=roomy), registry(), PROV)
+    assert '!!! warning "The replay did not reproduce the failure"' in page
+    assert '!!! failure "Property broken: admitted-completes' in page  # the verdict's banner

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from policykit.config import EngineConfig
 from policykit.harness.presets import get_preset
 from policykit.harness.roofline import GPUS
 from policykit.harness.trace_formats import (
@@ -199,7 +200,8 @@ def test_the_clock_releases_requests_when_their_time_has_come() -> None:
 
 
 def _config(pool: int = 16384, scale: float = 1.0, **kw) -> ReplayConfig:
-    return ReplayConfig(pool, 2048, LLAMA, GPUS["H200"], time_scale=scale, **kw)
+    engine = EngineConfig(page_size=64, chunked_prefill_size=2048, kv_release_rounds=2)
+    return ReplayConfig(pool, engine, LLAMA, GPUS["H200"], time_scale=scale, **kw)
 
 
 def test_a_replay_is_deterministic_and_covers_every_request(registry) -> None:
@@ -301,7 +303,7 @@ def test_shadowed_rows_are_the_rows_each_combo_replays_alone(registry) -> None:
     both kinds of sharing happen, as do combos that replay alone."""
     trace = load_bundled("mooncake-conversation").head(150)
     config = _config(pool=65_536)
-    combos = list(registry.all_combos(config.node_config()))
+    combos = list(registry.all_combos(config.engine))
     rows: list[dict] = []
     for names in unit_groups(combos):
         unit = [registry.resolve(n) for n in names]

@@ -210,8 +210,9 @@ LOCK_REFUSED = {
 
 #: A's 600 tokens make an eviction demand of 664 (SGLang evicts for extend + one page per
 #: request), 152 more than is free; the least recently used node goes first, and B has not
-#: arrived, so that is B's prefix (laid out before the filler): in round 2 B has no hit,
-#: device or host (its host prefix continued the evicted one), and computes from 0
+#: arrived, so that is B's prefix (laid out before the filler): in round 2 B has no device
+#: hit, but the host holds its evicted prefix with the host prefix after it (HiCache backs a
+#: node's ancestors up first), so B loads 256 tokens back from token 0
 EVICTED_WHILE_WAITING = {
     "page_size": 64,
     "chunked_prefill_size": 4096,
@@ -226,6 +227,15 @@ EVICTED_WHILE_WAITING = {
             "host_prefix_tokens": 128,
             "arrival_round": 2,
         },
+    ],
+}
+
+#: the same without B's host prefix: B's evicted prefix is nowhere, and B computes from 0
+EVICTED_NO_HOST = {
+    **EVICTED_WHILE_WAITING,
+    "requests": [
+        EVICTED_WHILE_WAITING["requests"][0],
+        {**EVICTED_WHILE_WAITING["requests"][1], "host_prefix_tokens": 0},
     ],
 }
 
@@ -274,6 +284,7 @@ EVICTED_BY_LOAD_BACK = {
 @pytest.mark.parametrize("combo_text", COMBOS)
 @example(scenario=LOCK_REFUSED)
 @example(scenario=EVICTED_WHILE_WAITING)
+@example(scenario=EVICTED_NO_HOST)
 @example(scenario=TOUCHED_SURVIVES)
 @example(scenario=EVICTED_BY_LOAD_BACK)
 @example(scenario=REFRESHED_SURVIVES_LOAD_BACK)
@@ -362,7 +373,8 @@ def test_a_lock_that_refuses_the_request_reselects_it_without_its_prefix(registr
 
 
 def test_eviction_takes_the_least_recently_used_prefix_of_a_waiting_request(registry) -> None:
-    assert _starts(EVICTED_WHILE_WAITING, "sglang/sglang/none", registry)[1] == {"B": 0}
+    assert _starts(EVICTED_NO_HOST, "sglang/sglang/none", registry)[1] == {"B": 0}
+    assert _starts(EVICTED_WHILE_WAITING, "sglang/sglang/none", registry)[1] == {"B": 256}
     assert _starts(TOUCHED_SURVIVES, "sglang/sglang/none", registry)[1] == {"B": 256}
 
 

@@ -134,23 +134,27 @@ def _check_admit(ob: Obligations, combo, before: Snapshot, req: dict, entry, cac
         found.append(True)
     errors = []
     for present in found:
-        try:
-            _check_admit_with(ob, combo, before, req, entry, present)
-            return
-        except AssertionError as err:
-            errors.append(err)
+        # an unpinned prefix not used: evicted (the host holds it with a host prefix of a
+        # page or more), or refused by its own lock and asked afresh (nothing offered)
+        for afresh in (False, True) if device and not pinned and not present else (False,):
+            try:
+                _check_admit_with(ob, combo, before, req, entry, present, afresh)
+                return
+            except AssertionError as err:
+                errors.append(err)
     raise errors[0]
 
 
 def _check_admit_with(
-    ob: Obligations, combo, before: Snapshot, req: dict, entry, present: bool
+    ob: Obligations, combo, before: Snapshot, req: dict, entry, present: bool, afresh: bool
 ) -> None:
     led = before.ledger
     device = req.get("device_prefix_tokens", 0)
     host = req.get("host_prefix_tokens", 0)
     locks = bool(device) and not req.get("device_prefix_pinned", False) and present
     if device and not locks and not req.get("device_prefix_pinned", False):
-        device = host = 0  # evicted: nothing cached, and the host prefix continued it
+        lost = device + host if host >= CONFIG.page_size and not afresh else 0
+        device, host = 0, lost
     with Encoder() as enc:
         model = RoundModel(combo, CONFIG, enc, {})
         mid = ob._arbitrary_mid(enc, model)

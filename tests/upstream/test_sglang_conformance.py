@@ -21,6 +21,7 @@ if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
 
 from policykit.conformance.sglang.compare import conform, random_scenario
+from policykit.conformance.sglang.storage import host_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((ROOT / "policykit" / "scenarios").glob("*.json"))
@@ -105,13 +106,14 @@ def test_edge_cases(name):
 def test_random_scenarios(hybrid_swa, count):
     rng = random.Random(RANDOM_SEED)
     failures = []
-    kinds = {"host": 0, "unpinned-evicted": 0, "device": 0}
+    kinds = {"host": 0, "host-nodes": 0, "unpinned-evicted": 0, "device": 0}
     for i in range(count):
         sc = random_scenario(rng, i, hybrid_swa=hybrid_swa)
         verdict = conform(sc, storage=True)
         if verdict.differences:
             failures.append(json.dumps(sc.to_dict()) + "\n  " + "\n  ".join(verdict.differences))
         kinds["host"] += any(r.host_prefix_tokens for r in sc.requests)
+        kinds["host-nodes"] += not hybrid_swa and bool(host_runs(sc))  # on SGLang's HiCache
         kinds["unpinned-evicted"] += verdict.evicted_prefix
         kinds["device"] += any(r.device_prefix_tokens for r in sc.requests)
     assert not failures, f"{len(failures)}/{count} differ:\n" + "\n".join(failures[:5])
@@ -120,6 +122,7 @@ def test_random_scenarios(hybrid_swa, count):
     assert kinds["host"] >= count // 10, kinds
     if not hybrid_swa:
         assert kinds["unpinned-evicted"] >= count // 50, kinds
+        assert kinds["host-nodes"] >= count // 10, kinds
     else:  # on SGLang's own SWA storage: cached windows, locks and sliding-window eviction
         assert kinds["device"] >= count // 4, kinds
 
@@ -187,6 +190,75 @@ def test_driver_reports_sglangs_storage():
     assert run.rounds[0].storage == {"free": 64, "evictable": 0, "cached": {}}
     run = drive(CHUNKS)
     assert run.rounds[2].storage == {"free": 64, "evictable": 64, "cached": {"r0": 64}}
+
+
+# SGLang's own host tier (HiCache: init_hicache, HybridCacheController, host-only nodes,
+# load_back with its threshold), the copies left out. r0's unpinned 256-token prefix and its
+# 512-token host run are host nodes; w's 1020 tokens evict the prefix from the device, which
+# demotes it (backed up, as HiCache backs a node's ancestors up first): r0 then loads all 768
+# back from token 0. After r0's release its KV is three nodes (prefix, host run, its own), and
+# r1's demand evicts the last two only.
+HOST_PREFIX_EVICTED = scenario(
+    16,
+    4096,
+    1024,
+    [
+        RequestSpec("w", 1020),
+        RequestSpec("r0", 1200, device_prefix_tokens=256, host_prefix_tokens=512, arrival_round=2),
+        RequestSpec("r1", 900, arrival_round=4),
+    ],
+    evictable=256,
+    kv_release_rounds=0,
+)
+
+
+def test_host_prefix_cases():
+    assert_identical(HOST_PREFIX_EVICTED)
+
+
+def test_driver_runs_sglangs_host_tier():
+    from policykit.conformance.sglang.storage_driver import StorageDriver
+    from policykit.host_tier import LOAD_BACK_THRESHOLD
+
+    driver = StorageDriver(HOST_PREFIX_EVICTED)
+    controller = driver.cache.cache_controller
+    assert type(controller).__name__ == "HybridCacheController"
+    assert driver.cache.load_back_threshold == LOAD_BACK_THRESHOLD  # SGLang's own value
+    host = controller.mem_pool_host
+    assert host.size - host.available_size() == 768  # r0's prefix and host run, backed up
+    run = driver.run(100)
+    loads = [(e.request_id, e.cached, e.load_back) for r in run.rounds for e in r.plan.entries]
+    assert ("r0", 0, 768) in loads
+    assert host.size - host.available_size() == 768  # a load-back keeps the host copy
+    # r1's demand took r0's own KV and its host run's node, and stopped at r0's prefix
+    assert run.rounds[3].storage["cached"] == {"r0": 256}
+
+
+def test_a_backed_up_node_under_one_that_is_not_panics_the_tree_core():
+    """Why the layout backs a host run's device prefix up first: SGLang 0.5.23's compiled tree
+    core assumes a backed-up node's ancestors are backed up (its own backups go parent first),
+    and panics when eviction reaches a parent that is not, above a demoted child."""
+    from array import array
+
+    import torch
+
+    from policykit.conformance.sglang.storage import Storage
+    from policykit.conformance.sglang.storage_driver import StorageDriver
+
+    driver = StorageDriver(HOST_PREFIX_EVICTED)
+    st: Storage = driver.storage
+    s, tree = st.s, st.tree
+    parent = tuple(range(1, 17))
+    child = (*parent, *range(17, 49))
+    slots = st.alloc_seq(torch.empty((0,), dtype=torch.int64), 48)
+    tree.insert(s["InsertParams"](key=s["RadixKey"](array("q", parent)), value=slots[:16]))
+    tree.insert(
+        s["InsertParams"](key=s["RadixKey"](array("q", child)), value=slots, prev_prefix_len=16)
+    )
+    node = tree.match_prefix(s["MatchPrefixParams"](key=s["RadixKey"](array("q", child))))
+    assert tree.backup_node_for_write_back(node.last_device_node)  # the child alone
+    with pytest.raises(RuntimeError, match="panicked"):
+        tree.evict(s["EvictParams"](num_tokens=tree.evictable_size()))
 
 
 # Hybrid SWA: SGLang 0.5.23's SWAPrefillBudget. The issue's example: r0 can never fit the

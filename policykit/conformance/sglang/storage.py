@@ -12,14 +12,16 @@ allocation path around them (``alloc_req_slots``, ``alloc_token_slots`` /
 
 What is a stand-in, and why (docs/conformance.md lists the same):
 
-* **HiCache's host tier.** 0.5.23 loads host KV back through a ``HybridCacheController`` that
-  copies between pinned host memory and the device on CUDA streams. :class:`HostTierCache`
-  keeps the scenario's host runs in a table, reports a hit as HiCache's ``match_prefix`` does
-  (whole pages, right after the device match) and makes ``init_load_back`` take real device
-  slots through the real allocation path (evicting when short) and insert them into the real
-  tree, without copying KV. ``load_back_threshold`` (10 tokens) is applied as 0.5.23 does.
-  With hybrid SWA the hit's sliding-window part (``swa_host_hit_length``) is reported as
-  0.5.23's tree walk derives it for one host node (:func:`policykit.host_tier.swa_host_hit`).
+* **HiCache's copies.** Plain pools with host prefixes run SGLang's own host tier
+  (:mod:`policykit.conformance.sglang.hicache`: ``init_hicache``, the real controller and host
+  pool), with the device/host copies left out. With hybrid SWA the host tier is still a
+  stand-in: :class:`HostTierCache` keeps the scenario's host runs in a table, reports a hit as
+  HiCache's ``match_prefix`` does (whole pages, right after the device match) and makes
+  ``init_load_back`` take real device slots through the real allocation path (evicting when
+  short) and insert them into the real tree, without copying KV. ``load_back_threshold`` (10
+  tokens) is applied as 0.5.23 does. The hit's sliding-window part (``swa_host_hit_length``)
+  is reported as 0.5.23's tree walk derives it for one host node
+  (:func:`policykit.host_tier.swa_host_hit`).
 * **The hybrid-SWA layout.** A cached device prefix keeps sliding-window KV for its last
   window only, the filler none (:func:`~policykit.swa_cache.window_start`), and the
   sliding-window pool is sized so that what is left free is the scenario's
@@ -35,6 +37,7 @@ from typing import Any
 
 import torch
 
+from policykit.conformance.sglang import hicache
 from policykit.host_tier import LOAD_BACK_THRESHOLD, swa_host_hit
 from policykit.request import Request
 from policykit.scenario import Scenario, pool_tokens, swa_pool_tokens
@@ -56,13 +59,30 @@ class HostRun:
     end: int
 
 
+def host_runs(scenario: Scenario) -> list[tuple[int, int, int]]:
+    """The host runs SGLang's host tier holds: ``(request index, device prefix, host run)``
+    for each request with a host run of at least one whole page (HiCache's nodes are whole
+    pages), leaving out prompts larger than the pool (refused at the door, never matched)."""
+    page, pool_pages = scenario.config.page_size, pool_tokens(scenario) // scenario.config.page_size
+    runs = []
+    for i, spec in enumerate(scenario.requests):
+        host = spec.host_prefix_tokens // page * page
+        if host and -(-spec.prompt_tokens // page) <= pool_pages:
+            runs.append((i, spec.device_prefix_tokens, host))
+    return runs
+
+
 def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
     """The real storage classes, and the host-tier stand-in subclassing the real tree."""
     from sglang.srt.mem_cache import allocation, common
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
     from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-    from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+    from sglang.srt.mem_cache.base_prefix_cache import (
+        EvictParams,
+        InsertParams,
+        MatchPrefixParams,
+    )
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
     from sglang.srt.mem_cache.radix_cache import RadixKey
@@ -70,8 +90,17 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    class HostTierCache(UnifiedRadixCache):
-        """The real tree, plus the host tier as a table (see the module docstring)."""
+    class QuietRadixCache(UnifiedRadixCache):
+        """The real tree (with HiCache's host tier attached when a scenario has host
+        prefixes), silent on an out-of-memory."""
+
+        def pretty_print(self) -> None:
+            """SGLang dumps the whole tree on an out-of-memory (from the compiled core, past
+            ``sys.stdout``); the conformance run reports the out-of-memory instead."""
+
+    class HostTierCache(QuietRadixCache):
+        """The real tree, plus the host tier as a table, for hybrid SWA (see the module
+        docstring)."""
 
         host_runs: dict[str, HostRun]
         req_tokens: dict[str, tuple[int, ...]]
@@ -82,10 +111,12 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
             result = super().match_prefix(params)
             req = params.req
             run = None if req is None else self.host_runs.get(req.rid)
-            if run is None or result.device_prefix_len != run.start:
+            page, matched = self.page_size, result.device_prefix_len
+            # HiCache holds a host run's device prefix too (it backs ancestors up first), so
+            # a match that lost the prefix continues on the host from there
+            if run is None or matched > run.start or run.end - run.start < page:
                 return result
-            page = self.page_size
-            hit = (run.end - run.start) // page * page
+            hit = (run.end - matched) // page * page
             swa = swa_host_hit(hit) if self.is_swa_enabled else 0
             return result._replace(host_hit_length=hit, swa_host_hit_length=swa)
 
@@ -112,13 +143,10 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
         def load_back_is_cache_owned(self) -> bool:
             return True
 
-        def pretty_print(self) -> None:
-            """SGLang dumps the whole tree on an out-of-memory (from the compiled core, past
-            ``sys.stdout``); the conformance run reports the out-of-memory instead."""
-
     return {
         "allocation": allocation,
         "common": common,
+        "EvictParams": EvictParams,
         "InsertParams": InsertParams,
         "MatchPrefixParams": MatchPrefixParams,
         "RadixKey": RadixKey,
@@ -129,6 +157,7 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
         "ReqToTokenPool": ReqToTokenPool,
         "CacheInitParams": CacheInitParams,
         "ComponentType": ComponentType,
+        "QuietRadixCache": QuietRadixCache,
         "HostTierCache": HostTierCache,
     }
 
@@ -144,6 +173,8 @@ class Storage:
         page = scenario.config.page_size
         self.page = page
         self.window = scenario.config.sliding_window
+        #: (request index, device prefix, host run in whole pages) laid out on SGLang's host tier
+        self.host_runs = host_runs(scenario) if self.window is None else []
         self.allocator = self._allocator(scenario)
         longest = max((r.prompt_tokens for r in requests), default=1)
         self.req_to_token = s["ReqToTokenPool"](len(requests) + 1, longest + page, "cpu", False)
@@ -158,12 +189,17 @@ class Storage:
             sliding_window_size=self.window,
             tree_components=components,
         )
-        self.tree = s["HostTierCache"](params)
+        self.tree = s["HostTierCache" if self.window is not None else "QuietRadixCache"](params)
         self.tree.req_tokens = {r.id: r.tokens for r in requests}
         self.tree.host_runs = {}
         self.tree.storage = self
         #: slot -> token whose KV it holds (to name what the tree holds and what it evicted)
         self.token_of: dict[int, int] = {}
+        if self.host_runs:
+            needed = hicache.host_tokens_needed([(d, h) for _, d, h in self.host_runs])
+            hicache.attach(self.tree, params, needed, pool_tokens(scenario))
+            for i, device, host in self.host_runs:
+                hicache.lay_out_host_run(self, requests[i].tokens, device, host)
         self._lay_out(scenario, requests)
 
     def _allocator(self, scenario: Scenario) -> Any:
@@ -172,11 +208,10 @@ class Storage:
         (one head of one dimension per layer: the scheduler reads slot counts only)."""
         s, page, total = self.s, scenario.config.page_size, pool_tokens(scenario)
         if self.window is None:
+            kv = hicache.device_kv_pool(total, page) if self.host_runs else None
             if page == 1:
-                return s["TokenToKVPoolAllocator"](total, torch.int64, "cpu", None, False)
-            allocator = s["PagedTokenToKVPoolAllocator"](
-                total, page, torch.int64, "cpu", None, False
-            )
+                return s["TokenToKVPoolAllocator"](total, torch.int64, "cpu", kv, False)
+            allocator = s["PagedTokenToKVPoolAllocator"](total, page, torch.int64, "cpu", kv, False)
             allocator.use_triton_kernels = False  # its torch path: no GPU kernel
             return allocator
         swa_total = swa_pool_tokens(scenario)  # as policykit's node sizes it
@@ -254,7 +289,7 @@ class Storage:
         if filler:
             # no request matches the filler: its sliding-window KV is gone
             self._insert(tuple(range(filler)), filler)
-        for spec in scenario.requests:
+        for spec in scenario.requests if self.window is not None else ():
             if spec.host_prefix_tokens:
                 start = spec.device_prefix_tokens
                 self.tree.host_runs[spec.id] = HostRun(start, start + spec.host_prefix_tokens)

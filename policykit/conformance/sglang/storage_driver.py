@@ -127,6 +127,10 @@ class StorageDriver(UpstreamDriver):
             round_no += 1
             self._release_due(round_no)
             self._arrive(round_no)
+            if self.cache.cache_controller is not None:
+                # acknowledge last round's load-backs (their locks go), as the scheduler
+                # does first in ``get_next_batch_to_run``
+                self.cache.check_hicache_events()
             if self.chunked is not None:
                 self.up["storage"]["common"].checkpoint_kv_cache(self.chunked, self.cache)
             record = self.round(round_no)
@@ -175,8 +179,12 @@ class StorageDriver(UpstreamDriver):
         self.can_run = list(adder.can_run_list)
         self.pending_chunked = adder.new_chunked_req
         for req in self.can_run:
-            if req is not self.chunked:
-                self.admitted_prefix[req.rid] = req.prefix_len - req.host_loaded_length
+            if req is self.chunked:
+                continue
+            self.admitted_prefix[req.rid] = req.prefix_len - req.host_loaded_length
+            if req.host_loaded_length:  # slots HiCache's load-back took, to name them
+                slots = self.cache.prefix_device_indices(req)
+                self.storage.note(slots, self.requests[req.rid].tokens[: slots.numel()])
 
     def _commit(self, plan: Plan) -> str | None:
         """``alloc_for_extend`` for the round's batch: request rows, then one extend
@@ -185,6 +193,8 @@ class StorageDriver(UpstreamDriver):
         reqs = self.can_run
         if not reqs:
             return None
+        if self.cache.cache_controller is not None:
+            self.cache.ready_to_load_host_cache()  # the batch's load-backs start
         st, alloc = self.storage, self.up["storage"]["allocation"]
         prefixes = [
             st.req_to_token.req_to_token[r.kv.req_pool_idx, : r.prefix_len].to(torch.int64)

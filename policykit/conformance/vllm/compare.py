@@ -72,9 +72,12 @@ class Verdict:
         }
 
 
-def model_steps(scenario: Scenario, knobs: SchedulerKnobs, max_rounds: int) -> list[Step]:
-    """policykit's side: the scenario on its node that preempts, under :func:`vllm_combo`."""
-    combo = builtin_registry().resolve(vllm_combo(knobs))
+def model_steps(
+    scenario: Scenario, knobs: SchedulerKnobs, max_rounds: int, combo_text: str | None = None
+) -> list[Step]:
+    """policykit's side: the scenario on its node that preempts, under ``combo_text`` (by
+    default :func:`vllm_combo`, the combo that decides as vLLM configured with ``knobs``)."""
+    combo = builtin_registry().resolve(combo_text or vllm_combo(knobs))
     sched, _ = prepare(scenario, combo, max_running=max_num_seqs(scenario, knobs))
     return run(sched, len(scenario.requests), max_rounds)
 
@@ -90,13 +93,22 @@ def _row(step: Step | StepRecord) -> dict[str, Any]:
 
 
 def conform(
-    scenario: Scenario, knobs: SchedulerKnobs | None = None, *, max_rounds: int = MAX_ROUNDS
+    scenario: Scenario,
+    knobs: SchedulerKnobs | None = None,
+    *,
+    max_rounds: int = MAX_ROUNDS,
+    combo: str | None = None,
+    scheduler_cls: type | None = None,
 ) -> Verdict:
-    """Both sides on ``scenario``; every round's first differing field, and the run lengths."""
+    """Both sides on ``scenario``; every round's first differing field, and the run lengths.
+
+    ``combo`` runs policykit's side under another combo than vLLM's, and ``scheduler_cls``
+    drives a subclass of vLLM's scheduler that decides by it (the policykit plugin)."""
     knobs = knobs or SchedulerKnobs()
-    ours = model_steps(scenario, knobs, max_rounds)
-    theirs = drive(scenario, knobs, max_rounds=max_rounds)
-    verdict = Verdict(scenario.name, vllm_combo(knobs), knobs, rounds=len(theirs.steps))
+    combo = combo or vllm_combo(knobs)
+    ours = model_steps(scenario, knobs, max_rounds, combo)
+    theirs = drive(scenario, knobs, max_rounds=max_rounds, scheduler_cls=scheduler_cls)
+    verdict = Verdict(scenario.name, combo, knobs, rounds=len(theirs.steps))
     verdict.preemptions = len(theirs.preemptions())
     for mine, real in zip(ours, theirs.steps, strict=False):
         a, b = _row(mine), _row(real)

@@ -168,9 +168,14 @@ def max_num_seqs(scenario: Scenario, knobs: SchedulerKnobs) -> int:
 
 
 def drive(
-    scenario: Scenario, knobs: SchedulerKnobs | None = None, *, max_rounds: int = 10_000
+    scenario: Scenario,
+    knobs: SchedulerKnobs | None = None,
+    *,
+    max_rounds: int = 10_000,
+    scheduler_cls: type | None = None,
 ) -> Trace:
-    """Run ``scenario`` through vLLM's scheduler; one :class:`StepRecord` per round."""
+    """Run ``scenario`` through vLLM's scheduler (or ``scheduler_cls``, a subclass such as the
+    policykit plugin's); one :class:`StepRecord` per round."""
     refuse_unmappable(scenario)
     knobs = knobs or SchedulerKnobs()
     page = scenario.config.page_size
@@ -184,6 +189,7 @@ def drive(
         max_model_len=longest + 1,
         max_num_seqs=max_num_seqs(scenario, knobs),
         knobs=knobs,
+        scheduler_cls=scheduler_cls,
     )
     usable = scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1  # less the null block
     run = _Run(

@@ -99,8 +99,12 @@ def build_scheduler(
     max_model_len: int,
     max_num_seqs: int,
     knobs: SchedulerKnobs,
+    scheduler_cls: type | None = None,
+    additional_config: dict[str, Any] | None = None,
 ) -> Any:
-    """A real ``Scheduler`` whose pool has ``num_blocks`` blocks (one is vLLM's null block)."""
+    """A real ``Scheduler`` whose pool has ``num_blocks`` blocks (one is vLLM's null block);
+    ``scheduler_cls`` builds a subclass instead (what ``--scheduler-cls`` names), as vLLM's
+    engine core would, with ``additional_config`` as ``--additional-config``."""
     load()
     import torch
     from vllm.config import (
@@ -143,6 +147,7 @@ def build_scheduler(
         scheduler_config=scheduler_config,
         cache_config=cache,
         kv_transfer_config=transfer,
+        additional_config=additional_config or {},
     )
     spec = FullAttentionSpec(
         block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
@@ -152,7 +157,7 @@ def build_scheduler(
         kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
     )
-    return Scheduler(
+    return (scheduler_cls or Scheduler)(
         vllm_config=config,
         kv_cache_config=kv_cache,
         structured_output_manager=StructuredOutputManager(config),
