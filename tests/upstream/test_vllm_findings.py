@@ -34,13 +34,7 @@ KNOBS = [
 
 
 @pytest.fixture(scope="module")
-def vllm_side():
-    from policykit.conformance import vllm as oracle
-
-    try:
-        oracle.load()
-    except oracle.VllmUnavailable as exc:
-        pytest.skip(str(exc))
+def vllm_side(vllm_oracle):
     from policykit.conformance.vllm import SchedulerKnobs, compare, drive
 
     return SchedulerKnobs, compare, drive
