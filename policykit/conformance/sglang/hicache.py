@@ -148,7 +148,6 @@ def lay_out_host_run(storage: Any, tokens: tuple[int, ...], device: int, host: i
     eviction), then evict them, which demotes both to the host. Runs before anything else is
     laid out, so the device pool is empty and every node evicted is one of these."""
     s, tree = storage.s, storage.tree
-    nodes = []
     prefix = torch.empty((0,), dtype=torch.int64)
     for end in (device, device + host):
         if end == prefix.numel():
@@ -157,9 +156,11 @@ def lay_out_host_run(storage: Any, tokens: tuple[int, ...], device: int, host: i
         slots = storage.alloc_seq(prefix, end - prefix.numel())
         value = torch.cat([prefix, slots])
         tree.insert(s["InsertParams"](key=key, value=value, prev_prefix_len=prefix.numel()))
-        nodes.append(tree.match_prefix(s["MatchPrefixParams"](key=key)).last_device_node)
         prefix = value
-    for node in nodes:
+    leaf = tree.match_prefix(s["MatchPrefixParams"](key=key)).last_device_node
+    # the chain write-through backs up: every unbacked ancestor, parent first (an insert may
+    # cut more nodes than the two inserted: hybrid SWA caps a new leaf at one window)
+    for node in tree.tree_core.build_backup_kv_action(leaf).node_ids:
         if not tree.backup_node_for_write_back(node):
             raise AssertionError("the host pool is sized to hold every host run")
     tree.evict(s["EvictParams"](num_tokens=tree.evictable_size()))
