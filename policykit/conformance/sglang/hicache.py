@@ -4,9 +4,10 @@
 does: a ``HostPoolGroup`` over an ``MHATokenToKVPoolHost`` (with hybrid SWA a second one for the
 sliding-window pool, into which the ``SWA`` component backs up the nodes within a window of the
 one backed up) and the ``HybridCacheController`` that backs nodes up
-(``backup_node_for_write_back``), demotes backed-up leaves to host-only nodes on eviction, matches the host (``host_hit_length``), loads back with its threshold
-(``load_back_threshold``, 10 tokens) under host and device locks, and acknowledges both
-(``writing_check``, ``loading_check``). Two things cannot run without a GPU, and are stood in
+(``backup_node_for_write_back``), demotes backed-up leaves to host-only nodes on eviction,
+matches the host (``host_hit_length``), loads back with its threshold (``load_back_threshold``,
+10 tokens) under host and device locks, and acknowledges both (``writing_check``,
+``loading_check``). Two things cannot run without a GPU, and are stood in
 for here (docs/conformance.md lists them):
 
 * the copies: :class:`NoCopyTransfers` takes the place of the controller's
