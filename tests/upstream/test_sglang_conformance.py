@@ -424,15 +424,26 @@ def test_the_stand_in_is_the_default_for_hybrid_swa_host_prefixes():
 # Where SGLang's own SWA HiCache and policykit disagree (docs/conformance.md, the stand-in
 # table): SGLang's insert cuts a new leaf at one window (1920 + 128 tokens here), backs both up,
 # and its tree walk stops once a window is covered, so swa_host_hit_length is 128, not the
-# 2048-token run policykit charges (policykit.host_tier.swa_host_hit). SGLang then runs r0
+# 2048-token run policykit charges (policykit.host_tier.swa_host_hit), and its load-back takes
+# 128 sliding-window slots, where policykit's node takes 2048. SGLang then runs r0
 # whole where policykit caps its chunk. The default (the HostTierCache stand-in) reports the
 # whole run and agrees with policykit.
 def test_sglangs_swa_hicache_charges_one_window_of_a_long_host_run():
     from policykit.conformance.sglang.storage_driver import StorageDriver
 
     long_run = SWA_HOST_EDGES["host-run-longer-than-window"]
-    match = _first_match(StorageDriver(long_run, swa_hicache=True), "r0")
+    driver = StorageDriver(long_run, swa_hicache=True)
+    match = _first_match(driver, "r0")
     assert (match.host_hit_length, match.swa_host_hit_length) == (2048, 128)
+    pools = driver.allocator
+    assert (pools.full_available_size(), pools.swa_available_size()) == (12800, 2560)
+    driver.run(1)
+    # the load-back takes 2048 full slots but one window (128) of sliding-window slots, and
+    # r0's 952 tokens 15 pages (960) in each pool
+    assert (pools.full_available_size(), pools.swa_available_size()) == (
+        12800 - 2048 - 960,
+        2560 - 128 - 960,
+    )
     assert conform(long_run, storage=True, swa_hicache=True).differences[0] == (
         "round 1 batch: policykit [('r0', 2048, 2432, 'truncated')] != "
         "upstream [('r0', 2048, 3000, 'whole')]"
