@@ -451,6 +451,33 @@ def test_sglangs_swa_hicache_charges_one_window_of_a_long_host_run():
     assert conform(long_run, storage=True).differences == []
 
 
+def test_random_swa_host_scenarios_on_sglangs_hicache():
+    """CI's hybrid-SWA random set, the scenarios with host runs, on SGLang's own SWA HiCache:
+    where every host run (with its device prefix) fits in one window, SGLang's nodes and tree
+    walk give the whole hit as swa_host_hit_length, as policykit models it, and the two agree
+    (or the run is not expressible: longer than the sliding-window pool). Longer runs are
+    where they part (the test above), and some of them do."""
+    rng = random.Random(RANDOM_SEED)
+    kinds = {"fit": 0, "long": 0, "long-differ": 0}
+    failures = []
+    for i in range(RANDOM_SWA_COUNT):
+        sc = random_scenario(rng, i, hybrid_swa=True)
+        runs = host_runs(sc)
+        if not runs:
+            continue
+        verdict = conform(sc, storage=True, swa_hicache=True)
+        unfit = any(d.startswith("not expressible") for d in verdict.differences)
+        if all(device + host <= sc.config.sliding_window for _, device, host in runs):
+            kinds["fit"] += not unfit
+            if verdict.differences and not unfit:
+                failures.append(json.dumps(sc.to_dict()) + "\n  " + verdict.differences[0])
+        else:
+            kinds["long"] += 1
+            kinds["long-differ"] += bool(verdict.differences)
+    assert not failures, "\n".join(failures[:5])
+    assert kinds["fit"] >= 10 and kinds["long-differ"] >= 1, kinds
+
+
 def test_a_host_run_longer_than_the_sliding_window_pool_is_not_expressible_on_hicache():
     """HiCache backs up what was live on the device: a 1904-token host run with its sliding-
     window KV could never have been in the 1504-token sliding-window pool (992 free in whole
