@@ -179,8 +179,8 @@ def _refuse_unfit_host_runs(scenario: Scenario, runs: list[tuple[int, int, int]]
     for i, device, host in runs:
         if pages_for(device + host, page) * page > swa_pool:
             raise NotExpressible(
-                f"request {scenario.requests[i].id}'s device prefix and host run "
-                f"({device} + {host} tokens) are more than the sliding-window pool "
+                f"request {scenario.requests[i].id}'s device prefix and host run in whole "
+                f"pages ({device} + {host} tokens) are more than the sliding-window pool "
                 f"({swa_pool} tokens): SGLang's HiCache could not have backed them up with "
                 "their sliding-window KV"
             )
@@ -233,10 +233,10 @@ class Storage:
         self.token_of: dict[int, int] = {}
         if self.host_runs:
             needed = hicache.host_tokens_needed([(d, h) for _, d, h in self.host_runs])
-            device = pool_tokens(scenario)
+            mirrored = pool_tokens(scenario)
             if self.window is not None:
-                device = min(device, swa_pool_tokens(scenario))
-            hicache.attach(self.tree, params, needed, device)
+                mirrored = min(mirrored, swa_pool_tokens(scenario))
+            hicache.attach(self.tree, params, needed, mirrored)
             for i, device, host in self.host_runs:
                 hicache.lay_out_host_run(self, requests[i].tokens, device, host)
         self._lay_out(scenario, requests)
