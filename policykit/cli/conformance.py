@@ -61,6 +61,14 @@ def conformance() -> None:
     help="Accepted for old scripts and ignored: hybrid SWA always runs on SGLang's own SWA "
     "radix tree and SWATokenToKVPoolAllocator.",
 )
+@click.option(
+    "--swa-hicache",
+    is_flag=True,
+    help="Run hybrid-SWA scenarios' host prefixes on SGLang's own HiCache (its sliding-window "
+    "host pool and window backups) instead of the HostTierCache stand-in, which reports the "
+    "hit's sliding-window part as policykit models it (see docs/conformance.md: the two "
+    "disagree on it).",
+)
 @json_option
 def sglang(
     scenarios: tuple[str, ...],
@@ -68,6 +76,7 @@ def sglang(
     seed: int,
     schedule_policy: str,
     swa_storage: bool,
+    swa_hicache: bool,
     as_json: bool,
 ) -> None:
     """Diff SCENARIO... (files or bundled names) against SGLang 0.5.23's PrefillAdder and its
@@ -93,11 +102,13 @@ def sglang(
                     combo,
                     schedule_policy=schedule_policy,
                     storage=True,
+                    swa_hicache=swa_hicache,
                 )
             )
             advance()
     different = [v for v in verdicts if v.differences]
     covered = _coverage(loaded, verdicts)
+    swa_host_tier = "sglang-hicache" if swa_hicache else "host-tier-stand-in"
     if as_json:
         echo_json(
             {
@@ -111,6 +122,7 @@ def sglang(
                 "identical": sum(v.identical for v in verdicts),
                 "different": len(different),
                 "coverage": covered,
+                "swa_host_tier": swa_host_tier,
             }
         )
     else:
@@ -130,7 +142,9 @@ def sglang(
         click.echo(
             "with host prefixes {host}, with an unpinned device prefix evicted while its "
             "request waited {evicted_prefix}, with hybrid SWA {hybrid_swa} (with host prefixes "
-            "{hybrid_swa_host})".format(**covered)
+            "{hybrid_swa_host}, on the {tier})".format(
+                tier="SGLang HiCache" if swa_hicache else "HostTierCache stand-in", **covered
+            )
         )
     if different:
         sys.exit(EXIT_DIFFERENT)

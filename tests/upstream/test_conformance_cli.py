@@ -69,3 +69,26 @@ def test_bad_input_is_one_paragraph_and_exit_2(tmp_path):
     result = _run(str(path))
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert _run().exit_code == 2  # nothing to compare
+
+
+#: hybrid SWA with a 2048-token host run, four windows long: SGLang's own HiCache derives one
+#: window of it as swa_host_hit_length, policykit (and the default stand-in) the whole run
+#: (docs/conformance.md)
+LONG_SWA_HOST_RUN = {
+    "page_size": 64,
+    "chunked_prefill_size": 8192,
+    "sliding_window": 128,
+    "pool": {"free_tokens": 12800, "evictable_tokens": 0, "swa_free_tokens": 2600},
+    "requests": [{"id": "r0", "prompt_tokens": 3000, "host_prefix_tokens": 2048}],
+}
+
+
+def test_swa_hicache_runs_sglangs_own_swa_host_tier(tmp_path):
+    path = tmp_path / "long-swa-host-run.json"
+    path.write_text(json.dumps(LONG_SWA_HOST_RUN))
+    default = _run(str(path), "--json")
+    assert default.exit_code == 0, default.output
+    assert json.loads(default.output)["swa_host_tier"] == "host-tier-stand-in"
+    result = _run(str(path), "--swa-hicache")
+    assert result.exit_code == 1, result.output
+    assert "round 1 batch" in result.output and "on the SGLang HiCache" in result.output

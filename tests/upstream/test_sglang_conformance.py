@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+from array import array
 from pathlib import Path
 
 import pytest
@@ -362,6 +363,129 @@ def test_upstream_charges_the_sliding_window_part_of_a_host_hit():
     waits = drive(SWA_HOST_EDGES["load-back-takes-window-slots"]).rounds[0]
     assert [e.request_id for e in waits.plan.entries] == ["r0"]
     assert waits.verdicts == [("r0", "CONTINUE"), ("r1", "NO_TOKEN")]
+
+
+# SGLang 0.5.23's own HiCache with hybrid SWA (``swa_hicache``, ``--swa-hicache``): a
+# sliding-window host pool beside the full one, each host run backed up with its window by the
+# SWA component, then demoted to host-only nodes. Where a host run is one window's leaf or less,
+# SGLang's tree walk derives the whole run as swa_host_hit_length, as policykit models it.
+SWA_HICACHE_AGREES = (
+    "host-charge-caps-the-chunk",
+    "host-charge-fits",
+    "load-back-takes-window-slots",
+)
+
+
+@pytest.mark.parametrize("name", SWA_HICACHE_AGREES)
+def test_swa_host_edge_cases_on_sglangs_hicache(name):
+    verdict = conform(SWA_HOST_EDGES[name], storage=True, swa_hicache=True)
+    assert verdict.differences == [], verdict.differences
+
+
+def _first_match(driver, rid: str):
+    """SGLang's match of ``rid``'s prompt on the tree as laid out (before any round)."""
+    s = driver.up["storage"]
+    key = s["RadixKey"](array("q", driver.requests[rid].tokens))
+    return driver.cache.match_prefix(s["MatchPrefixParams"](key=key))
+
+
+def test_the_driver_runs_sglangs_swa_hicache():
+    from policykit.conformance.sglang.storage_driver import StorageDriver
+
+    driver = StorageDriver(SWA_HOST_CAPPED, swa_hicache=True)
+    cache = driver.cache
+    assert type(cache).__name__ == "QuietRadixCache"  # not the HostTierCache stand-in
+    assert type(cache.cache_controller).__name__ == "HybridCacheController"
+    assert cache.tree_core.has_swa_host_pool
+    pools = {name.value: entry.host_pool for name, entry in cache.host_pool_group.entry_map.items()}
+    # the run's full KV and its sliding-window KV, each backed up on its own host pool
+    assert {name: p.size - p.available_size() for name, p in pools.items()} == {
+        "kv": 512,
+        "swa": 512,
+    }
+    match = _first_match(driver, "r0")
+    assert (match.device_prefix_len, match.host_hit_length, match.swa_host_hit_length) == (
+        0,
+        512,
+        512,
+    )
+    first = driver.run().rounds[0].plan.entries[0]
+    assert (first.start, first.end, first.load_back) == (512, 512 + 464, 512)
+
+
+def test_the_stand_in_is_the_default_for_hybrid_swa_host_prefixes():
+    from policykit.conformance.sglang.storage_driver import StorageDriver
+
+    driver = StorageDriver(SWA_HOST_CAPPED)
+    assert type(driver.cache).__name__ == "HostTierCache"
+    assert driver.cache.cache_controller is None
+
+
+# Where SGLang's own SWA HiCache and policykit disagree (docs/conformance.md, the stand-in
+# table): SGLang's insert cuts a new leaf at one window (1920 + 128 tokens here), backs both up,
+# and its tree walk stops once a window is covered, so swa_host_hit_length is 128, not the
+# 2048-token run policykit charges (policykit.host_tier.swa_host_hit), and its load-back takes
+# 128 sliding-window slots, where policykit's node takes 2048. SGLang then runs r0
+# whole where policykit caps its chunk. The default (the HostTierCache stand-in) reports the
+# whole run and agrees with policykit.
+def test_sglangs_swa_hicache_charges_one_window_of_a_long_host_run():
+    from policykit.conformance.sglang.storage_driver import StorageDriver
+
+    long_run = SWA_HOST_EDGES["host-run-longer-than-window"]
+    driver = StorageDriver(long_run, swa_hicache=True)
+    match = _first_match(driver, "r0")
+    assert (match.host_hit_length, match.swa_host_hit_length) == (2048, 128)
+    pools = driver.allocator
+    assert (pools.full_available_size(), pools.swa_available_size()) == (12800, 2560)
+    driver.run(1)
+    # the load-back takes 2048 full slots but one window (128) of sliding-window slots, and
+    # r0's 952 tokens 15 pages (960) in each pool
+    assert (pools.full_available_size(), pools.swa_available_size()) == (
+        12800 - 2048 - 960,
+        2560 - 128 - 960,
+    )
+    assert conform(long_run, storage=True, swa_hicache=True).differences[0] == (
+        "round 1 batch: policykit [('r0', 2048, 2432, 'truncated')] != "
+        "upstream [('r0', 2048, 3000, 'whole')]"
+    )
+    assert conform(long_run, storage=True).differences == []
+
+
+def test_random_swa_host_scenarios_on_sglangs_hicache():
+    """CI's hybrid-SWA random set, the scenarios with host runs, on SGLang's own SWA HiCache:
+    where every host run (with its device prefix) fits in one window, SGLang's nodes and tree
+    walk give the whole hit as swa_host_hit_length, as policykit models it, and the two agree
+    (or the run is not expressible: longer than the sliding-window pool). Longer runs are
+    where they part (the test above), and some of them do."""
+    rng = random.Random(RANDOM_SEED)
+    kinds = {"fit": 0, "long": 0, "long-differ": 0}
+    failures = []
+    for i in range(RANDOM_SWA_COUNT):
+        sc = random_scenario(rng, i, hybrid_swa=True)
+        runs = host_runs(sc)
+        if not runs:
+            continue
+        verdict = conform(sc, storage=True, swa_hicache=True)
+        unfit = any(d.startswith("not expressible") for d in verdict.differences)
+        if all(device + host <= sc.config.sliding_window for _, device, host in runs):
+            kinds["fit"] += not unfit
+            if verdict.differences and not unfit:
+                failures.append(json.dumps(sc.to_dict()) + "\n  " + verdict.differences[0])
+        else:
+            kinds["long"] += 1
+            kinds["long-differ"] += bool(verdict.differences)
+    assert not failures, "\n".join(failures[:5])
+    assert kinds["fit"] >= 10 and kinds["long-differ"] >= 1, kinds
+
+
+def test_a_host_run_longer_than_the_sliding_window_pool_is_not_expressible_on_hicache():
+    """HiCache backs up what was live on the device: a 1904-token host run with its sliding-
+    window KV could never have been in the 1504-token sliding-window pool (992 free in whole
+    pages, and r0's cached window of 512)."""
+    r0 = RequestSpec("r0", 3000, 864, host_prefix_tokens=1904)
+    sc = swa(16, 4096, 16 * 400, [r0], 1000, 512, evictable=864)
+    (line,) = conform(sc, storage=True, swa_hicache=True).differences
+    assert line.startswith("not expressible on SGLang's storage: request r0's device prefix")
 
 
 # Known difference kept on purpose (docs/conformance.md): with one-token pages a host hit under

@@ -18,6 +18,7 @@ from typing import Any
 from policykit.config import EngineConfig
 from policykit.conformance.sglang.driver import UpstreamRun
 from policykit.conformance.sglang.run import drive
+from policykit.conformance.sglang.storage import NotExpressible
 from policykit.conformance.sglang.storage_driver import storage_view_of
 from policykit.node import PrefillNode
 from policykit.plan import Plan
@@ -165,11 +166,17 @@ def conform(
     max_rounds: int = MAX_ROUNDS,
     schedule_policy: str = "fcfs",
     storage: bool = False,
+    swa_hicache: bool = False,
 ) -> Verdict:
     """Run ``scenario`` on both sides (at most ``max_rounds`` rounds each) and compare;
     upstream sorts its queue with ``schedule_policy`` (its ``--schedule-policy``). With
-    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`)."""
-    theirs = drive(scenario, max_rounds, schedule_policy)
+    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`). With
+    ``swa_hicache``, a hybrid-SWA scenario's host prefixes run on SGLang's own HiCache rather
+    than the ``HostTierCache`` stand-in; one it cannot lay out there differs, saying why."""
+    try:
+        theirs = drive(scenario, max_rounds, schedule_policy, swa_hicache)
+    except NotExpressible as exc:
+        return Verdict(scenario.name, [f"not expressible on SGLang's storage: {exc}"])
     views: list[dict[str, Any]] | None = [] if storage else None
     ours = run_policykit(scenario, combo, max_rounds, views)
     return Verdict(

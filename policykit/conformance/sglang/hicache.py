@@ -1,11 +1,13 @@
 """SGLang 0.5.23's own HiCache host tier on a CPU, for scenarios with host prefixes.
 
 ``UnifiedRadixCache.init_hicache`` builds the real host stack, as ``--enable-hierarchical-cache``
-does: a ``HostPoolGroup`` over an ``MHATokenToKVPoolHost`` and the ``HybridCacheController``
-that backs nodes up (``backup_node_for_write_back``), demotes backed-up leaves to host-only
-nodes on eviction, matches the host (``host_hit_length``), loads back with its threshold
-(``load_back_threshold``, 10 tokens) under host and device locks, and acknowledges both
-(``writing_check``, ``loading_check``). Two things cannot run without a GPU, and are stood in
+does: a ``HostPoolGroup`` over an ``MHATokenToKVPoolHost`` (with hybrid SWA a second one for the
+sliding-window pool, into which the ``SWA`` component backs up the nodes within a window of the
+one backed up) and the ``HybridCacheController`` that backs nodes up
+(``backup_node_for_write_back``), demotes backed-up leaves to host-only nodes on eviction,
+matches the host (``host_hit_length``), loads back with its threshold (``load_back_threshold``,
+10 tokens) under host and device locks, and acknowledges both (``writing_check``,
+``loading_check``). Two things cannot run without a GPU, and are stood in
 for here (docs/conformance.md lists them):
 
 * the copies: :class:`NoCopyTransfers` takes the place of the controller's
@@ -119,8 +121,10 @@ def host_tokens_needed(runs: list[tuple[int, int]]) -> int:
 
 
 def attach(tree: Any, params: Any, host_tokens: int, device_tokens: int) -> None:
-    """``init_hicache`` on ``tree`` with a host pool of at least ``host_tokens`` slots (and at
-    least SGLang's default, twice the device pool), then the stand-ins above."""
+    """``init_hicache`` on ``tree`` with host pools of at least ``host_tokens`` slots (and at
+    least SGLang's default, twice the device pool), then the stand-ins above. One ratio sizes
+    every host pool from its device pool, so ``device_tokens`` is the smallest device pool
+    mirrored (with hybrid SWA, the sliding-window pool can be the smaller)."""
     from sglang.srt.runtime_context import get_memory
 
     ratio = max(2.0, -(-host_tokens // device_tokens) + 1.0)
@@ -143,12 +147,12 @@ def attach(tree: Any, params: Any, host_tokens: int, device_tokens: int) -> None
 
 def lay_out_host_run(storage: Any, tokens: tuple[int, ...], device: int, host: int) -> None:
     """Make ``tokens[device:device + host]`` a host-only node whose parent ``tokens[:device]``
-    is backed up too: insert both on the device, back them up parent first (as HiCache's
-    backups go; a backed-up child under a parent that is not panics the tree core on
+    is backed up too: insert both on the device (with hybrid SWA with all their sliding-window
+    KV, as a finished request holds it until its release), back them up parent first (as
+    HiCache's backups go; a backed-up child under a parent that is not panics the tree core on
     eviction), then evict them, which demotes both to the host. Runs before anything else is
     laid out, so the device pool is empty and every node evicted is one of these."""
     s, tree = storage.s, storage.tree
-    nodes = []
     prefix = torch.empty((0,), dtype=torch.int64)
     for end in (device, device + host):
         if end == prefix.numel():
@@ -157,9 +161,11 @@ def lay_out_host_run(storage: Any, tokens: tuple[int, ...], device: int, host: i
         slots = storage.alloc_seq(prefix, end - prefix.numel())
         value = torch.cat([prefix, slots])
         tree.insert(s["InsertParams"](key=key, value=value, prev_prefix_len=prefix.numel()))
-        nodes.append(tree.match_prefix(s["MatchPrefixParams"](key=key)).last_device_node)
         prefix = value
-    for node in nodes:
+    leaf = tree.match_prefix(s["MatchPrefixParams"](key=key)).last_device_node
+    # the chain write-through backs up: every unbacked ancestor, parent first (an insert may
+    # cut more nodes than the two inserted: hybrid SWA caps a new leaf at one window)
+    for node in tree.tree_core.build_backup_kv_action(leaf).node_ids:
         if not tree.backup_node_for_write_back(node):
             raise AssertionError("the host pool is sized to hold every host run")
     tree.evict(s["EvictParams"](num_tokens=tree.evictable_size()))

@@ -12,16 +12,20 @@ allocation path around them (``alloc_req_slots``, ``alloc_token_slots`` /
 
 What is a stand-in, and why (docs/conformance.md lists the same):
 
-* **HiCache's copies.** Plain pools with host prefixes run SGLang's own host tier
+* **HiCache's copies.** Scenarios with host prefixes run SGLang's own host tier
   (:mod:`policykit.conformance.sglang.hicache`: ``init_hicache``, the real controller and host
-  pool), with the device/host copies left out. With hybrid SWA the host tier is still a
-  stand-in: :class:`HostTierCache` keeps the scenario's host runs in a table, reports a hit as
-  HiCache's ``match_prefix`` does (whole pages, right after the device match) and makes
+  pools, with hybrid SWA a sliding-window host pool and the SWA component's window backups),
+  with the device/host copies and the pinning of host memory left out.
+* **Hybrid SWA with host prefixes, by default.** Unless ``swa_hicache`` is asked for,
+  :class:`HostTierCache` stands in for HiCache there: it keeps the scenario's host runs in a
+  table, reports a hit as policykit models it (whole pages, right after the device match, its
+  sliding-window part the whole hit, :func:`policykit.host_tier.swa_host_hit`) and makes
   ``init_load_back`` take real device slots through the real allocation path (evicting when
   short) and insert them into the real tree, without copying KV. ``load_back_threshold`` (10
-  tokens) is applied as 0.5.23 does. The hit's sliding-window part (``swa_host_hit_length``)
-  is reported as 0.5.23's tree walk derives it for one host node
-  (:func:`policykit.host_tier.swa_host_hit`).
+  tokens) is applied as 0.5.23 does. It is the default because SGLang's own SWA HiCache
+  disagrees with policykit's model of ``swa_host_hit_length``: it derives about one window
+  (an insert cuts a new leaf at one window, and its tree walk stops once a window is
+  covered), where policykit charges the whole hit (docs/conformance.md).
 * **The hybrid-SWA layout.** A cached device prefix keeps sliding-window KV for its last
   window only, the filler none (:func:`~policykit.swa_cache.window_start`), and the
   sliding-window pool is sized so that what is left free is the scenario's
@@ -39,6 +43,7 @@ import torch
 
 from policykit.conformance.sglang import hicache
 from policykit.host_tier import LOAD_BACK_THRESHOLD, swa_host_hit
+from policykit.pool import pages_for
 from policykit.request import Request
 from policykit.scenario import Scenario, pool_tokens, swa_pool_tokens
 from policykit.swa_cache import window_start
@@ -72,6 +77,10 @@ def host_runs(scenario: Scenario) -> list[tuple[int, int, int]]:
     return runs
 
 
+class NotExpressible(Exception):
+    """The scenario cannot be laid out on SGLang's own storage (the message says why)."""
+
+
 def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
     """The real storage classes, and the host-tier stand-in subclassing the real tree."""
     from sglang.srt.mem_cache import allocation, common
@@ -99,8 +108,8 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
             ``sys.stdout``); the conformance run reports the out-of-memory instead."""
 
     class HostTierCache(QuietRadixCache):
-        """The real tree, plus the host tier as a table, for hybrid SWA (see the module
-        docstring)."""
+        """The real tree, plus the host tier as a table: the stand-in for HiCache with hybrid
+        SWA, by default (see the module docstring)."""
 
         host_runs: dict[str, HostRun]
         req_tokens: dict[str, tuple[int, ...]]
@@ -162,19 +171,46 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _refuse_unfit_host_runs(scenario: Scenario, runs: list[tuple[int, int, int]]) -> None:
+    """HiCache backs up what was on the device: a host run with its prefix must have fit the
+    sliding-window pool, all of its sliding-window KV live at once (as a finished request's is
+    until its release), for its window backups to exist. Raises :class:`NotExpressible`."""
+    page, swa_pool = scenario.config.page_size, swa_pool_tokens(scenario)
+    for i, device, host in runs:
+        if pages_for(device + host, page) * page > swa_pool:
+            raise NotExpressible(
+                f"request {scenario.requests[i].id}'s device prefix and host run in whole "
+                f"pages ({device} + {host} tokens) are more than the sliding-window pool "
+                f"({swa_pool} tokens): SGLang's HiCache could not have backed them up with "
+                "their sliding-window KV"
+            )
+
+
 class Storage:
     """One scenario's pool, tree and request rows in SGLang's own classes, laid out as
     :func:`policykit.scenario.build_node` lays out policykit's node (device prefixes in
     listing order, pinned ones locked for good, then the anonymous filler)."""
 
-    def __init__(self, up: dict[str, Any], scenario: Scenario, requests: list[Request]) -> None:
+    def __init__(
+        self,
+        up: dict[str, Any],
+        scenario: Scenario,
+        requests: list[Request],
+        swa_hicache: bool = False,
+    ) -> None:
+        """With hybrid SWA and host prefixes, ``swa_hicache`` lays the host runs out on
+        SGLang's own HiCache instead of :class:`HostTierCache` (see the module docstring)."""
         s = up["storage"]
         self.s = s
         page = scenario.config.page_size
         self.page = page
         self.window = scenario.config.sliding_window
+        #: the host tier is the HostTierCache stand-in (hybrid SWA, unless swa_hicache)
+        self.stand_in = self.window is not None and not swa_hicache
         #: (request index, device prefix, host run in whole pages) laid out on SGLang's host tier
-        self.host_runs = host_runs(scenario) if self.window is None else []
+        self.host_runs = [] if self.stand_in else host_runs(scenario)
+        if self.window is not None:
+            _refuse_unfit_host_runs(scenario, self.host_runs)
         self.allocator = self._allocator(scenario)
         longest = max((r.prompt_tokens for r in requests), default=1)
         self.req_to_token = s["ReqToTokenPool"](len(requests) + 1, longest + page, "cpu", False)
@@ -189,7 +225,7 @@ class Storage:
             sliding_window_size=self.window,
             tree_components=components,
         )
-        self.tree = s["HostTierCache" if self.window is not None else "QuietRadixCache"](params)
+        self.tree = s["HostTierCache" if self.stand_in else "QuietRadixCache"](params)
         self.tree.req_tokens = {r.id: r.tokens for r in requests}
         self.tree.host_runs = {}
         self.tree.storage = self
@@ -197,7 +233,10 @@ class Storage:
         self.token_of: dict[int, int] = {}
         if self.host_runs:
             needed = hicache.host_tokens_needed([(d, h) for _, d, h in self.host_runs])
-            hicache.attach(self.tree, params, needed, pool_tokens(scenario))
+            mirrored = pool_tokens(scenario)
+            if self.window is not None:
+                mirrored = min(mirrored, swa_pool_tokens(scenario))
+            hicache.attach(self.tree, params, needed, mirrored)
             for i, device, host in self.host_runs:
                 hicache.lay_out_host_run(self, requests[i].tokens, device, host)
         self._lay_out(scenario, requests)
@@ -289,7 +328,7 @@ class Storage:
         if filler:
             # no request matches the filler: its sliding-window KV is gone
             self._insert(tuple(range(filler)), filler)
-        for spec in scenario.requests if self.window is not None else ():
+        for spec in scenario.requests if self.stand_in else ():
             if spec.host_prefix_tokens:
                 start = spec.device_prefix_tokens
                 self.tree.host_runs[spec.id] = HostRun(start, start + spec.host_prefix_tokens)
