@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from policykit.ledger import ceil_paged, minimum
 from policykit.tokens import TokenRuns
 
 Tokens = Sequence[int]
@@ -102,45 +103,63 @@ class HostTier:
                     best = entry
         return best
 
-    def node_bounds(self, tokens: Tokens, page_size: int) -> tuple[int, ...]:
+    def node_bounds(self, tokens: Tokens, page_size: int, window: int | None) -> tuple[int, ...]:
         """Where SGLang 0.5.23's tree splits ``tokens`` along the host's nodes: where the
-        longest run held from token 0 begins and where its whole pages end. A radix tree keeps
-        a node's bounds, so KV inserted through a host node (a load-back, or a request that
-        computed what the host held) is cached in pieces cut there, and an eviction may stop
-        at them. Only what the host tier indexes itself counts (a subclass answering lookups
-        its own way has no nodes)."""
+        longest run held from token 0 begins and where its whole pages end, and with hybrid
+        SWA (a ``window``) also where the run's last window of whole pages begins, when it is
+        longer (an insert cuts a new leaf there, and the host keeps the leaf's nodes). A radix
+        tree keeps a node's bounds, so KV inserted through a host node (a load-back, or a
+        request that computed what the host held) is cached in pieces cut there, and an
+        eviction may stop at them. Only what the host tier indexes itself counts (a subclass
+        answering lookups its own way has no nodes)."""
         entry = HostTier.lookup(self, tokens, 0)
         if entry is None:
             return ()
         paged = (entry.end - entry.start) // page_size * page_size
-        return (entry.start, entry.start + paged)
+        end = entry.start + paged
+        if window is not None and paged > ceil_paged(window, page_size):
+            return (entry.start, end - ceil_paged(window, page_size), end)
+        return (entry.start, end)
 
-    def loadable(self, tokens: Tokens, start: int, page_size: int) -> int:
+    def loadable(self, tokens: Tokens, start: int, page_size: int, threshold: int) -> int:
         """How many tokens after ``tokens[:start]`` a load-back copies to the device.
 
         As SGLang 0.5.23's HiCache does it: the host tier is matched in whole pages (its radix
-        tree is paged like the device one), and a hit shorter than
-        :data:`LOAD_BACK_THRESHOLD` tokens is not loaded back but recomputed.
+        tree is paged like the device one), and a hit shorter than ``threshold`` tokens
+        (:func:`load_back_threshold`) is not loaded back but recomputed.
         """
         entry = self.lookup(tokens, start)
         if entry is None:
             return 0
         hit = (entry.end - start) // page_size * page_size
-        return hit if hit >= LOAD_BACK_THRESHOLD else 0
+        return hit if hit >= threshold else 0
 
     def __len__(self) -> int:
         return self._count
 
 
-def swa_host_hit(loaded: Any) -> Any:
+def load_back_threshold(sliding_window: int | None) -> int:
+    """The shortest host hit SGLang 0.5.23 loads back rather than recomputes:
+    :data:`LOAD_BACK_THRESHOLD` tokens, and under hybrid SWA any hit. Its
+    ``_load_back_transfers`` skips a short hit only when no component has KV to load with it,
+    and there the sliding-window component always has some (the hit's last window,
+    :func:`swa_host_hit`)."""
+    return LOAD_BACK_THRESHOLD if sliding_window is None else 1
+
+
+def swa_host_hit(loaded: Any, window: int | None, page: int) -> Any:
     """SGLang 0.5.23's ``swa_host_hit_length`` for a host hit that loads back ``loaded``
     tokens (hybrid SWA): the sliding-window KV that comes back with it, which takes
     sliding-window slots at admission. 0.5.23 derives it in its tree walk
     (``SWAComponent.finalize_match_result_in_tree_core``): from the end of the hit towards the
-    root, it counts every host-only node's sliding-window KV, whole and uncapped, until a
-    window is covered. A host run here is one node that kept its sliding-window KV, so that is
-    the whole hit. Ints and the checker's terms alike."""
-    return loaded
+    root, it counts the host-only nodes' sliding-window KV until a window is covered. A host
+    run is backed up as its insert left it on the device: a leaf cut where its last window of
+    whole pages begins, the part above it a tombstone for the window (the KV out of a
+    request's window is freed as it runs). So the walk ends at that last part: the hit's last
+    window in whole pages, or the whole hit if shorter. Ints and the checker's terms alike."""
+    if window is None:
+        return loaded
+    return minimum(loaded, ceil_paged(window, page))
 
 
 def _slot(tokens: Tokens, start: int) -> tuple[int, int | None]:

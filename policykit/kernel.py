@@ -532,7 +532,7 @@ def idle_answers(
     swa = None
     if swa_total is not None:
         # the sliding-window pool once the hit's sliding-window KV is loaded
-        swa_total = swa_total - swa_host_charge(host, page)
+        swa_total = swa_total - swa_host_charge(host, window, page)
     if swa_total is not None and window is not None:
         swa = idle_swa_facts(remaining - host, FIRST_TOKENS, page, chunk_size, swa_total, window)
     admit = idle_admit_view(prompt, remaining, host, FIRST_TOKENS, page, capacity, swa)
@@ -726,10 +726,10 @@ def _present_victim(
 
 
 # -- hybrid SWA with a host-tier hit ---------------------------------------------------------
-def swa_host_charge(host: Any, page: int) -> Any:
+def swa_host_charge(host: Any, window: int | None, page: int) -> Any:
     """Sliding-window slots a load-back of ``host`` tokens takes (hybrid SWA): the hit's
     sliding-window KV (``swa_host_hit``) in whole pages."""
-    return ceil_paged(swa_host_hit(host), page)
+    return ceil_paged(swa_host_hit(host, window, page), page)
 
 
 def swa_loaded(ledger: Ledger, swa_pool: Any | None, host: Any) -> tuple[Ledger, Any]:
@@ -744,7 +744,7 @@ def swa_loaded(ledger: Ledger, swa_pool: Any | None, host: Any) -> tuple[Ledger,
     """
     if swa_pool is None or ledger.swa_baseline is None or (_is_int(host) and host == 0):
         return ledger, swa_pool
-    charge = swa_host_charge(host, ledger.page_size)
+    charge = swa_host_charge(host, ledger.sliding_window, ledger.page_size)
     out = ledger.copy()
     out.swa_baseline = out.swa_baseline - charge
     return out, swa_pool - charge
@@ -767,6 +767,8 @@ def load_back_swa(ledger: Ledger, offer: Offer) -> None:
     if ledger.swa_baseline is None:
         return
     if offer.swa_load_lock is None:
-        ledger.swa_baseline = ledger.swa_baseline - swa_host_charge(offer.host, ledger.page_size)
+        ledger.swa_baseline = ledger.swa_baseline - swa_host_charge(
+            offer.host, ledger.sliding_window, ledger.page_size
+        )
     else:
         ledger.swa_baseline = ledger.swa_baseline - (offer.swa_load_lock - offer.swa_lock)

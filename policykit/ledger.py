@@ -41,14 +41,14 @@ def ceil_paged(tokens: int, page_size: int) -> int:
     return -(-tokens // page_size) * page_size
 
 
-def _min(a: Any, b: Any) -> Any:
+def minimum(a: Any, b: Any) -> Any:
     """``min`` without a branch: the checker runs this ledger on symbolic integers outside any
     policy evaluation, where a comparison cannot be branched on (``|a - b|`` is exact)."""
     return (a + b - abs(a - b)) // 2
 
 
-def _max(a: Any, b: Any) -> Any:
-    """``max`` without a branch (see :func:`_min`)."""
+def maximum(a: Any, b: Any) -> Any:
+    """``max`` without a branch (see :func:`minimum`)."""
     return (a + b + abs(a - b)) // 2
 
 
@@ -61,8 +61,8 @@ def swa_estimate(
     window stays locked between chunks, so a long prompt is not charged its whole length."""
     if window is None:
         return extend + first_tokens + page_size
-    beyond = _max(_min(extend, chunk_limit) - window, 0)
-    return beyond + _min(extend + first_tokens, window) + page_size
+    beyond = maximum(minimum(extend, chunk_limit) - window, 0)
+    return beyond + minimum(extend + first_tokens, window) + page_size
 
 
 @dataclass
@@ -131,7 +131,7 @@ class Ledger:
         headroom = swa_estimate(
             0, first_tokens, self.sliding_window, self.page_size, self.rem_chunk_tokens
         )
-        return _max((self.rem_swa_tokens - headroom) // self.page_size * self.page_size, 0)
+        return maximum((self.rem_swa_tokens - headroom) // self.page_size * self.page_size, 0)
 
     def reserve(self, tokens: int) -> None:
         """Promise ``tokens`` to a later round (a truncated request's tail)."""

@@ -16,10 +16,10 @@ import torch
 
 from policykit.config import EngineConfig
 from policykit.errors import LoadBackError, PlanError, PrefillOutOfMemory
-from policykit.host_tier import HostEntry, HostTier
+from policykit.host_tier import HostEntry, HostTier, swa_host_hit
 from policykit.plan import Entry, EntryKind, Plan
 from policykit.pool import TokenPool, extend_pages, pages_for
-from policykit.prefix_cache import Node, PrefixCache
+from policykit.prefix_cache import Node, PrefixCache, Tokens
 from policykit.request import NO_PAGES, Request, State
 from policykit.swa_cache import SWAPrefixCache
 
@@ -138,6 +138,8 @@ class PrefillNode:
             cache = PrefixCache(pool) if swa is None else SWAPrefixCache(pool, swa, window)
         self.cache = cache
         self.host = host or HostTier()
+        if isinstance(cache, SWAPrefixCache):
+            cache.host_hit = self._host_hit
         self.requests: dict[str, Request] = {}
         self.future: deque[Request] = deque()
         self.waiting: deque[Request] = deque()
@@ -419,20 +421,35 @@ class PrefillNode:
             self.chunked = req
 
     # -- hybrid SWA (SGLang 0.5.23's SWA radix tree, :mod:`policykit.swa_cache`) ------------
+    def _host_bounds(self, req: Request) -> tuple[int, ...]:
+        """Where the host's nodes cut ``req``'s prompt (``HostTier.node_bounds``)."""
+        return self.host.node_bounds(req.tokens, self.config.page_size, self.config.sliding_window)
+
+    def _host_hit(self, tokens: Tokens, matched: int) -> int:
+        """The host tier's run right after a device match of ``matched`` tokens, in whole
+        pages (what SGLang's match walks on through host-only nodes)."""
+        entry = self.host.lookup(tokens, matched)
+        page = self.config.page_size
+        return 0 if entry is None else (entry.end - matched) // page * page
+
     @property
     def _swa_cache(self) -> SWAPrefixCache:
         assert isinstance(self.cache, SWAPrefixCache)
         return self.cache
 
-    def _evict_for(self, tokens: int, undo: list[Callable[[], None]]) -> None:
-        """SGLang's ``evict_to_free_tokens`` on both pools: each pool with fewer than
-        ``tokens`` free is short by the difference. The full pool's shortfall is evicted first
-        (whole leaves, their sliding-window KV too), then what the sliding-window pool still
-        lacks (:meth:`SWAPrefixCache.evict_swa`)."""
+    def _evict_for(
+        self, tokens: int, undo: list[Callable[[], None]], swa_tokens: int | None = None
+    ) -> None:
+        """SGLang's ``evict_to_free_tokens`` on both pools: the full pool with fewer than
+        ``tokens`` free is short by the difference, the sliding-window pool likewise for
+        ``swa_tokens`` (``tokens`` unless given: an extend's conservative demand asks both
+        pools for the same). The full pool's shortfall is evicted first (whole leaves, their
+        sliding-window KV too), then what the sliding-window pool still lacks
+        (:meth:`SWAPrefixCache.evict_swa`)."""
         cache, swa = self._swa_cache, self.swa_pool
         assert swa is not None
         full_short = max(0, tokens - self.pool.free_tokens)
-        swa_short = max(0, tokens - swa.free_tokens)
+        swa_short = max(0, (tokens if swa_tokens is None else swa_tokens) - swa.free_tokens)
         swa_target = swa.free_tokens + swa_short
         freed = 0
         if full_short:
@@ -471,27 +488,34 @@ class PrefillNode:
 
     def _load_back_swa(self, s: _Staged, undo: list[Callable[[], None]]) -> None:
         """A load-back under hybrid SWA, as 0.5.23's ``init_load_back``: evict for it in both
-        pools, take its pages in both, and put it into the tree (its sliding-window KV live);
-        the request's lock moves to the node that ends it."""
+        pools, take its full pages and the pages of the sliding-window KV the host holds of it
+        (its last window, :func:`~policykit.host_tier.swa_host_hit`), and put it into the tree
+        (that window live, the part above a tombstone); the request's lock moves to the node
+        that ends it."""
         req, n, start = s.req, s.entry.load_back, s.entry.cached
         cache, page, swa = self._swa_cache, self.config.page_size, self.swa_pool
         assert swa is not None
         host = self.host.lookup(req.tokens, start)
         if host is None or host.end - start < n:
             raise PlanError(f"The plan loads back {n} tokens for {req.id!r}; the host has fewer.")
-        self._evict_for(n, undo)
-        k = pages_for(n, page)
-        pages = self._alloc(self.pool, k, undo, tokens=n, request=req.id)
-        swa_pages = self._alloc(swa, k, undo, tokens=n, request=req.id)
+        # the host holds the hit's last window of sliding-window KV; the rest is a tombstone
+        windowed = swa_host_hit(n, self.config.sliding_window, page)
+        self._evict_for(n, undo, swa_tokens=pages_for(windowed, page) * page)
+        pages = self._alloc(self.pool, pages_for(n, page), undo, tokens=n, request=req.id)
+        swa_pages = self._alloc(swa, pages_for(windowed, page), undo, tokens=n, request=req.id)
         s.load_pages, s.host_entry = pages, host
         self._copy_back(s, host, n)
         table = _concat(s.prefix_pages, pages)
         end = start + n
-        matched, leaf, adopted = cache.insert_swa(req.tokens[:end], table, swa_pages, start, start)
+        swa_from = end - windowed
+        matched, leaf, adopted = cache.insert_swa(
+            req.tokens[:end], table, swa_pages, swa_from, start
+        )
         undo.append(partial(cache.uninsert, leaf, end - matched, list(cache.recovered)))
+        cache.cut(req.tokens[:end], self._host_bounds(req))
         if matched > start:  # the tree had them (past a gated match): ours are duplicates
-            dup = (matched - start) // page
-            self._free_logged(self.pool, pages[:dup], undo)
+            self._free_logged(self.pool, pages[: (matched - start) // page], undo)
+            dup = max(0, matched - swa_from) // page
             self._free_logged(swa, _unadopted(swa_pages, dup, adopted), undo)
         _, node, _ = cache.match(req.tokens[:end])  # the gated node it locks
         cache.lock(node)
@@ -557,6 +581,7 @@ class PrefillNode:
         matched, node, adopted = cache.insert_swa(
             req.tokens[:aligned], table, req.swa_pages, state.swa_from, state.protected
         )
+        cache.cut(req.tokens[:aligned], self._host_bounds(req))
         if matched > state.protected:  # cached meanwhile (or a tombstone): ours are duplicates
             self.pool.free(table[state.protected // page : matched // page])
             dup = max(0, matched - state.swa_from) // page
@@ -633,7 +658,10 @@ class PrefillNode:
         frees its duplicate pages.
         """
         page = self.config.page_size
-        bounds = (*self._checkpoints.get(req.id, ()), *self.host.node_bounds(req.tokens, page))
+        bounds = (
+            *self._checkpoints.get(req.id, ()),
+            *self.host.node_bounds(req.tokens, page, None),
+        )
         cuts = {b for b in bounds if 0 < b < aligned}
         already = prev = 0
         for end in (*sorted(cuts), aligned):

@@ -26,7 +26,7 @@ one window (plus a page) above it, as ``reset_node_and_window_ancestors_mru`` do
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from functools import partial
 
 import torch
@@ -58,6 +58,9 @@ class SWAPrefixCache(PrefixCache):
         self._swa_clock = itertools.count(1)
         #: the tombstones the last :meth:`insert_swa` gave sliding-window KV (to undo it)
         self.recovered: list[Node] = []
+        #: how many tokens the host tier holds right after a device match of ``tokens`` that
+        #: ends at ``matched`` (whole pages); the node with a host tier sets it
+        self.host_hit: Callable[[Tokens, int], int] = lambda tokens, matched: 0
 
     # -- lookup ----------------------------------------------------------------------------
     def match(self, tokens: Tokens, gone: Collection[int] = ()) -> tuple[int, Node, torch.Tensor]:
@@ -74,9 +77,10 @@ class SWAPrefixCache(PrefixCache):
         for n in path:
             n.last_access = now
         best = path[-1] if path else self.root
-        self.refresh(best)
+        matched = sum(len(n) for n in path)
+        self.refresh(best, self.host_hit(tokens, matched))
         pages = torch.cat([n.pages for n in path]) if path else self.root.pages
-        return sum(len(n) for n in path), best, pages
+        return matched, best, pages
 
     def full_hit(self, tokens: Tokens) -> int:
         """How much of ``tokens`` the tree holds full KV of, ungated (whole pages), without
@@ -107,10 +111,13 @@ class SWAPrefixCache(PrefixCache):
                 best = i + 1
         return best
 
-    def refresh(self, node: Node) -> None:
+    def refresh(self, node: Node, beyond: int = 0) -> None:
         """Make ``node`` the most recent in the sliding-window LRU, and the live nodes of one
-        window and a page above it just older, nearest first."""
-        span, live = 0, []
+        window and a page above it just older, nearest first. A match that goes on into the
+        host tier for ``beyond`` tokens refreshes from the end of those (SGLang's match ends
+        at the last host node, whose sliding-window KV is not on the device), so they count
+        against the window and a page."""
+        span, live = beyond, []
         while node is not self.root and span < self.window + self.page_size:
             if node.swa is not None:
                 live.append(node)
@@ -268,6 +275,16 @@ class SWAPrefixCache(PrefixCache):
             self.swa_evictable_tokens += len(n)
             n.swa_access = next(self._swa_clock)
             at += len(n)
+
+    def cut(self, tokens: Tokens, bounds: Iterable[int]) -> None:
+        """Split the cached nodes along ``tokens`` at each of ``bounds`` (page-aligned): where
+        SGLang's tree has node bounds this one would not, a host node's, which its tree keeps
+        when KV is inserted through it. A node in a window lock is left whole (the lock was
+        counted over its nodes; a node is cut when it is made, before any lock)."""
+        for bound in sorted(set(bounds)):
+            for child, common in self._descend(tokens[:bound]):
+                if common < len(child) and child.swa_lock == 0:
+                    self._split(child, common)
 
     def path_pages(self, node: Node) -> torch.Tensor:
         """The full pages of every node from the root to ``node``."""

@@ -23,7 +23,7 @@ from typing import Any
 import z3
 
 from policykit.config import EngineConfig
-from policykit.host_tier import swa_host_hit
+from policykit.host_tier import load_back_threshold, swa_host_hit
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
 from policykit.node import cached_on_release
@@ -186,6 +186,7 @@ def make_inputs(
             tuple(enc.var(f"{what}{i}") for what in ("prompt", "device", "host", "arrival")),
             page,
             host_paged=g % page == 0,
+            threshold=load_back_threshold(config.sliding_window),
             unpinned=enc.var(f"unpinned{i}") if unpinned else None,
         )
         for i in range(n)
@@ -486,7 +487,9 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
     if cfg.hybrid_swa:
         swa_needed = sum((swa_need(e, page) for e in w.entries), Sym(num(0)))
         # the load-backs took their sliding-window KV first (``swa_host_hit``)
-        swa_loaded = sum((swa_host_hit(e.load_back) for e in w.entries), Sym(num(0)))
+        swa_loaded = sum(
+            (swa_host_hit(e.load_back, cfg.sliding_window, page) for e in w.entries), Sym(num(0))
+        )
         w.oom_swa = swa_needed.t > (w.swa_free - swa_loaded).t
     after = w.baseline - locks - w.need if cache else w.baseline - w.need
     w.baseline_after = enc.bind("baseline_after", after)
@@ -505,7 +508,7 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
                 "finish_pos", ite(done, ite(kind == FINAL, 0, 1 + i), s.finish_pos[i])
             )
         if cfg.hybrid_swa and cfg.sliding_window is not None:
-            took = e.tokens + swa_host_hit(e.load_back)
+            took = e.tokens + swa_host_hit(e.load_back, cfg.sliding_window, page)
             grown = s.swa_hold[i] + took
             kept = ite(grown.t > cfg.sliding_window, cfg.sliding_window, grown)
             nxt.swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))

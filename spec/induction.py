@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import z3
 
 from policykit.config import EngineConfig
+from policykit.host_tier import load_back_threshold
 from policykit.ledger import Ledger
 from policykit.registry import Combo
 from policykit.spec.model import (
@@ -183,7 +184,15 @@ class Obligations:
         (a scenario's prefixes are never shared, docs/spec.md "Unpinned device prefixes")."""
         page = self.config.page_size
         inputs = (enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
-        q = make_request(enc, name, inputs, page, host_paged=False, unpinned=enc.var("u"))
+        q = make_request(
+            enc,
+            name,
+            inputs,
+            page,
+            host_paged=False,
+            threshold=load_back_threshold(self.config.sliding_window),
+            unpinned=enc.var("u"),
+        )
         enc.facts += [
             q.prompt.t >= 1,
             q.device.t >= 0,
@@ -208,7 +217,14 @@ class Obligations:
         tells an unpinned prefix from a pinned one, is not asked in a step."""
         page = self.config.page_size
         inputs = (enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
-        q = make_request(enc, "X", inputs, page, host_paged=False)
+        q = make_request(
+            enc,
+            "X",
+            inputs,
+            page,
+            host_paged=False,
+            threshold=load_back_threshold(self.config.sliding_window),
+        )
         enc.facts += [
             q.prompt.t >= 1,
             q.device.t >= 0,

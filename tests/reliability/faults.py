@@ -52,11 +52,15 @@ class BrokenHostCopyNode(PrefillNode):
     def __init__(self, *args, broken: tuple[tuple[int, ...], ...] = (), **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.broken = set(broken)
+        #: per host entry (by id), the slots its last load-back wrote and the KV it wrote
+        self.copied: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def copy_from_host(self, host, pages: torch.Tensor, start: int, n: int) -> None:
         if host.head + host.run in self.broken:
             raise RuntimeError("host buffer unreadable (injected)")
         super().copy_from_host(host, pages, start, n)
+        slots = self.pool.slots(pages, start, start + n)
+        self.copied[id(host)] = (slots, self.pool.k[0][slots].clone())
 
 
 # --- misbehaving policies ------------------------------------------------------------------

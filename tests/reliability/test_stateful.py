@@ -20,7 +20,6 @@ from hypothesis.stateful import (
 
 from policykit.config import EngineConfig
 from policykit.errors import PrefillOutOfMemory
-from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.node import PrefillNode
 from policykit.pool import KVLayout, TokenPool
 from policykit.registry import Combo
@@ -185,18 +184,19 @@ class NodeMachine(RuleBasedStateMachine):
     @invariant()
     def loaded_back_kv_is_intact(self):
         """What a load-back copied is still in the request's slots: no other owner wrote over
-        it, and no rolled-back round left half a copy behind."""
+        it, and no rolled-back round left half a copy behind. Only the slots the request still
+        holds count: where the tree already held part of the hit (a match the sliding window
+        gated short), the request takes the tree's slots and the copy's duplicates are freed."""
         for req in self.node.requests.values():
             host = req.host_entry
             if host is None or req.state not in (State.CHUNKED, State.HELD):
                 continue
-            # whole pages of the request's own hit are loaded back (SGLang 0.5.23's HiCache),
-            # not the rest; asking the tier again could find a longer entry stored since
-            page = self.node.config.page_size
-            n = (host.end - req.cached_len) // page * page
-            n = n if n >= LOAD_BACK_THRESHOLD else 0
-            slots = self.pool.slots(req.pages, req.cached_len, req.cached_len + n)
-            assert torch.equal(self.pool.k[0][slots], host.kv[0][0][:n]), f"{req.id}'s KV"
+            copied = self.node.copied.get(id(host))
+            if copied is None:
+                continue
+            slots, kv = copied
+            held = torch.isin(slots, self.pool.slots(req.pages, 0, req.seq_len))
+            assert torch.equal(self.pool.k[0][slots[held]], kv[held]), f"{req.id}'s KV"
 
     def teardown(self):
         """Liveness: once faults stop and every transfer completes, the queue drains. Every
@@ -221,12 +221,15 @@ class NodeMachine(RuleBasedStateMachine):
             changed = record.plan.batch or record.failed or never or record.arrived
             if not changed and not node.future:
                 break  # the next round would be this one again: stuck for good
-        stuck = [
-            q.id
-            for q in node.requests.values()
-            if q.state in (State.WAITING, State.CHUNKED)
-            and not _swa_wait(node, q, self.sched.combo)
-        ]
+        # a request that waits for good stops the queue (fcfs), so the ones behind it wait too
+        blocked = False
+        stuck = []
+        for q in node.requests.values():
+            if q.state not in (State.WAITING, State.CHUNKED):
+                continue
+            blocked = blocked or _swa_wait(node, q, self.sched.combo)
+            if not blocked:
+                stuck.append(q.id)
         assert not stuck, (
             f"{stuck} can never be served: "
             f"{[(q.id, q.state.value, q.seq_len, q.prompt_tokens) for q in node.requests.values()]}"

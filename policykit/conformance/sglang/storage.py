@@ -126,7 +126,7 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
             if run is None or matched > run.start or run.end - run.start < page:
                 return result
             hit = (run.end - matched) // page * page
-            swa = swa_host_hit(hit) if self.is_swa_enabled else 0
+            swa = swa_host_hit(hit, self.sliding_window_size, page) if self.is_swa_enabled else 0
             return result._replace(host_hit_length=hit, swa_host_hit_length=swa)
 
         def init_load_back(self, params: Any) -> Any:
