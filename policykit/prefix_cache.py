@@ -93,15 +93,11 @@ class PrefixCache:
         exactly and can be locked on its own. Nodes whose ids are in ``gone`` count as evicted
         already (a planned eviction the engine performs before this request is matched).
         """
-        page = self.page_size
-        limit = len(tokens) // page * page
         node, matched, pieces = self.root, 0, []
         now = next(self._clock)
-        while matched < limit:
-            child = node.children.get(tuple(tokens[matched : matched + page]))
-            if child is None or child.id in gone:
+        for child, common in self._descend(tokens):
+            if child.id in gone:
                 break
-            common = self._common_pages(child.key, tokens, matched, limit)
             if common < len(child):
                 child = self._split(child, common)
             child.last_access = now
@@ -110,6 +106,25 @@ class PrefixCache:
             node = child
         pages = torch.cat(pieces) if pieces else self.root.pages
         return matched, node, pages
+
+    def _descend(self, tokens: Tokens) -> Iterator[tuple[Node, int]]:
+        """The nodes the page-aligned prefix of ``tokens`` runs through, from the root, each
+        with how many of its tokens match (fewer than its length only for the last one, where
+        the match ends inside it). Touches and splits nothing: each lookup decides that."""
+        page = self.page_size
+        limit = len(tokens) // page * page
+        node, matched = self.root, 0
+        while matched < limit:
+            child = node.children.get(tuple(tokens[matched : matched + page]))
+            if child is None:
+                return
+            common = self._common_pages(child.key, tokens, matched, limit)
+            inside = common < len(child)  # before the caller splits it
+            yield child, common
+            if inside:
+                return
+            matched += common
+            node = child
 
     def _common_pages(self, key: tuple[int, ...], tokens: Tokens, offset: int, limit: int) -> int:
         page, n = self.page_size, 0
@@ -164,17 +179,11 @@ class PrefixCache:
     def pinned_prefix(self, tokens: Tokens) -> int:
         """Length of the pinned part of ``tokens``' cached prefix (a lock makes a whole path,
         so pinned nodes form the head of it). Does not touch access times or split nodes."""
-        page, node, matched = self.page_size, self.root, 0
-        limit = len(tokens) // page * page
-        while matched < limit:
-            child = node.children.get(tuple(tokens[matched : matched + page]))
-            if child is None or child.pins == 0:
+        matched = 0
+        for child, common in self._descend(tokens):
+            if child.pins == 0:
                 break
-            common = self._common_pages(child.key, tokens, matched, limit)
             matched += common
-            if common < len(child):
-                break
-            node = child
         return matched
 
     def unlock(self, node: Node) -> None:

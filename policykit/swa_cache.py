@@ -64,19 +64,11 @@ class SWAPrefixCache(PrefixCache):
         """The longest cached prefix of ``tokens`` that ends a window of live sliding-window
         KV (``SWAComponent.create_match_validator``). The walk goes as far as the full KV
         does, splitting where it ends inside a node, but only the gated part is touched."""
-        page = self.page_size
-        limit = len(tokens) // page * page
-        node, matched, path = self.root, 0, []
-        while matched < limit:
-            child = node.children.get(tuple(tokens[matched : matched + page]))
-            if child is None or child.id in gone:
+        path = []
+        for child, common in self._descend(tokens):
+            if child.id in gone:
                 break
-            common = self._common_pages(child.key, tokens, matched, limit)
-            if common < len(child):
-                child = self._split(child, common)
-            path.append(child)
-            matched += len(child)
-            node = child
+            path.append(child if common == len(child) else self._split(child, common))
         path = path[: self._gated(path)]
         now = next(self._clock)
         for n in path:
@@ -89,33 +81,12 @@ class SWAPrefixCache(PrefixCache):
     def full_hit(self, tokens: Tokens) -> int:
         """How much of ``tokens`` the tree holds full KV of, ungated (whole pages), without
         touching or splitting anything: SGLang's ``full_kv_hit_length``."""
-        page = self.page_size
-        limit = len(tokens) // page * page
-        node, matched = self.root, 0
-        while matched < limit:
-            child = node.children.get(tuple(tokens[matched : matched + page]))
-            if child is None:
-                break
-            common = self._common_pages(child.key, tokens, matched, limit)
-            matched += common
-            if common < len(child):
-                break
-            node = child
-        return matched
+        return sum(common for _, common in self._descend(tokens))
 
     def peek_window(self, tokens: Tokens) -> tuple[int, int]:
         """The gated match of ``tokens`` (whole nodes) and the evictable sliding-window KV a
         lock on it would take, touching and splitting nothing."""
-        page = self.page_size
-        limit = len(tokens) // page * page
-        node, matched, path = self.root, 0, []
-        while matched < limit:
-            child = node.children.get(tuple(tokens[matched : matched + page]))
-            if child is None or self._common_pages(child.key, tokens, matched, limit) < len(child):
-                break
-            path.append(child)
-            matched += len(child)
-            node = child
+        path = [child for child, common in self._descend(tokens) if common == len(child)]
         path = path[: self._gated(path)]
         if not path:
             return 0, 0
@@ -229,21 +200,14 @@ class SWAPrefixCache(PrefixCache):
     def _walk(self, tokens: Tokens) -> tuple[int, Node, list[Node]]:
         """Walk the cached prefix of ``tokens`` as an insert does (no gate): touch it, split
         where it ends inside a node."""
-        page, limit = self.page_size, len(tokens)
-        node, matched, path = self.root, 0, []
         now = next(self._clock)
-        while matched < limit:
-            child = node.children.get(tuple(tokens[matched : matched + page]))
-            if child is None:
-                break
-            common = self._common_pages(child.key, tokens, matched, limit)
+        path = []
+        for child, common in self._descend(tokens):
             if common < len(child):
                 child = self._split(child, common)
             child.last_access = now
-            matched += len(child)
-            node = child
             path.append(child)
-        return matched, node, path
+        return sum(len(n) for n in path), path[-1] if path else self.root, path
 
     def _recover(
         self, path: list[Node], swa_pages: torch.Tensor, swa_from: int, protected: int

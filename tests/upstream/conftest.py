@@ -17,6 +17,19 @@ def upstream():
         pytest.skip(str(exc))
 
 
+@pytest.fixture(scope="module")
+def vllm_oracle():
+    """``policykit.conformance.vllm`` with vLLM 0.33.0's scheduler loaded, once per module
+    (skips without the extra)."""
+    from policykit.conformance import vllm as oracle
+
+    try:
+        oracle.load()
+    except oracle.VllmUnavailable as exc:
+        pytest.skip(str(exc))
+    return oracle
+
+
 @pytest.fixture
 def registry() -> PolicyRegistry:
     return PolicyRegistry.from_plugins(make_plugin_manager(entry_points=False))

@@ -18,13 +18,7 @@ from policykit.scenario import parse_scenario
 
 
 @pytest.fixture(scope="module")
-def compare():
-    from policykit.conformance import vllm as oracle
-
-    try:
-        oracle.load()
-    except oracle.VllmUnavailable as exc:
-        pytest.skip(str(exc))
+def compare(vllm_oracle):
     from policykit.conformance.vllm import compare
 
     return compare

@@ -34,13 +34,7 @@ KNOBS = [
 
 
 @pytest.fixture(scope="module")
-def vllm_side():
-    from policykit.conformance import vllm as oracle
-
-    try:
-        oracle.load()
-    except oracle.VllmUnavailable as exc:
-        pytest.skip(str(exc))
+def vllm_side(vllm_oracle):
     from policykit.conformance.vllm import SchedulerKnobs, compare, drive
 
     return SchedulerKnobs, compare, drive
@@ -69,3 +63,41 @@ def test_every_verdict_on_a_vllm_combo_holds_on_vllm(vllm_side, registry, knobs,
         assert blamed in scheduled and blamed in trace.unfinished
         assert any(rid == blamed for _, rid in trace.preemptions())
         assert compare.conform(scenario, settings).differences == []
+
+
+#: combos vLLM has no knob for (other chunkings, alignments, SGLang's admissions), each with the
+#: property ``check`` refutes on it (docs/spec.md, combos that preempt): their counterexamples
+#: are driven through vLLM's scheduler with the policykit plugin deciding
+PLUGGED = [
+    ("vllm/vllm/truncation:192/default/fcfs/vllm", "admitted-completes"),
+    ("sglang/sglang/none/default/fcfs/vllm", "no-starvation"),
+    ("reserve-tail/vllm/page/default/lpm/vllm", "no-starvation"),
+]
+
+
+@pytest.mark.parametrize(("text", "prop"), PLUGGED, ids=[t for t, _ in PLUGGED])
+def test_a_violation_on_a_combo_vllm_runs_only_through_the_plugin_holds_there(
+    vllm_side, registry, monkeypatch, text, prop
+):
+    """The same counterexample, on vLLM's real scheduler with ``--scheduler-cls`` policykit's:
+    the request ``check`` blames is admitted and left unfinished, or never admitted, there too,
+    and the plugged scheduler decides as policykit's node that preempts, step by step."""
+    from policykit.integrations.vllm import PolicyAsyncScheduler
+
+    SchedulerKnobs, compare, drive = vllm_side
+    combo = registry.resolve(text, config=EngineConfig())
+    verdicts = {v.property: v for v in check_or_refuse(combo, EngineConfig(), CheckOptions())}
+    verdict = verdicts[prop]
+    assert verdict.verdict == "violated"
+    cx = verdict.counterexample
+    scenario = parse_scenario(cx.scenario, source="the counterexample")
+    monkeypatch.setenv("POLICYKIT_COMBO", text)
+    monkeypatch.setenv("POLICYKIT_STARTUP_CHECK", "0")
+    knobs = SchedulerKnobs()
+    trace = drive(scenario, knobs, max_rounds=50, scheduler_cls=PolicyAsyncScheduler)
+    blamed = cx.failure.request
+    scheduled = {rid for s in trace.steps for rid in s.scheduled}
+    assert blamed in trace.unfinished
+    assert (blamed in scheduled) == (prop == "admitted-completes")
+    plugged = compare.conform(scenario, knobs, combo=text, scheduler_cls=PolicyAsyncScheduler)
+    assert plugged.differences == []

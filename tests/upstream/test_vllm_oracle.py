@@ -16,14 +16,8 @@ from policykit.scenario import parse_scenario
 
 
 @pytest.fixture(scope="module")
-def oracle():
-    from policykit.conformance import vllm as oracle
-
-    try:
-        oracle.load()
-    except oracle.VllmUnavailable as exc:
-        pytest.skip(str(exc))
-    return oracle
+def oracle(vllm_oracle):
+    return vllm_oracle
 
 
 def scenario(requests, *, pool=160, chunk=64, release=None, evictable=0):

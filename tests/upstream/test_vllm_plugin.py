@@ -25,14 +25,8 @@ PER_COMBO = 200
 
 
 @pytest.fixture(scope="module")
-def vllm_side():
+def vllm_side(vllm_oracle):
     """The conformance comparison and the plugin's classes (skips without the extra)."""
-    from policykit.conformance import vllm as oracle
-
-    try:
-        oracle.load()
-    except oracle.VllmUnavailable as exc:
-        pytest.skip(str(exc))
     from policykit.conformance.vllm import compare, driver
     from policykit.integrations.vllm import scheduler
 

@@ -20,13 +20,7 @@ CLASS_PATH = "policykit.integrations.vllm.PolicyAsyncScheduler"
 
 
 @pytest.fixture(scope="module")
-def engine():
-    from policykit.conformance import vllm as oracle
-
-    try:
-        oracle.load()
-    except oracle.VllmUnavailable as exc:
-        pytest.skip(str(exc))
+def engine(vllm_oracle):
     from policykit.conformance.vllm import engine
 
     return engine
