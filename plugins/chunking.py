@@ -80,8 +80,9 @@ class SGLangPreSWAFixChunking(ChunkingPolicy):
 
     Reproduces ``add_chunked_req`` before that fix (the code before ``SWAPrefillBudget``, which
     SGLang 0.5.23 no longer runs): resume with ``min(rem_chunk, rem_total, rem_swa)``, and when
-    that is ``<= 0`` force ``rem_chunk_tokens``. No page is left for ``alloc_extend`` and the
-    fallback ignores the sliding-window budget: the OOM. A new request's chunk ignores the
+    that is ``<= 0`` force ``rem_chunk_tokens``. The fallback ignores the sliding-window budget:
+    on SGLang 0.5.23's paged sliding-window pool that is the OOM (a resume handed the whole
+    budget, with no page left over, still fits there). A new request's chunk ignores the
     sliding-window budget too. Kept so that the incident replays, and only under hybrid SWA (on
     a plain KV pool it would be ``sglang``). The ledger it runs on is 0.5.23's (the
     window-capped sliding-window charge), which the pre-fix code did not have.
@@ -133,10 +134,11 @@ class DeferChunking(ChunkingPolicy):
 class SWAReserveChunking(ChunkingPolicy):
     """The hybrid-SWA resume fix (docs/incidents.md#swa-resume).
 
-    ``alloc_extend`` on the sliding-window pool needs ``extend + page_size`` free, so a chunk is
-    capped at ``rem_swa_tokens - page_size``; when that is ``<= 0`` the in-progress request is
-    deferred instead of falling back to ``rem_chunk_tokens``. Without hybrid SWA it behaves like
-    ``sglang``.
+    A chunk is capped at ``rem_swa_tokens - page_size``, keeping the page that the fix reserves
+    for ``alloc_extend`` (whose eviction SGLang 0.5.23 sizes by ``extend + page_size``; the
+    allocation then takes the chunk's pages); when that is ``<= 0`` the in-progress request is
+    deferred instead of falling back to ``rem_chunk_tokens``, which would bypass the
+    sliding-window budget. Without hybrid SWA it behaves like ``sglang``.
     """
 
     name = "swa-reserve"

@@ -16,7 +16,7 @@ from policykit.docsgen.markdown import esc, fence, table
 from policykit.plan import EntryKind
 from policykit.registry import Combo, PolicyRegistry
 from policykit.scenario import Scenario, build_node, load_scenario, parse_scenario
-from policykit.scheduler import RunResult, Scheduler
+from policykit.scheduler import RoundRecord, RunResult, Scheduler
 
 #: how many rounds a docs replay may take; the bundled scenarios settle in a handful
 MAX_ROUNDS = 200
@@ -110,13 +110,15 @@ def rounds_markdown(run: Replay) -> str:
 
 def round_table(run: Replay, *, failing_round: int | None = None) -> str:
     """The round table alone; ``failing_round`` (where a checked property broke) is marked
-    ``✗``."""
+    ``✗``. A hybrid-SWA run gets a column for the sliding-window pool's free slots after each
+    round, since that pool, not the full one, is what its chunks run out of; an OOM is marked
+    in the column of the pool that ran out."""
     result = run.result
+    hybrid = any(r.swa_free_tokens_after is not None for r in result.rounds)
     rows: list[list[object]] = []
     for record in result.rounds:
         plan = record.plan
         marks = {m.request_id: m for m in plan.marks}
-        oom_here = result.oom is not None and result.oom.round == plan.round
         first = len(rows)
         for entry in plan.entries:
             mark = marks.get(entry.request_id) if entry.kind is not EntryKind.DEFERRED else None
@@ -130,15 +132,17 @@ def round_table(run: Replay, *, failing_round: int | None = None) -> str:
                     entry.load_back or "",
                     "" if mark is None else mark.rem_total_tokens,
                     "" if mark is None else mark.cur_rem_tokens,
-                    "",
                 ]
             )
         for rej in plan.rejected:
-            rows.append(["", rej.request_id, "-", "", f"rejected {rej.verdict}", "", "", "", ""])
+            rows.append(["", rej.request_id, "-", "", f"rejected {rej.verdict}", "", "", ""])
         if len(rows) == first:
-            rows.append(["", "(nothing to do)", "", "", "", "", "", "", ""])
+            rows.append(["", "(nothing to do)", "", "", "", "", "", ""])
         rows[first][0] = f"**✗ {plan.round}**" if plan.round == failing_round else plan.round
-        rows[-1][-1] = "**OOM**" if oom_here else record.free_tokens_after
+        free = _free_after(record, result, hybrid)
+        for row in rows[first:-1]:
+            row.extend([""] * len(free))
+        rows[-1].extend(free)
     headers = (
         "round",
         "request",
@@ -149,8 +153,18 @@ def round_table(run: Replay, *, failing_round: int | None = None) -> str:
         "rem_total_tokens",
         "cur_rem_tokens",
         "free after",
-    )
-    return table(headers, rows, right=(0, 2, 3, 5, 6, 7, 8))
+    ) + (("sliding-window free after",) if hybrid else ())
+    return table(headers, rows, right=(0, 2, 3, 5, 6, 7, 8, 9))
+
+
+def _free_after(record: RoundRecord, result: RunResult, hybrid: bool) -> list[object]:
+    """The free slots after a round, per pool; ``**OOM**`` for the pool that ran out (the
+    other pool's cell is left empty: the round never happened)."""
+    oom = result.oom
+    pools = ("full", "swa") if hybrid else ("full",)
+    if oom is not None and oom.round == record.plan.round:
+        return ["**OOM**" if pool == oom.pool else "" for pool in pools]
+    return [record.free_tokens_after, record.swa_free_tokens_after][: len(pools)]
 
 
 def shows_failure(run: Replay) -> bool:

@@ -1,4 +1,6 @@
-"""Seed 001: the in-progress request on a hybrid sliding-window model."""
+"""The hybrid-SWA resume (docs/incidents.md#swa-resume): the in-progress request on a hybrid
+sliding-window model, the planner's decisions before and after the fix, and what the node's
+paged sliding-window pool (SGLang 0.5.23's) makes of them."""
 
 from __future__ import annotations
 
@@ -91,7 +93,10 @@ def test_pre_fix_chunking_hands_out_the_whole_swa_budget(registry):
         rem_swa=100,
         chunking="sglang-pre-swa-fix",
     )
-    assert entry.tokens == 100  # alloc_extend then needs 100 + 64 > 100: the seed's OOM
+    # The incident's first reason: the whole budget is handed out, and "alloc_extend needs
+    # extend + page_size". That is the demand eviction is sized by; the allocation itself takes
+    # the chunk's pages, so on a paged pool whose budget is whole pages this alone fits.
+    assert entry.tokens == 100
     paged, _ = resume(
         registry,
         page=64,
@@ -102,7 +107,7 @@ def test_pre_fix_chunking_hands_out_the_whole_swa_budget(registry):
         chunking="sglang-pre-swa-fix",
         align="page",
     )
-    assert paged.tokens == 64  # page alignment alone does not leave the page alloc_extend needs
+    assert paged.tokens == 64  # page alignment floors the chunk, but keeps no page in reserve
 
 
 def test_pre_fix_chunking_falls_back_to_the_chunk_budget(registry):
@@ -115,10 +120,14 @@ def test_pre_fix_chunking_falls_back_to_the_chunk_budget(registry):
         rem_swa=0,
         chunking="sglang-pre-swa-fix",
     )
-    assert entry.tokens == 500  # bypasses the exhausted SWA budget
+    assert entry.tokens == 500  # the fallback to the chunk budget bypasses the spent SWA budget
 
 
 def test_swa_oom_is_reported_against_the_swa_pool(registry):
+    """On a paged sliding-window pool the code before the fix runs out of memory through its
+    fallback to the chunk budget, not by handing out the whole budget; the fixed chunkings do
+    not run out of memory, but on a pool that holds one free page beside the request's own
+    window they defer it for good (docs/concepts/swa.md, the "Finding")."""
     sc = parse_scenario(
         {
             "page_size": 64,
@@ -137,20 +146,27 @@ def test_swa_oom_is_reported_against_the_swa_pool(registry):
     from policykit.scheduler import Scheduler
 
     result = Scheduler(build_node(sc), registry.resolve("chunking=sglang-pre-swa-fix")).run()
-    # The sliding-window pool is paged, as SGLang's is: the 100 free tokens are one page, which
-    # the first chunk takes whole (64 tokens). Round 2's checkpoint leaves the request's window
-    # locked and nothing free; the pre-fix chunking then falls back to the chunk budget and its
-    # 436-token chunk cannot be allocated in the sliding-window pool.
+    # The sliding-window pool is paged, as SGLang's is: the 100 free tokens are one page, and
+    # round 1's resume takes it whole (64 tokens), which fits. Round 2's checkpoint leaves the
+    # request's window locked (its new 64 tokens do not cover the 256-token window, so the
+    # lock still holds the older window too) and nothing free or evictable: the budget is 0,
+    # the pre-fix chunking falls back to the chunk budget, which takes the 436-token rest, and
+    # those pages are not there.
     assert result.oom is not None and result.oom.pool == "swa" and result.oom.round == 2
     assert result.oom.tokens == 436
-    for fixed in ("swa-reserve", "sglang"):  # seed 001's fix, and SGLang 0.5.23 which has it
+    assert result.rounds[0].plan.entries[0].tokens == 64  # the whole budget, allocated
+    for fixed in ("swa-reserve", "sglang"):  # the fix, and SGLang 0.5.23, which has it
         run = Scheduler(build_node(sc), registry.resolve(f"chunking={fixed}")).run()
         assert run.oom is None, fixed
+        # a budget of one page leaves nothing after the reserved page: deferred in round 1,
+        # and no memory can come back (nothing else runs or is held)
+        assert run.rounds[0].plan.entries[0].kind is EntryKind.DEFERRED, fixed
+        assert "would wait forever" in run.failed["r"], fixed
 
 
 def test_sglang_0_5_23_resume_leaves_a_page_and_defers(registry):
-    """SGLang 0.5.23's resume under hybrid SWA is seed 001's fix: capped at
-    ``rem_swa_tokens - page_size`` and deferred when that is not positive."""
+    """SGLang 0.5.23's resume under hybrid SWA has the fix (docs/incidents.md#swa-resume):
+    capped at ``rem_swa_tokens - page_size`` and deferred when that is not positive."""
     common = {"page": 64, "chunk_budget": 2048, "left": 500, "rem_total": 1 << 20}
     capped, _ = resume(registry, rem_swa=100, chunking="sglang", **common)
     assert capped.tokens == 36 and capped.kind is EntryKind.RESUMED

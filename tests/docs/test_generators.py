@@ -88,21 +88,33 @@ def test_concept_tables_reproduce_the_incident(concept_tables):
     assert "No OOM" in concept_tables["1keim-reserve-tail"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the hybrid-SWA resume scenario (docsgen/scenarios/hybrid-swa.json) assumes "
-    "alloc_extend needs extend + page_size sliding-window slots; on SGLang 0.5.23's paged "
-    "sliding-window pool and radix tree, which the node now keeps, the pre-fix resume fits "
-    "and the fixed chunkings wait on the request's own window: the scenario needs redoing",
-)
 def test_concept_tables_tell_abc_and_swa(concept_tables):
     assert "| 1 | A | [0, 1088) | 1088 | whole |" in concept_tables["abc-sglang-page"]
     assert "|  | B | [0, 3008) | 3008 | truncated |" in concept_tables["abc-sglang-page"]
     assert "OOM in round 4 while placing B" in concept_tables["abc-sglang-checkpoint"]
     assert "rejected NO_TOKEN" in concept_tables["abc-reserve-tail-checkpoint"]
-    assert "Available swa tokens" in concept_tables["swa-pre-fix"]
-    assert "No OOM" in concept_tables["swa-swa-reserve"]
-    assert "No OOM" in concept_tables["swa-sglang"]
+    assert "sliding-window free after" not in concept_tables["abc-sglang-page"]
+
+
+def test_concept_tables_tell_the_swa_resume_on_the_paged_sliding_window_pool(concept_tables):
+    """Before the fix, handing a resume the whole sliding-window budget fits (round 3: the
+    allocation takes the chunk's pages, which are there); the fallback to the chunk budget once
+    the budget is spent runs the pool out of memory (round 4). The fix keeps a page in round 3,
+    defers the request in round 4 and resumes it when the finished request's KV comes back."""
+    pre_fix = concept_tables["swa-pre-fix"]
+    assert "| free after | sliding-window free after |" in pre_fix
+    assert "| 3 | R | [5120, 8192) | 3072 | resumed |" in pre_fix
+    assert "| 4 | R | [8192, 12288) | 4096 | resumed |" in pre_fix
+    assert pre_fix.count("**OOM**") == 1 and "|  | **OOM** |" in pre_fix  # the window's pool
+    assert "OOM in round 4 while placing R" in pre_fix
+    assert "Try to allocate 4096 tokens." in pre_fix
+    assert "Available swa tokens: 0 (swa_available_size=0 + swa_evictable_size_=0)" in pre_fix
+    for slug in ("swa-swa-reserve", "swa-sglang"):
+        fixed = concept_tables[slug]
+        assert "| 3 | R | [5120, 8128) | 3008 | resumed |" in fixed
+        assert "| 4 | R | - | 0 | deferred |" in fixed
+        assert "| 5 | R | [8128, 12224) | 4096 | resumed |" in fixed
+        assert "No OOM" in fixed and "completed: B, R · pending: -" in fixed
 
 
 def test_every_concept_table_is_included_by_a_page(concept_tables):
@@ -259,13 +271,6 @@ def test_harness_tables_and_plots(comparison: Path):
         assert root.tag.endswith("svg")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the hybrid-SWA resume scenario (docsgen/scenarios/hybrid-swa.json) assumes "
-    "alloc_extend needs extend + page_size sliding-window slots; on SGLang 0.5.23's paged "
-    "sliding-window pool and radix tree, which the node now keeps, the pre-fix resume fits "
-    "and the fixed chunkings wait on the request's own window: the scenario needs redoing",
-)
 def test_replay_table_covers_every_combination_and_scenario(comparison: Path):
     page = (comparison / "index.md").read_text()
     rows = _section_rows(page, "Scenario replays")
@@ -273,10 +278,14 @@ def test_replay_table_covers_every_combination_and_scenario(comparison: Path):
     assert len(rows) == len(comparisons.registered_combos(registry())) + len(swa_only) > 108
     sglang_ckpt = next(r for r in rows if r.startswith("| `sglang` | `sglang` | `checkpoint:256`"))
     assert sglang_ckpt.count("OOM in round 4") == 2  # seed-abc and the 1keim incident
-    # the hybrid-SWA column is not "1/1 completed" on every row: the pre-fix chunking OOMs
+    # the hybrid-SWA column is not "2/2 completed" on every row: the pre-fix chunking OOMs
     pre_fix = [r for r in rows if "`sglang-pre-swa-fix`" in r]
     assert len(pre_fix) == len(swa_only)
-    assert all("**✗ OOM in round 1**" in r for r in pre_fix if "| `none` |" in r)
+    assert all("**✗ OOM in round 4**" in r for r in pre_fix if "| `none` |" in r)
+    # ... and the fixed chunkings complete both of its requests
+    cells = [[c.strip() for c in r.strip("| ").split(" | ")] for r in rows]
+    fixed = [c[-1] for c in cells if c[1] in ("`swa-reserve`", "`sglang`") and c[2] == "`none`"]
+    assert fixed and set(fixed) == {"2/2 completed in 11 rounds"}
     assert all(r.count("not supported here") == 2 for r in pre_fix)  # no window in the seeds
 
 
@@ -370,13 +379,6 @@ def test_adapters_read_the_shapes_the_producers_are_converging_on(tmp_path: Path
     assert (b.provenance.device, b.provenance.model) == ("NVIDIA H200 (cuda)", "tiny")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the hybrid-SWA resume scenario (docsgen/scenarios/hybrid-swa.json) assumes "
-    "alloc_extend needs extend + page_size sliding-window slots; on SGLang 0.5.23's paged "
-    "sliding-window pool and radix tree, which the node now keeps, the pre-fix resume fits "
-    "and the fixed chunkings wait on the request's own window: the scenario needs redoing",
-)
 def test_a_replay_without_oom_is_told_as_a_failure_or_a_warning_never_success():
     from policykit.docsgen.replay import failure_markdown, replay, scenario_from
 
