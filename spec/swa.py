@@ -1,0 +1,122 @@
+"""Hybrid sliding-window (SWA) storage as terms: what the node's SWA radix tree keeps.
+
+The node keeps sliding-window KV as SGLang 0.5.23 does (:mod:`policykit.swa_cache`): a paged
+pool, a request's KV checkpointed into the tree every round with what lies out of its window
+freed, a window lock that holds only the last window of it, and a finished request's KV left
+in the tree as evictable cache. The round model (:mod:`policykit.spec.bmc`) keeps, per
+request, the sliding-window KV it holds (``hold``: its window-locked part ``wl`` and its own
+pages from ``start`` on) and where its KV out of the window was freed up to (``evicted``);
+what the tree holds evictable is each unit's ``swa`` (:mod:`policykit.spec.cache`).
+
+Exact where the scenario format makes it so (each request's tokens are its own, its KV one
+path); approximated, and said so where it is done: a window lock that does not reach a
+window in its last node is taken to hold the previous lock's window too, and a unit's
+sliding-window KV is evicted whole (the node may stop inside it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import z3
+
+from policykit.ledger import ceil_paged
+from policykit.pool import pages_for
+from policykit.spec.cache import Unit
+from policykit.spec.model import Encoder, ite
+from policykit.spec.symbolic import Sym, num
+
+
+@dataclass
+class Window:
+    """Per request: sliding-window KV held (``hold``), of it window-locked in the tree
+    (``wl``), where its own pages start (``start``, SGLang's ``protected`` too) and where its
+    KV out of the window was freed up to (``evicted``)."""
+
+    hold: list[Sym]
+    wl: list[Sym]
+    start: list[Sym]
+    evicted: list[Sym]
+
+    @staticmethod
+    def empty(n: int) -> Window:
+        zero = Sym(num(0))
+        return Window([zero] * n, [zero] * n, [zero] * n, [zero] * n)
+
+    def copy(self) -> Window:
+        return Window(list(self.hold), list(self.wl), list(self.start), list(self.evicted))
+
+
+def paged_window(window: int, page: int) -> int:
+    """A window in whole pages: what a new leaf's live part and a window lock are cut to."""
+    return pages_for(window, page) * page
+
+
+def live_prefix(tokens: Sym, window: int, page: int) -> Sym:
+    """:func:`policykit.swa_cache.prefix_window` of a page-aligned prefix, as a term."""
+    cap = paged_window(window, page)
+    return ite(tokens.t <= cap, tokens, cap)
+
+
+def checkpoint(
+    enc: Encoder,
+    win: Window,
+    i: int,
+    going: z3.BoolRef,
+    seq: Sym,
+    unit: Unit,
+    tick: int,
+    window: int,
+    page: int,
+) -> tuple[Unit, Sym]:
+    """``PrefillNode.checkpoint`` of request ``i`` where ``going`` (it is in progress) holds:
+    its KV out of the window is freed (``free_swa_out_of_window_slots``, the cut of
+    :func:`policykit.swa_cache.kept_from`), its whole pages go into the tree, and its window
+    lock moves to the node that ends them, holding that node's live KV where it covers a
+    window (capped at a window of whole pages), else that and what the lock held before.
+    Updates ``win``; returns the unit (with what left the window lock as evictable KV) and
+    the sliding-window slots freed."""
+    start, wl, ev = win.start[i], win.wl[i], win.evicted[i]
+    last = seq - 1
+    keep = paged_window(max(window, page), page)
+    guard = z3.And(going, last.t - window >= ev.t + 1)
+    cut = last - keep
+    kept = ite(cut.t <= start.t, start, cut // page * page)
+    live = enc.bind("swa_live_from", ite(guard, kept, start))
+    aligned = enc.bind("swa_aligned", seq // page * page)
+    new = z3.And(going, aligned.t > start.t)
+    span = aligned - live
+    cap = paged_window(window, page)
+    covers = ite(span.t >= cap, cap, span)
+    locked = ite(span.t >= window, covers, span + ite(live.t == start.t, wl, 0))
+    wl_new = enc.bind("swa_wl", ite(new, locked, wl))
+    start_new = enc.bind("swa_start", ite(new, aligned, start))
+    win.wl[i], win.start[i] = wl_new, start_new
+    win.evicted[i] = enc.bind("swa_evicted", ite(guard, live, ev))
+    win.hold[i] = enc.bind(
+        "swa_hold", ite(going, wl_new + ceil_paged(seq, page) - start_new, win.hold[i])
+    )
+    moved = ite(new, wl + span - wl_new, 0)
+    out = replace(
+        unit,
+        swa=enc.bind("unit_swa", unit.swa + moved),
+        stamp=ite(new, tick, unit.stamp),
+    )
+    return out, ite(going, live - start, 0)
+
+
+def admitted(
+    enc: Encoder,
+    win: Window,
+    i: int,
+    placed: z3.BoolRef,
+    start: Sym,
+    held: Sym,
+) -> None:
+    """A request placed this round: its own sliding-window KV starts at its chunk's start,
+    and its window lock holds ``held`` (its prefix's window, or the load-back's)."""
+    zero = Sym(num(0))
+    win.wl[i] = enc.bind("swa_wl", ite(placed, held, win.wl[i]))
+    win.start[i] = enc.bind("swa_start", ite(placed, start, win.start[i]))
+    win.evicted[i] = ite(placed, zero, win.evicted[i])
+    win.hold[i] = enc.bind("swa_hold", ite(placed, held, win.hold[i]))
