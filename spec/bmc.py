@@ -508,21 +508,20 @@ def _admit_queue(u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, 
         unit = w.units[j]
         hit = _hit(u, q, unit) if cache else None
         e, placed, never = model.admit(w.state, consider, q, idle, hit)
-        if u.config.hybrid_swa:
-            _window_on_admission(u, w, j, e, placed, hit)
         if cache:
             touched = z3.And(e.kind.t != NONE, unit.top.t > 0)
-            w.units[j] = Unit(
-                unit.top,
-                unit.bottom,
-                enc.bind("stamp", ite(touched, touch_tick(r, j), unit.stamp)),
-                enc.bind("lock", ite(placed, e.lock, unit.lock)),
+            w.units[j] = dataclasses.replace(
+                unit,
+                stamp=enc.bind("stamp", ite(touched, touch_tick(r, j), unit.stamp)),
+                lock=enc.bind("lock", ite(placed, e.lock, unit.lock)),
             )
             nxt.cached[j] = enc.bind("cached", ite(placed, e.start - e.load_back, nxt.cached[j]))
             short = e.load_back_slots - (w.free + w.freed - w.loaded)
             w.units, taken, swa_taken = evict(enc, w.units, short)
             w.freed, w.loaded = w.freed + taken, w.loaded + e.load_back_slots
             w.swa_free = w.swa_free + swa_taken
+        if u.config.hybrid_swa:
+            _window_on_admission(u, w, j, e, placed, hit)
         # an entry per request per round: a waiting request cannot also be in progress
         w.entries[j] = _combine(w.entries[j], e, e.kind.t != NONE)
         if admitted is None:
@@ -638,6 +637,7 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
             w.win.hold[i] = enc.bind("swa_hold", w.win.hold[i] + extends[i])
             swa_after = swa_after - extends[i]
     w.swa_after = enc.bind("swa_free_after", swa_after)
+    u.__dict__.setdefault("dbg", []).append({"r": r, "swa_taken": swa_taken, "swa_free_c": w.swa_free, "ext": sum(extends, Sym(num(0))), "units": [x.swa for x in w.units], "hold": list(w.win.hold), "after": w.swa_after})
 
 
 def _stuck_valve(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> list[z3.BoolRef]:

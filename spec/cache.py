@@ -123,13 +123,16 @@ def evict(enc: Encoder, units: list[Unit], short: Sym) -> tuple[list[Unit], Sym,
         take_top = z3.And(cand[k], before.t < short.t)
         take_bottom = z3.And(cand[k], (before + x.top).t < short.t)
         freed = freed + _ite(take_top, x.top, 0) + _ite(take_bottom, x.bottom, 0)
-        swa = swa + _ite(take_top, x.swa, 0)
+        # (an in-progress request's unit has no full KV to take, only checkpointed KV that
+        # its lock holds: its sliding-window KV stays)
+        take_swa = z3.And(take_top, x.top.t > 0)
+        swa = swa + _ite(take_swa, x.swa, 0)
         out.append(
             replace(
                 x,
                 top=enc.bind("unit_top", _ite(take_top, 0, x.top)),
                 bottom=enc.bind("unit_bottom", _ite(take_bottom, 0, x.bottom)),
-                swa=_ite(take_top, 0, x.swa),
+                swa=_ite(take_swa, 0, x.swa),
             )
         )
     return out, enc.bind("evicted", freed), swa
