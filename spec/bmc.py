@@ -571,10 +571,12 @@ def _window_on_admission(
     enc, page, window = u.enc, u.config.page_size, u.config.sliding_window
     assert window is not None
     zero = Sym(num(0))
-    swa_lock = zero if hit is None else hit.swa_lock
+    # (re-selected afresh, it locks nothing: its entry's lock says which offer stood)
+    swa_lock = zero if hit is None else ite(e.lock.t > 0, hit.swa_lock, 0)
     loads = e.load_back_slots
     cap = sw.paged_window(window, page)
-    held_load = ite(loads.t <= cap, loads, cap) if hit is None else hit.swa_load_lock
+    loaded = ite(loads.t <= cap, loads, cap)  # the loaded leaf's live tail
+    held_load = loaded if hit is None else hit.swa_load_lock
     held = ite(loads.t > 0, held_load, swa_lock)
     if u.inputs.unpinned:
         short = loads - w.swa_free  # ``_evict_for`` in the sliding-window pool
@@ -582,13 +584,16 @@ def _window_on_admission(
         w.swa_free, w.freed = w.swa_free + swa_taken, w.freed + full_taken
         unit = w.units[j]
         left = ite(loads.t > 0, unit.swa + loads - held, unit.swa - swa_lock)
+        # (its insert refreshes the loaded KV in the sliding-window LRU)
         w.units[j] = dataclasses.replace(
-            unit, swa=enc.bind("unit_swa", ite(placed, left, unit.swa))
+            unit,
+            swa=enc.bind("unit_swa", ite(placed, left, unit.swa)),
+            stamp=ite(z3.And(placed, loads.t > 0), touch_tick(w.r, j), unit.stamp),
         )
         w.swa_free = enc.bind("swa_free", w.swa_free - ite(placed, loads, 0))
     else:
         w.swa_free = enc.bind("swa_free", w.swa_free - ite(placed, held, 0))
-    sw.admitted(enc, w.win, j, placed, e.start, held)
+    sw.admitted(enc, w.win, j, placed, e.start, (held, ite(loads.t > 0, loaded, swa_lock)))
 
 
 def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
@@ -637,7 +642,17 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
             w.win.hold[i] = enc.bind("swa_hold", w.win.hold[i] + extends[i])
             swa_after = swa_after - extends[i]
     w.swa_after = enc.bind("swa_free_after", swa_after)
-    u.__dict__.setdefault("dbg", []).append({"r": r, "swa_taken": swa_taken, "swa_free_c": w.swa_free, "ext": sum(extends, Sym(num(0))), "units": [x.swa for x in w.units], "hold": list(w.win.hold), "after": w.swa_after})
+    u.__dict__.setdefault("dbg", []).append(
+        {
+            "r": r,
+            "swa_taken": swa_taken,
+            "swa_free_c": w.swa_free,
+            "ext": sum(extends, Sym(num(0))),
+            "units": [x.swa for x in w.units],
+            "hold": list(w.win.hold),
+            "after": w.swa_after,
+        }
+    )
 
 
 def _stuck_valve(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> list[z3.BoolRef]:

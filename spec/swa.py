@@ -30,21 +30,24 @@ from policykit.spec.symbolic import Sym, num
 @dataclass
 class Window:
     """Per request: sliding-window KV held (``hold``), of it window-locked in the tree
-    (``wl``), where its own pages start (``start``, SGLang's ``protected`` too) and where its
-    KV out of the window was freed up to (``evicted``)."""
+    (``wl``, of which ``last`` in the node the lock is on), where its own pages start
+    (``start``, SGLang's ``protected`` too) and where its KV out of the window was freed up
+    to (``evicted``)."""
 
     hold: list[Sym]
     wl: list[Sym]
+    last: list[Sym]
     start: list[Sym]
     evicted: list[Sym]
 
     @staticmethod
     def empty(n: int) -> Window:
         zero = Sym(num(0))
-        return Window([zero] * n, [zero] * n, [zero] * n, [zero] * n)
+        return Window(*([zero] * n for _ in range(5)))
 
     def copy(self) -> Window:
-        return Window(list(self.hold), list(self.wl), list(self.start), list(self.evicted))
+        lists = (self.hold, self.wl, self.last, self.start, self.evicted)
+        return Window(*(list(x) for x in lists))
 
 
 def paged_window(window: int, page: int) -> int:
@@ -73,10 +76,12 @@ def checkpoint(
     its KV out of the window is freed (``free_swa_out_of_window_slots``, the cut of
     :func:`policykit.swa_cache.kept_from`), its whole pages go into the tree, and its window
     lock moves to the node that ends them, holding that node's live KV where it covers a
-    window (capped at a window of whole pages), else that and what the lock held before.
+    window (capped at a window of whole pages), else that and the node the lock was on
+    where the two cover a window, else that and all the lock held before (an approximation
+    where the lock held more than two nodes; none where a tombstone lies between).
     Updates ``win``; returns the unit (with what left the window lock as evictable KV) and
     the sliding-window slots freed."""
-    start, wl, ev = win.start[i], win.wl[i], win.evicted[i]
+    start, wl, ev, prev = win.start[i], win.wl[i], win.evicted[i], win.last[i]
     last = seq - 1
     keep = paged_window(max(window, page), page)
     guard = z3.And(going, last.t - window >= ev.t + 1)
@@ -88,8 +93,10 @@ def checkpoint(
     span = aligned - live
     cap = paged_window(window, page)
     covers = ite(span.t >= cap, cap, span)
-    locked = ite(span.t >= window, covers, span + ite(live.t == start.t, wl, 0))
+    above = ite((span + prev).t >= window, prev, wl)
+    locked = ite(span.t >= window, covers, span + ite(live.t == start.t, above, 0))
     wl_new = enc.bind("swa_wl", ite(new, locked, wl))
+    win.last[i] = enc.bind("swa_last", ite(new, covers, prev))
     start_new = enc.bind("swa_start", ite(new, aligned, start))
     win.wl[i], win.start[i] = wl_new, start_new
     win.evicted[i] = enc.bind("swa_evicted", ite(guard, live, ev))
@@ -111,11 +118,14 @@ def admitted(
     i: int,
     placed: z3.BoolRef,
     start: Sym,
-    held: Sym,
+    held: tuple[Sym, Sym],
 ) -> None:
     """A request placed this round: its own sliding-window KV starts at its chunk's start,
-    and its window lock holds ``held`` (its prefix's window, or the load-back's)."""
+    and its window lock holds ``held``: all of it and what of it is in the node the lock is
+    on (its prefix's live leaf, or the load-back's last window)."""
     zero = Sym(num(0))
+    held, last = held
+    win.last[i] = enc.bind("swa_last", ite(placed, last, win.last[i]))
     win.wl[i] = enc.bind("swa_wl", ite(placed, held, win.wl[i]))
     win.start[i] = enc.bind("swa_start", ite(placed, start, win.start[i]))
     win.evicted[i] = ite(placed, zero, win.evicted[i])
