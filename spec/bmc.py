@@ -32,6 +32,7 @@ from policykit.scheduler import WAITING_PREFIX_REFRESH_INTERVAL
 from policykit.spec.cache import (
     Unit,
     checkpoint_tick,
+    commit_tick,
     evict,
     evict_swa,
     initial_units,
@@ -343,6 +344,7 @@ class _Work:
     free: Sym
     units: list[Unit]
     win: sw.Window  #: hybrid SWA: what each request holds of the sliding-window pool
+    cached: list[Sym]  #: per request, ``NodeState.cached`` (a checkpoint may lock more)
     state: RoundState | None = None  #: the planner's, once the round opens
     entries: list[Entry] = field(default_factory=list)
     has: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(False))  #: one in progress
@@ -355,6 +357,8 @@ class _Work:
     need: Any = None  #: slots the commit takes
     oom_full: Any = None
     oom_swa: Any = None
+    #: hybrid SWA: a load-back found the sliding-window pool short (an OOM at the commit)
+    load_short: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(False))
     baseline_after: Any = None
     swa_after: Any = None  #: the sliding-window pool's free slots after it
     due: list[z3.BoolRef] = field(default_factory=list)  #: held KV still to come back
@@ -428,7 +432,7 @@ def _release(u: Unrolling, s: NodeState, r: int) -> _Work:
     swa_free = enc.bind("swa_free", swa_free)
     if cache:
         free = enc.bind("free", free)
-    return _Work(r, released_now, baseline, swa_free, free, units, win)
+    return _Work(r, released_now, baseline, swa_free, free, units, win, list(s.cached))
 
 
 def _checkpoint(u: Unrolling, s: NodeState, w: _Work) -> None:
@@ -441,14 +445,17 @@ def _checkpoint(u: Unrolling, s: NodeState, w: _Work) -> None:
     freed = Sym(num(0))
     for i in range(len(inp.requests)):
         going = z3.And(s.left[i], s.finished[i].t == 0, z3.Not(s.rejected[i]), s.seq[i].t > 0)
-        unit, out = sw.checkpoint(
+        done = sw.checkpoint(
             u.enc, w.win, i, going, s.seq[i], w.units[i], tick, window, cfg.page_size
         )
-        freed = freed + out
+        freed = freed + done.swa_freed
         if inp.unpinned:
-            w.units[i] = unit
+            w.units[i] = done.unit
+            # a recovered tombstone is locked; the request's own copy of it is freed
+            w.free = w.free + done.recovered
+            w.cached[i] = u.enc.bind("cached", w.cached[i] + done.recovered)
         else:  # no cache modelled: what leaves the window lock is as good as free
-            freed = freed + (unit.swa - w.units[i].swa)
+            freed = freed + (done.unit.swa - w.units[i].swa)
     w.swa_free = u.enc.bind("swa_free", w.swa_free + freed)
 
 
@@ -498,7 +505,7 @@ def _admit_queue(u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, 
     enc, inp, r = u.enc, u.inputs, w.r
     cache = inp.unpinned
     w.units, nxt.sorts = _refresh_waiting(enc, inp.requests, s, w.units, r, cache)
-    nxt.left, nxt.rejected, nxt.cached = list(s.left), list(s.rejected), list(s.cached)
+    nxt.left, nxt.rejected, nxt.cached = list(s.left), list(s.rejected), list(w.cached)
     admitted = s.admitted
     idle = _idle(u)
     assert w.state is not None
@@ -579,21 +586,35 @@ def _window_on_admission(
     held_load = loaded if hit is None else hit.swa_load_lock
     held = ite(loads.t > 0, held_load, swa_lock)
     if u.inputs.unpinned:
+        # its lock's window first (``_lock_prefix`` comes before the load-back); the commit's
+        # match and insert refresh its KV after every match of the planning
+        unit = w.units[j]
+        refreshed = z3.And(placed, z3.Or(e.lock.t > 0, loads.t > 0))
+        w.units[j] = dataclasses.replace(
+            unit,
+            swa=enc.bind("unit_swa", ite(placed, unit.swa - swa_lock, unit.swa)),
+            stamp=ite(refreshed, commit_tick(w.r, j), unit.stamp),
+        )
         short = loads - w.swa_free  # ``_evict_for`` in the sliding-window pool
         w.units, swa_taken, full_taken = evict_swa(enc, w.units, ite(loads.t > 0, short, 0))
         w.swa_free, w.freed = w.swa_free + swa_taken, w.freed + full_taken
+        w.load_short = z3.Or(w.load_short, z3.And(placed, loads.t > w.swa_free.t))
+        # the loaded KV joins the tree: what the lock does not hold of it (and of the
+        # prefix's window it held until then) is evictable
         unit = w.units[j]
-        left = ite(loads.t > 0, unit.swa + loads - held, unit.swa - swa_lock)
-        # (its insert refreshes the loaded KV in the sliding-window LRU)
-        w.units[j] = dataclasses.replace(
-            unit,
-            swa=enc.bind("unit_swa", ite(placed, left, unit.swa)),
-            stamp=ite(z3.And(placed, loads.t > 0), touch_tick(w.r, j), unit.stamp),
-        )
+        joins = ite(z3.And(placed, loads.t > 0), swa_lock + loads - held, 0)
+        w.units[j] = dataclasses.replace(unit, swa=enc.bind("unit_swa", unit.swa + joins))
         w.swa_free = enc.bind("swa_free", w.swa_free - ite(placed, loads, 0))
     else:
+        w.load_short = z3.Or(w.load_short, z3.And(placed, loads.t > w.swa_free.t))
         w.swa_free = enc.bind("swa_free", w.swa_free - ite(placed, held, 0))
-    sw.admitted(enc, w.win, j, placed, e.start, (held, ite(loads.t > 0, loaded, swa_lock)))
+    branch = Sym(num(0))
+    if u.inputs.unpinned:  # matched nothing, though the tree holds its prefix's tombstone
+        unit = w.units[j]
+        branching = z3.And(unit.top.t == 0, unit.bottom.t > e.start.t)
+        branch = ite(branching, unit.bottom, 0)
+    last = ite(loads.t > 0, loaded, swa_lock)
+    sw.admitted(enc, w.win, j, placed, e.start, (held, last), branch)
 
 
 def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
@@ -621,7 +642,7 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
     swa_after = w.swa_free + swa_taken
     if cfg.hybrid_swa:
         # ``alloc_paged_token_slots_extend``: each extend's whole new pages, in both pools
-        w.oom_swa = sum(extends, Sym(num(0))).t > swa_after.t
+        w.oom_swa = z3.Or(w.load_short, sum(extends, Sym(num(0))).t > swa_after.t)
     after = w.baseline - locks - w.need if cache else w.baseline - w.need
     w.baseline_after = enc.bind("baseline_after", after)
     nxt.seq, nxt.finished = list(s.seq), list(s.finished)

@@ -93,6 +93,13 @@ def refresh_tick(round_no: int, position: int) -> int:
     return round_no * _ROUND + _PLAN - 1 - position
 
 
+def commit_tick(round_no: int, position: int) -> int:
+    """The tick at which the commit matches and locks the prefix of the request at
+    ``position`` (hybrid SWA: it refreshes the sliding-window LRU after every match of the
+    planning)."""
+    return round_no * _ROUND + _PLAN + 1024 + position
+
+
 def checkpoint_tick(round_no: int) -> int:
     """The tick of the round-start checkpoint of the in-progress request (hybrid SWA): after
     the round's releases, before the refresh of the waiting prefixes."""

@@ -32,21 +32,23 @@ class Window:
     """Per request: sliding-window KV held (``hold``), of it window-locked in the tree
     (``wl``, of which ``last`` in the node the lock is on), where its own pages start
     (``start``, SGLang's ``protected`` too) and where its KV out of the window was freed up
-    to (``evicted``)."""
+    to (``evicted``), and where its match stopped at a tombstone it will insert up to first
+    (``branch``, 0: none)."""
 
     hold: list[Sym]
     wl: list[Sym]
     last: list[Sym]
     start: list[Sym]
     evicted: list[Sym]
+    branch: list[Sym]
 
     @staticmethod
     def empty(n: int) -> Window:
         zero = Sym(num(0))
-        return Window(*([zero] * n for _ in range(5)))
+        return Window(*([zero] * n for _ in range(6)))
 
     def copy(self) -> Window:
-        lists = (self.hold, self.wl, self.last, self.start, self.evicted)
+        lists = (self.hold, self.wl, self.last, self.start, self.evicted, self.branch)
         return Window(*(list(x) for x in lists))
 
 
@@ -61,6 +63,31 @@ def live_prefix(tokens: Sym, window: int, page: int) -> Sym:
     return ite(tokens.t <= cap, tokens, cap)
 
 
+def _cut(last: Sym, evicted: Sym, window: int, page: int) -> tuple[z3.BoolRef, Sym]:
+    """Whether ``free_swa_out_of_window_slots`` frees anything for position ``last`` (its
+    guard, asked of ``evicted``), and where it cuts (:func:`policykit.swa_cache.kept_from`,
+    restated with a case split instead of a branch-free maximum: ``evicted`` is page-aligned,
+    so only the other side needs a quotient)."""
+    keep = paged_window(max(window, page), page)
+    cut = last - keep
+    return last.t - window >= evicted.t + 1, cut
+
+
+def _kept(cut: Sym, floor: Sym, page: int) -> Sym:
+    return ite(cut.t <= floor.t, floor, cut // page * page)
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    """What a checkpoint changed besides the request's :class:`Window`: its unit (what left
+    the window lock is evictable sliding-window KV), the sliding-window slots freed, and the
+    tombstone it recovered (a branching request's: its lock takes it, its own copy is freed)."""
+
+    unit: Unit
+    swa_freed: Sym
+    recovered: Sym
+
+
 def checkpoint(
     enc: Encoder,
     win: Window,
@@ -71,23 +98,19 @@ def checkpoint(
     tick: int,
     window: int,
     page: int,
-) -> tuple[Unit, Sym]:
+) -> Checkpointed:
     """``PrefillNode.checkpoint`` of request ``i`` where ``going`` (it is in progress) holds:
-    its KV out of the window is freed (``free_swa_out_of_window_slots``, the cut of
-    :func:`policykit.swa_cache.kept_from`), its whole pages go into the tree, and its window
-    lock moves to the node that ends them, holding that node's live KV where it covers a
-    window (capped at a window of whole pages), else that and the node the lock was on
-    where the two cover a window, else that and all the lock held before (an approximation
-    where the lock held more than two nodes; none where a tombstone lies between).
-    Updates ``win``; returns the unit (with what left the window lock as evictable KV) and
-    the sliding-window slots freed."""
+    its KV out of the window is freed (``free_swa_out_of_window_slots``), its whole pages go
+    into the tree, and its window lock moves to the node that ends them, holding that node's
+    live KV where it covers a window (capped at a window of whole pages), else that and the
+    node the lock was on where the two cover a window, else that and all the lock held before
+    (an approximation where the lock held more than two nodes; none where a tombstone lies
+    between). A branching request (:func:`admitted`) is inserted up to its branch first, once
+    it got that far (:func:`_branch`). Updates ``win``."""
     start, wl, ev, prev = win.start[i], win.wl[i], win.evicted[i], win.last[i]
-    last = seq - 1
-    keep = paged_window(max(window, page), page)
-    guard = z3.And(going, last.t - window >= ev.t + 1)
-    cut = last - keep
-    kept = ite(cut.t <= start.t, start, cut // page * page)
-    live = enc.bind("swa_live_from", ite(guard, kept, start))
+    guard, cut = _cut(seq - 1, ev, window, page)
+    guard = z3.And(going, guard)
+    live = enc.bind("swa_live_from", ite(guard, _kept(cut, start, page), start))
     aligned = enc.bind("swa_aligned", seq // page * page)
     new = z3.And(going, aligned.t > start.t)
     span = aligned - live
@@ -95,21 +118,56 @@ def checkpoint(
     covers = ite(span.t >= cap, cap, span)
     above = ite((span + prev).t >= window, prev, wl)
     locked = ite(span.t >= window, covers, span + ite(live.t == start.t, above, 0))
-    wl_new = enc.bind("swa_wl", ite(new, locked, wl))
-    win.last[i] = enc.bind("swa_last", ite(new, covers, prev))
-    start_new = enc.bind("swa_start", ite(new, aligned, start))
+    branch = win.branch[i]
+    fires = z3.And(going, branch.t > 0, seq.t >= branch.t)
+    b = _branch(win, i, seq, window, page)
+    wl_new = enc.bind("swa_wl", ite(fires, b.wl, ite(new, locked, wl)))
+    win.last[i] = enc.bind("swa_last", ite(fires, b.wl, ite(new, covers, prev)))
+    start_new = enc.bind("swa_start", ite(fires, b.start, ite(new, aligned, start)))
+    win.evicted[i] = enc.bind("swa_evicted", ite(fires, b.evicted, ite(guard, live, ev)))
     win.wl[i], win.start[i] = wl_new, start_new
-    win.evicted[i] = enc.bind("swa_evicted", ite(guard, live, ev))
+    win.branch[i] = ite(fires, 0, branch)
     win.hold[i] = enc.bind(
         "swa_hold", ite(going, wl_new + ceil_paged(seq, page) - start_new, win.hold[i])
     )
-    moved = ite(new, wl + span - wl_new, 0)
+    moved = ite(z3.And(new, z3.Not(fires)), wl + span - wl_new, 0)
     out = replace(
         unit,
         swa=enc.bind("unit_swa", unit.swa + moved),
         stamp=ite(new, tick, unit.stamp),
+        lock=ite(fires, branch, unit.lock),
     )
-    return out, ite(going, live - start, 0)
+    freed = ite(fires, b.freed, ite(going, live - start, 0))
+    return Checkpointed(out, enc.bind("swa_freed", freed), ite(fires, branch, 0))
+
+
+@dataclass(frozen=True)
+class _Branched:
+    wl: Sym
+    start: Sym
+    evicted: Sym
+    freed: Sym
+
+
+def _branch(win: Window, i: int, seq: Sym, window: int, page: int) -> _Branched:
+    """The checkpoint of a request whose match stopped at a tombstone ``branch`` tokens long
+    (its prefix's live leaf was evicted; SGLang's ``swa_branching_seqlen``), once it has
+    computed that far: what is out of the window of the branch is freed, the rest up to the
+    branch recovers the tombstone (one node, locked whole by the request), then what is out
+    of the window of its whole KV is freed (``PrefillNode._insert_progress``). It computed
+    from token 0 (``start`` is 0)."""
+    start, ev, branch = win.start[i], win.evicted[i], win.branch[i]
+    first, cut = _cut(branch - 1, ev, window, page)
+    live = ite(first, _kept(cut, start, page), start)
+    evicted = ite(first, live, ev)
+    then, cut = _cut(seq - 1, evicted, window, page)
+    kept = ite(then, _kept(cut, branch, page), branch)
+    return _Branched(
+        wl=branch - live,
+        start=kept,
+        evicted=ite(then, kept, evicted),
+        freed=(live - start) + (kept - branch),
+    )
 
 
 def admitted(
@@ -119,12 +177,16 @@ def admitted(
     placed: z3.BoolRef,
     start: Sym,
     held: tuple[Sym, Sym],
+    branch: Sym,
 ) -> None:
     """A request placed this round: its own sliding-window KV starts at its chunk's start,
     and its window lock holds ``held``: all of it and what of it is in the node the lock is
-    on (its prefix's live leaf, or the load-back's last window)."""
+    on (its prefix's live leaf, or the load-back's last window). ``branch``: the tombstone
+    its match stopped at, longer than what it matched (SGLang's ``swa_branching_seqlen``;
+    0: none)."""
     zero = Sym(num(0))
     held, last = held
+    win.branch[i] = ite(placed, branch, win.branch[i])
     win.last[i] = enc.bind("swa_last", ite(placed, last, win.last[i]))
     win.wl[i] = enc.bind("swa_wl", ite(placed, held, win.wl[i]))
     win.start[i] = enc.bind("swa_start", ite(placed, start, win.start[i]))
