@@ -609,10 +609,10 @@ def _window_on_admission(
         w.load_short = z3.Or(w.load_short, z3.And(placed, loads.t > w.swa_free.t))
         w.swa_free = enc.bind("swa_free", w.swa_free - ite(placed, held, 0))
     branch = Sym(num(0))
-    if u.inputs.unpinned:  # matched nothing, though the tree holds its prefix's tombstone
+    if u.inputs.unpinned:  # matched less than the tree holds of its prefix
         unit = w.units[j]
-        branching = z3.And(unit.top.t == 0, unit.bottom.t > e.start.t)
-        branch = ite(branching, unit.bottom, 0)
+        full_hit = unit.top + unit.bottom  # ``SWAPrefixCache.full_hit``
+        branch = ite(full_hit.t > e.start.t, full_hit, 0)
     last = ite(loads.t > 0, loaded, swa_lock)
     sw.admitted(enc, w.win, j, placed, e.start, (held, last), branch)
 

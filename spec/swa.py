@@ -120,7 +120,7 @@ def checkpoint(
     locked = ite(span.t >= window, covers, span + ite(live.t == start.t, above, 0))
     branch = win.branch[i]
     fires = z3.And(going, branch.t > 0, seq.t >= branch.t)
-    b = _branch(win, i, seq, window, page)
+    b = _branch(win, i, seq, unit, window, page)
     wl_new = enc.bind("swa_wl", ite(fires, b.wl, ite(new, locked, wl)))
     win.last[i] = enc.bind("swa_last", ite(fires, b.wl, ite(new, covers, prev)))
     start_new = enc.bind("swa_start", ite(fires, b.start, ite(new, aligned, start)))
@@ -130,15 +130,15 @@ def checkpoint(
     win.hold[i] = enc.bind(
         "swa_hold", ite(going, wl_new + ceil_paged(seq, page) - start_new, win.hold[i])
     )
-    moved = ite(z3.And(new, z3.Not(fires)), wl + span - wl_new, 0)
+    moved = ite(fires, b.joins, ite(new, wl + span - wl_new, 0))
     out = replace(
         unit,
         swa=enc.bind("unit_swa", unit.swa + moved),
         stamp=ite(new, tick, unit.stamp),
-        lock=ite(fires, branch, unit.lock),
+        lock=ite(fires, b.recovered, unit.lock),
     )
     freed = ite(fires, b.freed, ite(going, live - start, 0))
-    return Checkpointed(out, enc.bind("swa_freed", freed), ite(fires, branch, 0))
+    return Checkpointed(out, enc.bind("swa_freed", freed), ite(fires, b.recovered, 0))
 
 
 @dataclass(frozen=True)
@@ -147,26 +147,40 @@ class _Branched:
     start: Sym
     evicted: Sym
     freed: Sym
+    joins: Sym  #: sliding-window KV it leaves evictable in the tree
+    recovered: Sym  #: the cached full KV its lock takes (its own copy is freed)
 
 
-def _branch(win: Window, i: int, seq: Sym, window: int, page: int) -> _Branched:
-    """The checkpoint of a request whose match stopped at a tombstone ``branch`` tokens long
-    (its prefix's live leaf was evicted; SGLang's ``swa_branching_seqlen``), once it has
-    computed that far: what is out of the window of the branch is freed, the rest up to the
-    branch recovers the tombstone (one node, locked whole by the request), then what is out
-    of the window of its whole KV is freed (``PrefillNode._insert_progress``). It computed
-    from token 0 (``start`` is 0)."""
+def _branch(win: Window, i: int, seq: Sym, unit: Unit, window: int, page: int) -> _Branched:
+    """The checkpoint of a request whose match stopped short of the full KV the tree held of
+    it (``branch`` tokens: its prefix, whose live leaf was evicted or whose lock was refused;
+    SGLang's ``swa_branching_seqlen``), once it has computed that far. What is out of the
+    window of the branch is freed and the rest inserted up to the branch, then what is out
+    of the window of its whole KV is freed (``PrefillNode._insert_progress``). The insert
+    finds the prefix as ``unit`` holds it now: a live leaf over a tombstone (the tombstone
+    takes the request's sliding-window KV, the leaf's copy is freed, the lock holds the
+    leaf), a tombstone alone (it takes the request's KV and the lock holds all of it: one
+    node), or nothing (a new leaf, its live part cut to a window). It computed from token 0
+    (``start`` is 0)."""
     start, ev, branch = win.start[i], win.evicted[i], win.branch[i]
     first, cut = _cut(branch - 1, ev, window, page)
     live = ite(first, _kept(cut, start, page), start)
     evicted = ite(first, live, ev)
-    then, cut = _cut(seq - 1, evicted, window, page)
+    then, cut = _cut(seq - 1, evicted, window, page)  # (it cuts from the branch on)
     kept = ite(then, _kept(cut, branch, page), branch)
+    span = branch - live
+    cap = paged_window(window, page)
+    fresh = ite(span.t >= window, ite(span.t >= cap, cap, span), span)
+    leaf, tomb = unit.top.t > 0, z3.And(unit.top.t == 0, unit.bottom.t > 0)
+    recovered = branch - unit.top - live  # the tombstone's part it gives live KV to
+    dup = ite(leaf, branch - ite(live.t >= (branch - unit.top).t, live, branch - unit.top), 0)
     return _Branched(
-        wl=branch - live,
+        wl=ite(leaf, unit.top, ite(tomb, span, fresh)),
         start=kept,
         evicted=ite(then, kept, evicted),
-        freed=(live - start) + (kept - branch),
+        freed=(live - start) + dup + (kept - branch),
+        joins=ite(leaf, ite(recovered.t > 0, recovered, 0), ite(tomb, 0, span - fresh)),
+        recovered=ite(z3.Or(leaf, tomb), branch, 0),
     )
 
 
