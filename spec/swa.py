@@ -115,11 +115,13 @@ def checkpoint(
     new = z3.And(going, aligned.t > start.t)
     span = aligned - live
     cap = paged_window(window, page)
-    covers = ite(span.t >= cap, cap, span)
-    above = ite((span + prev).t >= window, prev, wl)
-    locked = ite(span.t >= window, covers, span + ite(live.t == start.t, above, 0))
     branch = win.branch[i]
     fires = z3.And(going, branch.t > 0, seq.t >= branch.t)
+    # short of its branch, it gives the tombstone it covers its KV: one node, uncut
+    over_tomb = z3.And(going, branch.t > seq.t, unit.top.t == 0, unit.bottom.t > 0)
+    covers = ite(z3.And(span.t >= cap, z3.Not(over_tomb)), cap, span)
+    above = ite((span + prev).t >= window, prev, wl)
+    locked = ite(span.t >= window, covers, span + ite(live.t == start.t, above, 0))
     b = _branch(win, i, seq, unit, window, page)
     wl_new = enc.bind("swa_wl", ite(fires, b.wl, ite(new, locked, wl)))
     win.last[i] = enc.bind("swa_last", ite(fires, b.wl, ite(new, covers, prev)))
@@ -131,14 +133,16 @@ def checkpoint(
         "swa_hold", ite(going, wl_new + ceil_paged(seq, page) - start_new, win.hold[i])
     )
     moved = ite(fires, b.joins, ite(new, wl + span - wl_new, 0))
+    recovered = ite(fires, b.recovered, ite(z3.And(new, over_tomb), aligned - start, 0))
+    recovered = enc.bind("recovered", recovered)
     out = replace(
         unit,
         swa=enc.bind("unit_swa", unit.swa + moved),
         stamp=ite(new, tick, unit.stamp),
-        lock=ite(fires, b.recovered, unit.lock),
+        lock=unit.lock + recovered,
     )
     freed = ite(fires, b.freed, ite(going, live - start, 0))
-    return Checkpointed(out, enc.bind("swa_freed", freed), ite(fires, b.recovered, 0))
+    return Checkpointed(out, enc.bind("swa_freed", freed), recovered)
 
 
 @dataclass(frozen=True)
@@ -160,8 +164,9 @@ def _branch(win: Window, i: int, seq: Sym, unit: Unit, window: int, page: int) -
     finds the prefix as ``unit`` holds it now: a live leaf over a tombstone (the tombstone
     takes the request's sliding-window KV, the leaf's copy is freed, the lock holds the
     leaf), a tombstone alone (it takes the request's KV and the lock holds all of it: one
-    node), or nothing (a new leaf, its live part cut to a window). It computed from token 0
-    (``start`` is 0)."""
+    node), or nothing (a new leaf, its live part cut to a window). It computed from token 0;
+    where a checkpoint short of the branch gave part of the tombstone its KV already,
+    ``start`` is where that ended (not modelled for a live leaf: there it is 0)."""
     start, ev, branch = win.start[i], win.evicted[i], win.branch[i]
     first, cut = _cut(branch - 1, ev, window, page)
     live = ite(first, _kept(cut, start, page), start)
@@ -180,7 +185,7 @@ def _branch(win: Window, i: int, seq: Sym, unit: Unit, window: int, page: int) -
         evicted=ite(then, kept, evicted),
         freed=(live - start) + dup + (kept - branch),
         joins=ite(leaf, ite(recovered.t > 0, recovered, 0), ite(tomb, 0, span - fresh)),
-        recovered=ite(z3.Or(leaf, tomb), branch, 0),
+        recovered=ite(leaf, branch, ite(tomb, branch - start, 0)),
     )
 
 

@@ -25,10 +25,9 @@ from tests.spec.replay import MAX_REQUESTS, concrete_rounds, model_rounds, unrol
 
 ROUNDS = 4
 #: (page, chunk, sliding window, max_prefill_tokens): each is one encoding per combo, so few
-#: and varied. No hybrid SWA: the model does not keep sliding-window KV the way the node now
-#: does (SGLang 0.5.23's SWA radix tree), a known difference pinned below
-#: (``test_the_model_does_not_keep_sliding_window_kv_as_the_node_does``)
-CONFIGS = [(16, 256, None, None), (64, 4096, None, 512)]
+#: and varied. The hybrid one runs the node's SWA radix tree (SGLang 0.5.23's) against the
+#: model's account of it (``policykit.spec.swa``)
+CONFIGS = [(16, 256, None, None), (64, 4096, None, 512), (64, 256, 128, None)]
 #: every admission, chunking and alignment with the default queue (``fcfs``); the other queues
 #: on a few combos below (``lpm`` needs scenarios listed in its order)
 COMBOS = [
@@ -134,7 +133,8 @@ Z3_SEED_000 = {
 
 #: found by this test after the scheduler learnt to fail an in-progress request deferred on an
 #: otherwise empty node: A's first 64 tokens fill half the 128-token sliding-window pool,
-#: ``swa-reserve`` defers its last token forever, and the scheduler fails A in round 2
+#: ``swa-reserve`` defers its last token forever, and the scheduler fails A in round 2 (with
+#: ``no-evict`` admission: the others refuse A, whose estimate does not fit the paged pool)
 STUCK_ON_SWA = {
     "page_size": 64,
     "chunked_prefill_size": 256,
@@ -293,6 +293,7 @@ EVICTED_BY_LOAD_BACK = {
 @example(scenario=IDLE_NOT_NOW)
 @example(scenario=Z3_SEED_000)
 @example(scenario=NEVER_FITS)
+@example(scenario=STUCK_ON_SWA)
 @given(scenario=scenarios())
 def test_encoding_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
     if not _fits(scenario):
