@@ -63,6 +63,7 @@ from policykit.spec.model import (
     t,
 )
 from policykit.spec.symbolic import Sym, num
+from policykit.swa_cache import prefix_window
 
 #: the properties, in the order they are reported
 PROPERTIES = (
@@ -250,12 +251,19 @@ def make_inputs(
     inp = Inputs(
         free, evictable, swa_free, never, delay, reqs, total, pinned, facts, filler, unpinned
     )
-    window = config.sliding_window
-    if config.hybrid_swa and window is not None:
-        inp.swa_paged = enc.bind("swa_paged", swa_free // page * page)
-        prefixes = [sw.live_prefix(r.device + r.unpinned, window, page) for r in reqs]
-        inp.swa_pool = enc.bind("swa_pool", sum(prefixes, inp.swa_paged))
+    _swa_pool_inputs(enc, inp, config)
     return inp
+
+
+def _swa_pool_inputs(enc: Encoder, inp: Inputs, config: EngineConfig) -> None:
+    """Hybrid SWA: the free sliding-window slots in whole pages and the whole pool, as
+    ``policykit.scenario.swa_pool_tokens`` sizes the node's (each cached prefix keeps its
+    last window live)."""
+    window, page = config.sliding_window, config.page_size
+    if config.hybrid_swa and window is not None:
+        inp.swa_paged = enc.bind("swa_paged", inp.swa_free // page * page)
+        prefixes = [prefix_window(r.device + r.unpinned, window, page) for r in inp.requests]
+        inp.swa_pool = enc.bind("swa_pool", sum(prefixes, inp.swa_paged))
 
 
 def queue_order(model: RoundModel, reqs: list[Req]) -> list[z3.BoolRef]:
@@ -313,7 +321,7 @@ def initial_state(inp: Inputs, in_arrival_order: bool, config: EngineConfig) -> 
         swa_free = inp.swa_paged
         if inp.unpinned:
             window, page = config.sliding_window, config.page_size
-            live = [sw.live_prefix(r.unpinned, window, page) for r in inp.requests]
+            live = [prefix_window(r.unpinned, window, page) for r in inp.requests]
     return NodeState(
         baseline=inp.free + inp.evictable,
         swa_free=swa_free,
@@ -663,17 +671,6 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
             w.win.hold[i] = enc.bind("swa_hold", w.win.hold[i] + extends[i])
             swa_after = swa_after - extends[i]
     w.swa_after = enc.bind("swa_free_after", swa_after)
-    u.__dict__.setdefault("dbg", []).append(
-        {
-            "r": r,
-            "swa_taken": swa_taken,
-            "swa_free_c": w.swa_free,
-            "ext": sum(extends, Sym(num(0))),
-            "units": [x.swa for x in w.units],
-            "hold": list(w.win.hold),
-            "after": w.swa_after,
-        }
-    )
 
 
 def _stuck_valve(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> list[z3.BoolRef]:

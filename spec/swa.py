@@ -25,6 +25,7 @@ from policykit.pool import pages_for
 from policykit.spec.cache import Unit
 from policykit.spec.model import Encoder, ite
 from policykit.spec.symbolic import Sym, num
+from policykit.swa_cache import kept_from
 
 
 @dataclass
@@ -57,24 +58,10 @@ def paged_window(window: int, page: int) -> int:
     return pages_for(window, page) * page
 
 
-def live_prefix(tokens: Sym, window: int, page: int) -> Sym:
-    """:func:`policykit.swa_cache.prefix_window` of a page-aligned prefix, as a term."""
-    cap = paged_window(window, page)
-    return ite(tokens.t <= cap, tokens, cap)
-
-
-def _cut(last: Sym, evicted: Sym, window: int, page: int) -> tuple[z3.BoolRef, Sym]:
+def _frees(last: Sym, evicted: Sym, window: int) -> z3.BoolRef:
     """Whether ``free_swa_out_of_window_slots`` frees anything for position ``last`` (its
-    guard, asked of ``evicted``), and where it cuts (:func:`policykit.swa_cache.kept_from`,
-    restated with a case split instead of a branch-free maximum: ``evicted`` is page-aligned,
-    so only the other side needs a quotient)."""
-    keep = paged_window(max(window, page), page)
-    cut = last - keep
-    return last.t - window >= evicted.t + 1, cut
-
-
-def _kept(cut: Sym, floor: Sym, page: int) -> Sym:
-    return ite(cut.t <= floor.t, floor, cut // page * page)
+    guard, asked of ``evicted``); where it cuts is :func:`policykit.swa_cache.kept_from`."""
+    return last.t - window >= evicted.t + 1
 
 
 @dataclass(frozen=True)
@@ -108,9 +95,8 @@ def checkpoint(
     between). A branching request (:func:`admitted`) is inserted up to its branch first, once
     it got that far (:func:`_branch`). Updates ``win``."""
     start, wl, ev, prev = win.start[i], win.wl[i], win.evicted[i], win.last[i]
-    guard, cut = _cut(seq - 1, ev, window, page)
-    guard = z3.And(going, guard)
-    live = enc.bind("swa_live_from", ite(guard, _kept(cut, start, page), start))
+    guard = z3.And(going, _frees(seq - 1, ev, window))
+    live = enc.bind("swa_live_from", ite(guard, kept_from(seq - 1, start, window, page), start))
     aligned = enc.bind("swa_aligned", seq // page * page)
     new = z3.And(going, aligned.t > start.t)
     span = aligned - live
@@ -168,11 +154,11 @@ def _branch(win: Window, i: int, seq: Sym, unit: Unit, window: int, page: int) -
     where a checkpoint short of the branch gave part of the tombstone its KV already,
     ``start`` is where that ended (not modelled for a live leaf: there it is 0)."""
     start, ev, branch = win.start[i], win.evicted[i], win.branch[i]
-    first, cut = _cut(branch - 1, ev, window, page)
-    live = ite(first, _kept(cut, start, page), start)
+    first = _frees(branch - 1, ev, window)
+    live = ite(first, kept_from(branch - 1, start, window, page), start)
     evicted = ite(first, live, ev)
-    then, cut = _cut(seq - 1, evicted, window, page)  # (it cuts from the branch on)
-    kept = ite(then, _kept(cut, branch, page), branch)
+    then = _frees(seq - 1, evicted, window)  # (it cuts from the branch on)
+    kept = ite(then, kept_from(seq - 1, branch, window, page), branch)
     span = branch - live
     cap = paged_window(window, page)
     fresh = ite(span.t >= window, ite(span.t >= cap, cap, span), span)
