@@ -90,10 +90,10 @@ GAPS: tuple[Gap, ...] = (
         host_tier=False,
         what=(
             "hybrid SWA storage in the checker: SGLang 0.5.23 keeps sliding-window KV in its "
-            "radix tree, in whole pages, matches a cached prefix only through a window of it "
-            "and evicts whole cached leaves to free sliding-window slots; policykit's node "
-            "does too (simulate and bench), the checker's model does not yet "
-            "(docs/conformance.md)"
+            "radix tree, in whole pages, and evicts it node by node, whole cached leaves "
+            "first; the checker's model keeps the same account per request, evicting a "
+            "request's sliding-window KV whole and keeping a finished request's full KV "
+            "where SGLang drops the leaf (docs/conformance.md, Known differences)"
         ),
         checker_only=True,
     ),

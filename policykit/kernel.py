@@ -474,16 +474,48 @@ def admission(
             lambda: admits(num, locked, prompt, offer, swa_pool, request_id),
         )
 
-    first = tried(lambda: ok and not (takes() and not ok_locked()))
     if window:
-        # Re-selection is for the full lock's refusal only: where the window lock alone
-        # refuses, SGLang 0.5.23 answers NO_TOKEN and selects nothing else.
-        full = ledger.copy()
-        full.lower_baseline(offer.lock)
-        alone = ok and offer.lock > 0
-        return first, alone and not admits(num, full, prompt, offer, swa_pool, request_id)
+        asked = (ledger, prompt, offer, swa_pool, request_id)
+        return _window_admission(num, asked, ok, locked, has_chunked)
+    first = tried(lambda: ok and not (takes() and not ok_locked()))
     refused = num.name("lock_refused", num.all(ok, offer.lock > 0, num.not_(ok_locked())))
     return first, refused
+
+
+def _window_admission(
+    num: Numbers,
+    asked: tuple[Ledger, Any, Offer, Any | None, str],
+    ok: Any,
+    locked: Ledger,
+    has_chunked: Any,
+) -> tuple[Attempt, Any]:
+    """:func:`admission` where the lock also takes sliding-window KV (hybrid SWA): asked
+    again with both locks, and re-selected only where the full lock alone refuses; where the
+    window lock alone refuses, SGLang 0.5.23 answers NO_TOKEN and selects nothing else. Ints
+    and terms alike (terms ask every question; the attempt stands where ``passes`` holds).
+    ``asked``: the ledger, prompt, offer, sliding-window pool and request id."""
+    ledger, prompt, offer, swa_pool, request_id = asked
+    takes = num.any(offer.lock > 0, offer.swa_lock > 0)
+    fits = num.when(
+        lambda: ok and takes, lambda: admits(num, locked, prompt, offer, swa_pool, request_id)
+    )
+    passes = ok if fits is None else num.all(ok, num.any(num.not_(takes), fits))
+    if fits is not None:
+        passes = num.name("lock_passes", passes)
+    made = num.when(
+        lambda: passes,
+        lambda: attempt(num, ledger, prompt, offer, passes, has_chunked, swa_pool, request_id),
+    )
+    first = Attempt.skipped(ledger, offer) if made is None else made
+    full = ledger.copy()
+    full.lower_baseline(offer.lock)
+    alone = num.when(
+        lambda: ok and offer.lock > 0,
+        lambda: admits(num, full, prompt, offer, swa_pool, request_id),
+    )
+    if alone is None:
+        return first, False
+    return first, num.name("lock_refused", num.all(ok, offer.lock > 0, num.not_(alone)))
 
 
 def afresh(num: Numbers, refused: Any, first: Any, retry: Callable[[], Any]) -> Any:

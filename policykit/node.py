@@ -21,7 +21,7 @@ from policykit.plan import Entry, EntryKind, Plan
 from policykit.pool import TokenPool, extend_pages, pages_for
 from policykit.prefix_cache import Node, PrefixCache, Tokens
 from policykit.request import NO_PAGES, Request, State
-from policykit.swa_cache import SWAPrefixCache
+from policykit.swa_cache import SWAPrefixCache, kept_from
 
 #: KV a prefill node keeps per request for generated tokens: the first token only
 FIRST_TOKENS = 1
@@ -63,14 +63,6 @@ def eviction_demand(extend_tokens: int, requests: int, page_size: int) -> int:
     with it too.
     """
     return extend_tokens + (requests * page_size if page_size > 1 else 0)
-
-
-def swa_extend_need(extend_tokens: Any, page_size: int) -> Any:
-    """The sliding-window slots the checker's round model charges one request's extend at a
-    commit: its tokens and a page. The node, which keeps SGLang 0.5.23's paged sliding-window
-    pool (:meth:`PrefillNode._alloc_extend_swa`), needs the extend's whole pages instead: a
-    known difference of the checker (docs/conformance.md)."""
-    return extend_tokens + page_size
 
 
 def cached_on_release(tokens: Any, page_size: int) -> Any:
@@ -554,8 +546,7 @@ class PrefillNode:
         if last - window < state.evicted + 1:
             return
         state.evicted = max(state.evicted, state.protected)
-        keep = pages_for(max(window, page), page) * page
-        upto = max(state.evicted, last - keep) // page * page
+        upto = kept_from(last, state.evicted, window, page)
         if upto > state.evicted:
             cut = (upto - state.swa_from) // page
             swa.free(req.swa_pages[:cut])

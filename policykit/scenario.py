@@ -23,7 +23,7 @@ from policykit.errors import ScenarioError, quote
 from policykit.node import PrefillNode
 from policykit.pool import TokenPool, pages_for
 from policykit.request import Request, State
-from policykit.swa_cache import SWAPrefixCache, window_start
+from policykit.swa_cache import SWAPrefixCache, prefix_window, window_start
 from policykit.tokens import TokenRuns
 
 #: request ``i``'s token ids start at ``(i + 1) * _ID_STRIDE``: no two requests share a token
@@ -442,7 +442,7 @@ def swa_pool_tokens(scenario: Scenario) -> int:
     total = scenario.swa_free_tokens // page * page
     for r in scenario.requests:
         n = r.device_prefix_tokens
-        total += n - window_start(n, window, page)
+        total += prefix_window(n, window, page)
         if r.chunked:
             start = max(n, window_start(r.computed_tokens, window, page))
             total += pages_for(r.computed_tokens, page) * page - start

@@ -28,10 +28,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Collection, Iterable
 from functools import partial
+from typing import Any
 
 import torch
 
-from policykit.pool import TokenPool
+from policykit.ledger import _max, _min
+from policykit.pool import TokenPool, pages_for
 from policykit.prefix_cache import Node, PrefixCache, Tokens
 
 
@@ -44,6 +46,23 @@ def window_start(tokens: int, window: int | None, page: int) -> int:
     if window is None or tokens <= window:
         return 0
     return (tokens - window) // page * page
+
+
+def prefix_window(tokens: Any, window: int, page: int) -> Any:
+    """The live sliding-window KV of a cached page-aligned prefix of ``tokens`` laid out by
+    :func:`window_start`: its last window in whole pages, or all of it when shorter. Plain
+    arithmetic (``tokens - window_start(tokens)`` for page multiples): the checker's round
+    model lays a scenario's prefixes out with it too."""
+    return _min(tokens, pages_for(window, page) * page)
+
+
+def kept_from(last: Any, evicted: Any, window: int, page: int) -> Any:
+    """Where a request's own sliding-window KV starts once what lies out of the window of
+    position ``last`` is freed (``free_swa_out_of_window_slots``): a window rounded up to
+    whole pages back from ``last``, floored to a page, never before ``evicted``. Plain
+    arithmetic, on ints and the checker's terms alike."""
+    keep = pages_for(max(window, page), page) * page
+    return _max(evicted, last - keep) // page * page
 
 
 class SWAPrefixCache(PrefixCache):

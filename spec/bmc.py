@@ -22,8 +22,9 @@ from typing import Any
 
 import z3
 
+import policykit.spec.swa as sw
 from policykit.config import EngineConfig
-from policykit.host_tier import load_back_threshold, swa_host_hit
+from policykit.host_tier import load_back_threshold
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
 from policykit.node import cached_on_release
@@ -31,7 +32,10 @@ from policykit.registry import Combo
 from policykit.scheduler import WAITING_PREFIX_REFRESH_INTERVAL
 from policykit.spec.cache import (
     Unit,
+    checkpoint_tick,
+    commit_tick,
     evict,
+    evict_swa,
     initial_units,
     refresh_tick,
     release_tick,
@@ -60,6 +64,7 @@ from policykit.spec.model import (
     t,
 )
 from policykit.spec.symbolic import Sym, num
+from policykit.swa_cache import prefix_window
 
 #: the properties, in the order they are reported
 PROPERTIES = (
@@ -117,6 +122,10 @@ class Inputs:
     #: requests may have unpinned device prefixes: the evictable cache is then modelled
     #: (:mod:`policykit.spec.cache`); without, every device prefix is pinned
     unpinned: bool
+    #: hybrid SWA: the free sliding-window slots in whole pages, and the whole pool (those
+    #: and every cached prefix's live window, ``policykit.scenario.swa_pool_tokens``)
+    swa_paged: Sym = field(default_factory=lambda: Sym(num(0)))
+    swa_pool: Sym = field(default_factory=lambda: Sym(num(0)))
 
     def shrinkable(self, config: EngineConfig, granule: int) -> list[tuple[Sym, int, int]]:
         """The integer inputs as ``(input, step, floor)``, in the order a counterexample is
@@ -241,9 +250,22 @@ def make_inputs(
     # the order would change between rounds, which ``queue_order`` cannot say)
     f += queue_order(model, reqs)
     facts = enc.facts[first_fact:]
-    return Inputs(
+    inp = Inputs(
         free, evictable, swa_free, never, delay, reqs, total, pinned, facts, filler, unpinned
     )
+    _swa_pool_inputs(enc, inp, config)
+    return inp
+
+
+def _swa_pool_inputs(enc: Encoder, inp: Inputs, config: EngineConfig) -> None:
+    """Hybrid SWA: the free sliding-window slots in whole pages and the whole pool, as
+    ``policykit.scenario.swa_pool_tokens`` sizes the node's (each cached prefix keeps its
+    last window live)."""
+    window, page = config.sliding_window, config.page_size
+    if config.hybrid_swa and window is not None:
+        inp.swa_paged = enc.bind("swa_paged", inp.swa_free // page * page)
+        prefixes = [prefix_window(r.device + r.unpinned, window, page) for r in inp.requests]
+        inp.swa_pool = enc.bind("swa_pool", sum(prefixes, inp.swa_paged))
 
 
 def queue_order(model: RoundModel, reqs: list[Req]) -> list[z3.BoolRef]:
@@ -276,7 +298,7 @@ class NodeState:
     seq: list[Sym]
     finished: list[Sym]  #: round it finished, 0 while not
     released: list[z3.BoolRef]
-    swa_hold: list[Sym]
+    swa: sw.Window  #: hybrid SWA: what each request holds of the sliding-window pool
     rejected: list[z3.BoolRef]  #: refused for good (``NEVER``): left the queue, holds nothing
     alive: z3.BoolRef  #: no OOM and no policy error so far
     free: Sym  #: the free list (the baseline less the evictable cache)
@@ -289,23 +311,32 @@ class NodeState:
     sorts: Sym
 
 
-def initial_state(inp: Inputs, in_arrival_order: bool) -> NodeState:
-    """A fresh node; ``in_arrival_order``: the queue policy keeps arrival order."""
+def initial_state(inp: Inputs, in_arrival_order: bool, config: EngineConfig) -> NodeState:
+    """A fresh node; ``in_arrival_order``: the queue policy keeps arrival order. ``config``:
+    with hybrid SWA, the sliding-window pool is the node's (whole pages, each cached unpinned
+    prefix's live window evictable: ``policykit.scenario.swa_pool_tokens``)."""
     zero = Sym(num(0))
     n = len(inp.requests)
+    live = None
+    swa_free = inp.swa_free
+    if config.hybrid_swa and config.sliding_window is not None:
+        swa_free = inp.swa_paged
+        if inp.unpinned:
+            window, page = config.sliding_window, config.page_size
+            live = [prefix_window(r.unpinned, window, page) for r in inp.requests]
     return NodeState(
         baseline=inp.free + inp.evictable,
-        swa_free=inp.swa_free,
+        swa_free=swa_free,
         left=[z3.BoolVal(False)] * n,
         admitted=Sym(num(0)) if in_arrival_order else None,
         seq=[zero] * n,
         finished=[zero] * n,
         released=[z3.BoolVal(False)] * n,
-        swa_hold=[zero] * n,
+        swa=sw.Window.empty(n),
         rejected=[z3.BoolVal(False)] * n,
         alive=z3.BoolVal(True),
         free=inp.free,
-        units=initial_units([r.unpinned for r in inp.requests], inp.filler),
+        units=initial_units([r.unpinned for r in inp.requests], inp.filler, live),
         cached=[r.device for r in inp.requests],
         finish_pos=[zero] * n,
         sorts=zero,
@@ -322,6 +353,8 @@ class _Work:
     swa_free: Sym
     free: Sym
     units: list[Unit]
+    win: sw.Window  #: hybrid SWA: what each request holds of the sliding-window pool
+    cached: list[Sym]  #: per request, ``NodeState.cached`` (a checkpoint may lock more)
     state: RoundState | None = None  #: the planner's, once the round opens
     entries: list[Entry] = field(default_factory=list)
     has: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(False))  #: one in progress
@@ -334,6 +367,8 @@ class _Work:
     need: Any = None  #: slots the commit takes
     oom_full: Any = None
     oom_swa: Any = None
+    #: hybrid SWA: a load-back found the sliding-window pool short (an OOM at the commit)
+    load_short: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(False))
     baseline_after: Any = None
     swa_after: Any = None  #: the sliding-window pool's free slots after it
     due: list[z3.BoolRef] = field(default_factory=list)  #: held KV still to come back
@@ -344,8 +379,10 @@ def unroll_round(
 ) -> tuple[NodeState, dict[str, z3.BoolRef]]:
     """Round ``r``: release, arrive, plan, commit. Returns the next state and violations."""
     w = _release(u, s, r)
+    _checkpoint(u, s, w)
     f = z3.BoolVal(False)
-    w.state = RoundState(model.open_ledger(w.baseline, w.swa_free), f, f, z3.BoolVal(True), f, f)
+    ledger = model.open_ledger(w.baseline, _swa_baseline(u, w))
+    w.state = RoundState(ledger, f, f, z3.BoolVal(True), f, f)
     _resume(u, model, s, w)
     nxt = dataclasses.replace(s, units=w.units)
     _admit_queue(u, model, s, nxt, w)
@@ -369,10 +406,17 @@ def _release(u: Unrolling, s: NodeState, r: int) -> _Work:
     ]
     baseline, swa_free, free = s.baseline, s.swa_free, s.free
     units = list(s.units)
+    win = s.swa.copy()
     cache = inp.unpinned  # the evictable cache is modelled
     for i, q in enumerate(inp.requests):
         rel, unit = released_now[i], units[i]
-        swa_free = swa_free + ite(rel, s.swa_hold[i], 0)
+        # its sliding-window KV: the partly filled last page back to the free list, the rest
+        # left in the tree as evictable cache (with no cache modelled, free as well)
+        last_page = ceil_paged(q.prompt, page) - cached_on_release(q.prompt, page)  # type: ignore[operator]
+        freed_swa = last_page if cache else win.hold[i]
+        swa_free = swa_free + ite(rel, freed_swa, 0)
+        unit = dataclasses.replace(unit, swa=ite(rel, unit.swa + win.hold[i] - freed_swa, unit.swa))
+        win.hold[i] = ite(rel, 0, win.hold[i])
         if not cache:
             baseline = baseline + ite(rel, owed(q.prompt, q.device, page), 0)
             continue
@@ -382,18 +426,56 @@ def _release(u: Unrolling, s: NodeState, r: int) -> _Work:
         # the partly filled last page, and its own copy of a prefix it did not lock, are freed
         aligned = cached_on_release(q.prompt, page)
         partial = ceil_paged(q.prompt, page) - aligned  # type: ignore[operator]
-        free = free + ite(rel, partial + ite(unit.lock.t == 0, unit.top, 0), 0)
+        # (its prefix: before the release, ``top`` and ``bottom`` hold it, the hybrid-SWA
+        # prefix's live leaf and the tombstone above it)
+        prefix = unit.top + unit.bottom
+        free = free + ite(rel, partial + ite(unit.lock.t == 0, prefix, 0), 0)
         units[i] = Unit(
-            top=enc.bind("unit_top", ite(rel, aligned - q.device - unit.top, unit.top)),
-            bottom=enc.bind("unit_bottom", ite(rel, unit.top, unit.bottom)),
+            top=enc.bind("unit_top", ite(rel, aligned - q.device - prefix, unit.top)),
+            bottom=enc.bind("unit_bottom", ite(rel, prefix, unit.bottom)),
             stamp=ite(rel, release_tick(r, s.finished[i], s.finish_pos[i]), unit.stamp),
             lock=ite(rel, 0, unit.lock),
+            swa=enc.bind("unit_swa", unit.swa),
+            drops=z3.And(z3.Not(rel), unit.drops),
         )
     baseline = enc.bind("baseline", baseline)
     swa_free = enc.bind("swa_free", swa_free)
     if cache:
         free = enc.bind("free", free)
-    return _Work(r, released_now, baseline, swa_free, free, units)
+    return _Work(r, released_now, baseline, swa_free, free, units, win, list(s.cached))
+
+
+def _checkpoint(u: Unrolling, s: NodeState, w: _Work) -> None:
+    """Hybrid SWA: the in-progress request's round-start checkpoint (:func:`sw.checkpoint`)."""
+    cfg, inp = u.config, u.inputs
+    window = cfg.sliding_window
+    if not cfg.hybrid_swa or window is None:
+        return
+    tick = checkpoint_tick(w.r)
+    freed = Sym(num(0))
+    for i in range(len(inp.requests)):
+        going = z3.And(s.left[i], s.finished[i].t == 0, z3.Not(s.rejected[i]), s.seq[i].t > 0)
+        done = sw.checkpoint(
+            u.enc, w.win, i, going, s.seq[i], w.units[i], tick, window, cfg.page_size
+        )
+        freed = freed + done.swa_freed
+        if inp.unpinned:
+            w.units[i] = done.unit
+            # a recovered tombstone is locked; the request's own copy of it is freed
+            w.free = w.free + done.recovered
+            w.cached[i] = u.enc.bind("cached", w.cached[i] + done.recovered)
+        else:  # no cache modelled: what leaves the window lock is as good as free
+            freed = freed + (done.unit.swa - w.units[i].swa)
+    w.swa_free = u.enc.bind("swa_free", w.swa_free + freed)
+
+
+def _swa_baseline(u: Unrolling, w: _Work) -> Sym | None:
+    """The round's sliding-window baseline: free plus evictable (``PrefillNode.swa_baseline``)."""
+    if not u.config.hybrid_swa:
+        return None
+    if not u.inputs.unpinned:
+        return w.swa_free
+    return u.enc.bind("swa_baseline", sum((x.swa for x in w.units), w.swa_free))
 
 
 def _resume(u: Unrolling, model: RoundModel, s: NodeState, w: _Work) -> None:
@@ -416,7 +498,7 @@ def _resume(u: Unrolling, model: RoundModel, s: NodeState, w: _Work) -> None:
     e = model.resume(w.state, w.has, c_prompt, c_seq)
     room = z3.And(
         w.baseline.t >= owed(c_prompt, c_seq, page).t + page,
-        w.swa_free.t >= (c_prompt - c_seq).t + 2 * page
+        w.state.ledger.swa_baseline.t >= (c_prompt - c_seq).t + 2 * page  # type: ignore[union-attr]
         if u.config.hybrid_swa
         else z3.BoolVal(True),
     )
@@ -430,31 +512,33 @@ def _admit_queue(u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, 
     placed it holds its lock, and its load-back evicts at once what the free list lacks, so a
     later request of the round may lose its prefix (``Planner._load_back``). Updates ``nxt``'s
     queue, cache and request fields."""
-    enc, inp, page, r = u.enc, u.inputs, u.config.page_size, w.r
+    enc, inp, r = u.enc, u.inputs, w.r
     cache = inp.unpinned
     w.units, nxt.sorts = _refresh_waiting(enc, inp.requests, s, w.units, r, cache)
-    nxt.left, nxt.rejected, nxt.cached = list(s.left), list(s.rejected), list(s.cached)
+    nxt.left, nxt.rejected, nxt.cached = list(s.left), list(s.rejected), list(w.cached)
     admitted = s.admitted
-    idle = IdleNode(capacity=idle_capacity(inp.pool_total, inp.pinned), swa_total=inp.swa_free)
+    idle = _idle(u)
     assert w.state is not None
     for j, q in enumerate(inp.requests):
         waits = z3.Not(nxt.left[j]) if admitted is None else admitted.t <= j
         consider = z3.And(waits, q.arrival.t <= r)
         unit = w.units[j]
-        hit = Hit.of(q, unit.top, page) if cache else None
+        hit = _hit(u, q, unit) if cache else None
         e, placed, never = model.admit(w.state, consider, q, idle, hit)
         if cache:
             touched = z3.And(e.kind.t != NONE, unit.top.t > 0)
-            w.units[j] = Unit(
-                unit.top,
-                unit.bottom,
-                enc.bind("stamp", ite(touched, touch_tick(r, j), unit.stamp)),
-                enc.bind("lock", ite(placed, e.lock, unit.lock)),
+            w.units[j] = dataclasses.replace(
+                unit,
+                stamp=enc.bind("stamp", ite(touched, touch_tick(r, j), unit.stamp)),
+                lock=enc.bind("lock", ite(placed, e.lock, unit.lock)),
             )
             nxt.cached[j] = enc.bind("cached", ite(placed, e.start - e.load_back, nxt.cached[j]))
             short = e.load_back_slots - (w.free + w.freed - w.loaded)
-            w.units, taken = evict(enc, w.units, short)
+            w.units, taken, swa_taken = evict(enc, w.units, short)
             w.freed, w.loaded = w.freed + taken, w.loaded + e.load_back_slots
+            w.swa_free = w.swa_free + swa_taken
+        if u.config.hybrid_swa:
+            _window_on_admission(u, w, j, e, placed, hit)
         # an entry per request per round: a waiting request cannot also be in progress
         w.entries[j] = _combine(w.entries[j], e, e.kind.t != NONE)
         if admitted is None:
@@ -468,6 +552,82 @@ def _admit_queue(u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, 
         nxt.left = [admitted.t > i for i in range(len(inp.requests))]
 
 
+def _idle(u: Unrolling) -> IdleNode:
+    """What an idle node could ever offer (never-fits and starvation ask it)."""
+    inp = u.inputs
+    swa = inp.swa_pool if u.config.hybrid_swa else inp.swa_free
+    return IdleNode(capacity=idle_capacity(inp.pool_total, inp.pinned), swa_total=swa)
+
+
+def _hit(u: Unrolling, q: Req, unit: Unit) -> Hit:
+    """What the cache offers ``q`` while ``unit`` holds its unpinned prefix. Under hybrid SWA
+    a match is gated on the prefix's live leaf (``top``: the tombstone above it alone matches
+    nothing), its lock's window takes the leaf's sliding-window KV, and a load-back's lock
+    holds the loaded KV's last window and, where that is short of a window, the prefix's
+    (``Planner._window_after_load``)."""
+    page, window = u.config.page_size, u.config.sliding_window
+    if not u.config.hybrid_swa or window is None:
+        return Hit.of(q, unit.top, page)
+    cached = ite(unit.top.t > 0, unit.top + unit.bottom, 0)
+    hit = Hit.of(q, u.enc.bind("cached_unpinned", cached), page)
+    swa_lock = u.enc.bind("swa_lock", ite(unit.top.t > 0, unit.swa, 0))
+    cap = sw.paged_window(window, page)
+    covered = ite(hit.host.t <= cap, hit.host, cap)
+    held = covered + ite(covered.t < window, swa_lock, 0)
+    return dataclasses.replace(
+        hit, swa_lock=swa_lock, swa_load_lock=u.enc.bind("swa_load_lock", held)
+    )
+
+
+def _window_on_admission(
+    u: Unrolling, w: _Work, j: int, e: Entry, placed: z3.BoolRef, hit: Hit | None
+) -> None:
+    """Hybrid SWA: a placed request's window lock takes its prefix's sliding-window KV out of
+    the evictable cache; its load-back, if any, evicts for itself in the sliding-window pool,
+    takes its pages there, and leaves what its lock does not hold as evictable cache."""
+    enc, page, window = u.enc, u.config.page_size, u.config.sliding_window
+    assert window is not None
+    zero = Sym(num(0))
+    # (re-selected afresh, it locks nothing: its entry's lock says which offer stood)
+    swa_lock = zero if hit is None else ite(e.lock.t > 0, hit.swa_lock, 0)
+    loads = e.load_back_slots
+    cap = sw.paged_window(window, page)
+    loaded = ite(loads.t <= cap, loads, cap)  # the live tail the host holds (``swa_host_hit``)
+    held_load = loaded if hit is None else hit.swa_load_lock
+    held = ite(loads.t > 0, held_load, swa_lock)
+    if u.inputs.unpinned:
+        # its lock's window first (``_lock_prefix`` comes before the load-back); the commit's
+        # match and insert refresh its KV after every match of the planning
+        unit = w.units[j]
+        refreshed = z3.And(placed, z3.Or(e.lock.t > 0, loads.t > 0))
+        w.units[j] = dataclasses.replace(
+            unit,
+            swa=enc.bind("unit_swa", ite(placed, unit.swa - swa_lock, unit.swa)),
+            stamp=ite(refreshed, commit_tick(w.r, j), unit.stamp),
+        )
+        # ``_evict_for`` in the sliding-window pool, for the live tail the host holds
+        short = loaded - w.swa_free
+        w.units, swa_taken, full_taken = evict_swa(enc, w.units, ite(loads.t > 0, short, 0))
+        w.swa_free, w.freed = w.swa_free + swa_taken, w.freed + full_taken
+        w.load_short = z3.Or(w.load_short, z3.And(placed, loaded.t > w.swa_free.t))
+        # the loaded KV joins the tree: what the lock does not hold of it (and of the
+        # prefix's window it held until then) is evictable
+        unit = w.units[j]
+        joins = ite(z3.And(placed, loads.t > 0), swa_lock + loaded - held, 0)
+        w.units[j] = dataclasses.replace(unit, swa=enc.bind("unit_swa", unit.swa + joins))
+        w.swa_free = enc.bind("swa_free", w.swa_free - ite(placed, loaded, 0))
+    else:
+        w.load_short = z3.Or(w.load_short, z3.And(placed, loaded.t > w.swa_free.t))
+        w.swa_free = enc.bind("swa_free", w.swa_free - ite(placed, held, 0))
+    branch = Sym(num(0))
+    if u.inputs.unpinned:  # matched less than the tree holds of its prefix
+        unit = w.units[j]
+        full_hit = unit.top + unit.bottom  # ``SWAPrefixCache.full_hit``
+        branch = ite(full_hit.t > e.start.t, full_hit, 0)
+    last = ite(loads.t > 0, loaded, swa_lock)
+    sw.admitted(enc, w.win, j, placed, e.start, (held, last), branch)
+
+
 def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
     """The commit: the locks, the load-backs (evicting as foreseen), then one
     ``alloc_extend`` that evicts what the free list still lacks (an OOM where the pool cannot
@@ -476,26 +636,29 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
     cache = u.inputs.unpinned
     w.need = enc.bind("need", sum((full_need(e, page) for e in w.entries), Sym(num(0))))
     locks: Sym = Sym(num(0))
+    swa_taken = Sym(num(0))
     if cache:
         locks = enc.bind("locks", sum((e.lock for e in w.entries), Sym(num(0))))
         w.free = enc.bind("free_loaded", w.free + w.freed - w.loaded)
-        demand = sum((eviction_share(e, page) for e in w.entries), Sym(num(0)))
-        w.units, taken = evict(enc, w.units, enc.bind("demand", demand) - w.free)
+        demand = enc.bind("demand", sum((eviction_share(e, page) for e in w.entries), Sym(num(0))))
+        w.units, taken, swa_taken = evict(enc, w.units, demand - w.free)
+        if cfg.hybrid_swa:  # then what the sliding-window pool still lacks
+            quota = demand - w.swa_free - swa_taken
+            w.units, swa_more, full_more = evict_swa(enc, w.units, quota)
+            swa_taken, taken = swa_taken + swa_more, taken + full_more
         w.free = enc.bind("free_after", w.free + taken - (w.need - w.loaded))
     w.oom_full = w.need.t > (w.baseline - locks).t
     w.oom_swa = z3.BoolVal(False)
+    extends = [swa_need(e, page) for e in w.entries]
+    swa_after = w.swa_free + swa_taken
     if cfg.hybrid_swa:
-        swa_needed = sum((swa_need(e, page) for e in w.entries), Sym(num(0)))
-        # the load-backs took their sliding-window KV first (``swa_host_hit``)
-        swa_loaded = sum(
-            (swa_host_hit(e.load_back, cfg.sliding_window, page) for e in w.entries), Sym(num(0))
-        )
-        w.oom_swa = swa_needed.t > (w.swa_free - swa_loaded).t
+        # ``alloc_paged_token_slots_extend``: each extend's whole new pages, in both pools
+        w.oom_swa = z3.Or(w.load_short, sum(extends, Sym(num(0))).t > swa_after.t)
     after = w.baseline - locks - w.need if cache else w.baseline - w.need
     w.baseline_after = enc.bind("baseline_after", after)
-    nxt.seq, nxt.finished, nxt.swa_hold = list(s.seq), list(s.finished), list(s.swa_hold)
+    nxt.seq, nxt.finished = list(s.seq), list(s.finished)
     nxt.finish_pos = list(s.finish_pos)
-    swa_after = w.swa_free
+    nxt.swa = w.win
     for i, e in enumerate(w.entries):
         computes = e.end.t > e.start.t
         kind = e.kind.t
@@ -507,12 +670,9 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
             nxt.finish_pos[i] = enc.bind(
                 "finish_pos", ite(done, ite(kind == FINAL, 0, 1 + i), s.finish_pos[i])
             )
-        if cfg.hybrid_swa and cfg.sliding_window is not None:
-            took = e.tokens + swa_host_hit(e.load_back, cfg.sliding_window, page)
-            grown = s.swa_hold[i] + took
-            kept = ite(grown.t > cfg.sliding_window, cfg.sliding_window, grown)
-            nxt.swa_hold[i] = enc.bind("swa_hold", ite(computes, kept, s.swa_hold[i]))
-            swa_after = swa_after - ite(computes, took, 0) + ite(computes, grown - kept, 0)
+        if cfg.hybrid_swa:
+            w.win.hold[i] = enc.bind("swa_hold", w.win.hold[i] + extends[i])
+            swa_after = swa_after - extends[i]
     w.swa_after = enc.bind("swa_free_after", swa_after)
 
 
@@ -552,8 +712,14 @@ def _stuck_valve(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> list[z
             w.units[i] = dataclasses.replace(w.units[i], lock=ite(stuck, 0, w.units[i].lock))
         else:
             w.freed = w.freed + ite(stuck, owed(nxt.seq[i], q.device, page), 0)
-        w.swa_after = w.swa_after + ite(stuck, nxt.swa_hold[i], 0)
-        nxt.swa_hold[i] = ite(stuck, 0, nxt.swa_hold[i])
+        # its own sliding-window pages are freed, what its window lock held is evictable
+        win = nxt.swa
+        locked = win.wl[i] if cache else Sym(num(0))
+        w.swa_after = w.swa_after + ite(stuck, win.hold[i] - locked, 0)
+        if cache:
+            unit = w.units[i]
+            w.units[i] = dataclasses.replace(unit, swa=ite(stuck, unit.swa + locked, unit.swa))
+        win.hold[i] = ite(stuck, 0, win.hold[i])
         nxt.rejected[i] = enc.bind_bool("gone", z3.Or(nxt.rejected[i], stuck))
     w.swa_after = enc.bind("swa_free_next", w.swa_after)
     return stuck_now
@@ -634,7 +800,7 @@ def _violations(
             for i in range(len(inp.requests))
         ),
     )
-    idle = IdleNode(capacity=idle_capacity(inp.pool_total, inp.pinned), swa_total=inp.swa_free)
+    idle = _idle(u)
     admissible = [
         z3.And(z3.Not(s.left[j]), q.arrival.t <= r, model.fits_idle(q, idle))
         for j, q in enumerate(inp.requests)

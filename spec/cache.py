@@ -11,6 +11,13 @@ scenario format gives every request tokens of its own (a prefix is never shared,
   ``bottom`` the prefix node under it (if still cached). ``evict`` takes the leaf and then, at
   once, its parent: the parent was touched one tick before the leaf, by the same insert.
 
+Hybrid SWA (:mod:`policykit.swa_cache`): ``swa`` is the unit's evictable sliding-window KV
+(what its request's window lock holds is counted with the request), and before the release
+``top`` is the prefix's live leaf (its last window, :func:`policykit.swa_cache.prefix_window`)
+and ``bottom`` the tombstone above it; a match is gated on the live leaf, and sliding-window
+eviction drops it whole (``drops``). A released unit's sliding-window KV is taken as
+tombstones: its full KV stays (an approximation, docs/conformance.md).
+
 ``stamp`` is the unit's last access as a term: a concrete tick per place in the round where
 the scheduler matches or inserts (:func:`touch_tick`, :func:`release_tick`), so comparing two
 stamps is comparing ``last_access`` in :class:`policykit.prefix_cache.PrefixCache`.
@@ -18,7 +25,7 @@ stamps is comparing ``last_access`` in :class:`policykit.prefix_cache.PrefixCach
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import z3
 
@@ -49,6 +56,9 @@ class Unit:
     stamp: Sym
     #: tokens of it its request holds locked (0: unlocked, evictable)
     lock: Sym
+    #: hybrid SWA: its evictable sliding-window KV, and whether taking it drops ``top`` whole
+    swa: Sym = field(default_factory=lambda: Sym(num(0)))
+    drops: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(False))
 
     @property
     def evictable(self) -> Sym:
@@ -56,11 +66,18 @@ class Unit:
         return _ite(self.lock.t == 0, self.top + self.bottom, 0)
 
 
-def initial_units(unpinned: list[Sym], filler: Sym) -> list[Unit]:
+def initial_units(unpinned: list[Sym], filler: Sym, live: list[Sym] | None = None) -> list[Unit]:
     """The scenario's layout: request ``i``'s prefix inserted at tick ``i`` in listing order,
-    the filler after all of them (the most recent)."""
+    the filler after all of them (the most recent). ``live``: hybrid SWA, each prefix's live
+    sliding-window KV (the rest is a tombstone; the filler has none)."""
     zero = Sym(num(0))
-    units = [Unit(u, zero, Sym(num(i)), zero) for i, u in enumerate(unpinned)]
+    if live is None:
+        units = [Unit(u, zero, Sym(num(i)), zero) for i, u in enumerate(unpinned)]
+    else:
+        units = [
+            Unit(w, u - w, Sym(num(i)), zero, w, z3.BoolVal(True))
+            for i, (u, w) in enumerate(zip(unpinned, live, strict=True))
+        ]
     return [*units, Unit(filler, zero, Sym(num(len(unpinned))), zero)]
 
 
@@ -76,20 +93,34 @@ def refresh_tick(round_no: int, position: int) -> int:
     return round_no * _ROUND + _PLAN - 1 - position
 
 
+def commit_tick(round_no: int, position: int) -> int:
+    """The tick at which the commit matches and locks the prefix of the request at
+    ``position`` (hybrid SWA: it refreshes the sliding-window LRU after every match of the
+    planning)."""
+    return round_no * _ROUND + _PLAN + 1024 + position
+
+
+def checkpoint_tick(round_no: int) -> int:
+    """The tick of the round-start checkpoint of the in-progress request (hybrid SWA): after
+    the round's releases, before the refresh of the waiting prefixes."""
+    return round_no * _ROUND + _PLAN - 64
+
+
 def release_tick(round_no: int, finished: Sym, position: Sym) -> Sym:
     """The tick of a release in ``round_no``: releases run in the order the requests finished
     (round, then place in that round's plan), before the round's planning matches anything."""
     return finished * _FINISH + position + round_no * _ROUND
 
 
-def evict(enc: Encoder, units: list[Unit], short: Sym) -> tuple[list[Unit], Sym]:
+def evict(enc: Encoder, units: list[Unit], short: Sym) -> tuple[list[Unit], Sym, Sym]:
     """``PrefixCache.evict(short)`` (and ``victims``): unlocked units, least recently used
     first, each leaf then its parent, until ``short`` tokens are freed. Returns the units
     left and the tokens freed. A unit is taken from the front of the order while what was
     freed before it is still short, so with distinct stamps it is taken iff the unlocked units
-    older than it hold less than ``short``."""
+    older than it hold less than ``short``. Also returns the sliding-window KV freed with
+    them (a unit's goes with its ``top``)."""
     cand = [u.lock.t == 0 for u in units]
-    out, freed = [], Sym(num(0))
+    out, freed, swa = [], Sym(num(0)), Sym(num(0))
     for k, x in enumerate(units):
         before = Sym(num(0))
         for m, y in enumerate(units):
@@ -99,11 +130,43 @@ def evict(enc: Encoder, units: list[Unit], short: Sym) -> tuple[list[Unit], Sym]
         take_top = z3.And(cand[k], before.t < short.t)
         take_bottom = z3.And(cand[k], (before + x.top).t < short.t)
         freed = freed + _ite(take_top, x.top, 0) + _ite(take_bottom, x.bottom, 0)
+        # (an in-progress request's unit has no full KV to take, only checkpointed KV that
+        # its lock holds: its sliding-window KV stays)
+        take_swa = z3.And(take_top, x.top.t > 0)
+        swa = swa + _ite(take_swa, x.swa, 0)
         out.append(
             replace(
                 x,
                 top=enc.bind("unit_top", _ite(take_top, 0, x.top)),
                 bottom=enc.bind("unit_bottom", _ite(take_bottom, 0, x.bottom)),
+                swa=_ite(take_swa, 0, x.swa),
             )
         )
-    return out, enc.bind("evicted", freed)
+    return out, enc.bind("evicted", freed), swa
+
+
+def evict_swa(enc: Encoder, units: list[Unit], quota: Sym) -> tuple[list[Unit], Sym, Sym]:
+    """``SWAPrefixCache.evict_swa(quota)``: units' evictable sliding-window KV, least recently
+    used first (a unit's sliding-window stamp is its ``stamp``: a match or insert refreshes
+    both), until ``quota`` slots were freed. A unit is taken whole (its nodes one after the
+    other; where the quota ends inside a unit the model frees all of it). A unit that
+    ``drops`` loses its ``top`` (full KV) with it. Returns the units left, the
+    sliding-window slots and the full slots freed."""
+    out, swa, full = [], Sym(num(0)), Sym(num(0))
+    for k, x in enumerate(units):
+        before = Sym(num(0))
+        for m, y in enumerate(units):
+            if m != k:
+                before = before + _ite(y.stamp.t < x.stamp.t, y.swa, 0)
+        take = z3.And(x.swa.t > 0, enc.bind("swa_before", before).t < quota.t)
+        swa = swa + _ite(take, x.swa, 0)
+        drop = z3.And(take, x.drops)
+        full = full + _ite(drop, x.top, 0)
+        out.append(
+            replace(
+                x,
+                top=enc.bind("unit_top", _ite(drop, 0, x.top)),
+                swa=enc.bind("unit_swa", _ite(take, 0, x.swa)),
+            )
+        )
+    return out, enc.bind("swa_evicted", swa), enc.bind("swa_evicted_full", full)

@@ -312,7 +312,7 @@ class _Deepening:
                 model = RoundModel(u0.combo, u0.config, enc, self.sources)
                 inputs = make_inputs(enc, model, 1, self.options.rounds, u0.bounds)
             u = Unrolling(u0.combo, u0.config, 1, u0.bounds, enc, inputs)
-            self.lone = (u, model, initial_state(inputs, u0.combo.queue.arrival_order))
+            self.lone = (u, model, initial_state(inputs, u0.combo.queue.arrival_order, u0.config))
         u, model, state = self.lone
         with u.enc:
             while len(u.rounds) < r:
@@ -400,7 +400,7 @@ def _unroll_and_solve(
     search = _Deepening(
         u, options, name, list(props), seconds, verdicts, stuck_only=stuck_only, sources=sources
     )
-    state = initial_state(inputs, combo.queue.arrival_order)
+    state = initial_state(inputs, combo.queue.arrival_order, config)
     for k in range(1, k_max + 1):
         t0 = time.perf_counter()
         state, violations = unroll_round(u, model, state, k)

@@ -83,7 +83,7 @@ class Mid:
     extend: Sym
     owed: Sym
     #: hybrid SWA: the sliding-window slots the commit will require for what is planned so far
-    #: (``extend + page_size`` per chunk, as ``alloc_extend`` does), not the ledger's estimate
+    #: (each extend's whole new pages, ``model.swa_need``), not the ledger's estimate
     swa: Sym = field(default_factory=lambda: Sym(num(0)))
 
 

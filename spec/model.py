@@ -30,7 +30,7 @@ from policykit.config import EngineConfig
 from policykit.kernel import Attempt, Offer
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import owed_tokens
-from policykit.node import eviction_demand, swa_extend_need
+from policykit.node import eviction_demand
 from policykit.plan import NEVER
 from policykit.policy import AdmitView, QueueView
 from policykit.pool import extend_pages, pages_for
@@ -230,7 +230,7 @@ class Terms:
                 for f in dataclasses.fields(a)
             }
             return type(a)(**picked)
-        if isinstance(a, Sym):
+        if isinstance(a, Sym) or isinstance(b, Sym):  # (an offer's window lock may be 0)
             return ite(cond, a, b)
         return z3.If(_truth(cond), _truth(a), _truth(b))
 
@@ -493,7 +493,10 @@ class RoundModel:
             self.num, led, req.prompt, hit, state.has_chunked, swa_pool, req.name
         )
         if reselect:
-            a = kernel.afresh(self.num, refused, a, lambda: self._afresh(state, req, swa_pool))
+            windowed = hit.swa_load_lock is not None
+            a = kernel.afresh(
+                self.num, refused, a, lambda: self._afresh(state, req, swa_pool, windowed)
+            )
         elif refused is not False:
             self.enc.facts.append(z3.Not(refused))
         ok, other, whole = a.ok, a.other, t(a.whole)
@@ -522,11 +525,17 @@ class RoundModel:
         )
         return _admitted(kind, placed, whole, a, rem_total, cur_rem), placed, never
 
-    def _afresh(self, state: RoundState, req: Req, swa_pool: Sym | None) -> Attempt:
+    def _afresh(
+        self, state: RoundState, req: Req, swa_pool: Sym | None, windowed: bool = False
+    ) -> Attempt:
         """The admission of ``req`` with nothing cached, so no host prefix either (the host
-        prefix continues the device prefix it lost)."""
+        prefix continues the device prefix it lost). ``windowed``: the offer it replaces
+        knows what a load-back's window lock holds (none here, nothing loads back)."""
+        offer = Hit.none()
+        if windowed:
+            offer = dataclasses.replace(offer, swa_load_lock=Sym(num(0)))
         a, _ = kernel.admission(
-            self.num, state.ledger, req.prompt, Hit.none(), state.has_chunked, swa_pool, req.name
+            self.num, state.ledger, req.prompt, offer, state.has_chunked, swa_pool, req.name
         )
         return a
 
@@ -604,8 +613,11 @@ def full_need(entry: Entry, page: int) -> Sym:
 
 
 def swa_need(entry: Entry, page: int) -> Sym:
-    """SWA tokens ``alloc_extend`` requires free for an entry (``swa_extend_need``)."""
-    return ite(entry.end.t > entry.start.t, swa_extend_need(entry.tokens, page), 0)
+    """Sliding-window slots the commit's ``alloc_paged_token_slots_extend`` takes for an
+    entry: its extend's whole new pages, as in the full pool (SGLang 0.5.23 pairs every full
+    page with a sliding-window one; ``PrefillNode._alloc_extend_swa``)."""
+    ext = extend_pages(entry.end, entry.start, page) * page  # type: ignore[arg-type]
+    return ite(entry.end.t > entry.start.t, ext, 0)
 
 
 def eviction_share(entry: Entry, page: int) -> Sym:

@@ -107,7 +107,7 @@ def _build(combo: Combo, config: EngineConfig, rounds: int) -> Unrolling:
         model = RoundModel(combo, config, enc, {})
         inp = make_inputs(enc, model, MAX_REQUESTS, rounds + 1, bounds)
         u = Unrolling(combo, config, MAX_REQUESTS, bounds, enc, inp)
-        state = initial_state(inp, combo.queue.arrival_order)
+        state = initial_state(inp, combo.queue.arrival_order, config)
         for k in range(1, rounds + 1):
             state, _ = unroll_round(u, model, state, k)
     return u

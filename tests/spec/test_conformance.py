@@ -25,10 +25,9 @@ from tests.spec.replay import MAX_REQUESTS, concrete_rounds, model_rounds, unrol
 
 ROUNDS = 4
 #: (page, chunk, sliding window, max_prefill_tokens): each is one encoding per combo, so few
-#: and varied. No hybrid SWA: the model does not keep sliding-window KV the way the node now
-#: does (SGLang 0.5.23's SWA radix tree), a known difference pinned below
-#: (``test_the_model_does_not_keep_sliding_window_kv_as_the_node_does``)
-CONFIGS = [(16, 256, None, None), (64, 4096, None, 512)]
+#: and varied. The hybrid one runs the node's SWA radix tree (SGLang 0.5.23's) against the
+#: model's account of it (``policykit.spec.swa``)
+CONFIGS = [(16, 256, None, None), (64, 4096, None, 512), (64, 256, 128, None)]
 #: every admission, chunking and alignment with the default queue (``fcfs``); the other queues
 #: on a few combos below (``lpm`` needs scenarios listed in its order)
 COMBOS = [
@@ -134,7 +133,8 @@ Z3_SEED_000 = {
 
 #: found by this test after the scheduler learnt to fail an in-progress request deferred on an
 #: otherwise empty node: A's first 64 tokens fill half the 128-token sliding-window pool,
-#: ``swa-reserve`` defers its last token forever, and the scheduler fails A in round 2
+#: ``swa-reserve`` defers its last token forever, and the scheduler fails A in round 2 (with
+#: ``no-evict`` admission: the others refuse A, whose estimate does not fit the paged pool)
 STUCK_ON_SWA = {
     "page_size": 64,
     "chunked_prefill_size": 256,
@@ -293,6 +293,7 @@ EVICTED_BY_LOAD_BACK = {
 @example(scenario=IDLE_NOT_NOW)
 @example(scenario=Z3_SEED_000)
 @example(scenario=NEVER_FITS)
+@example(scenario=STUCK_ON_SWA)
 @given(scenario=scenarios())
 def test_encoding_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
     if not _fits(scenario):
@@ -308,12 +309,9 @@ def test_encoding_matches_the_scheduler(registry, combo_text: str, scenario: dic
             assert not marks, f"the model places {rows} after the run went idle"
 
 
-#: Known difference (docs/conformance.md, "Known differences"): policykit's node keeps
-#: sliding-window KV as SGLang 0.5.23 does (policykit.swa_cache: a paged pool, KV kept in the
-#: radix tree, window locks, sliding-window eviction of whole leaves); the model still keeps a
-#: token-granular pool, a request's last window, and no sliding-window KV in its cache. Here the
-#: 129 free sliding-window tokens are two pages (128) to the node, where A's estimate (129)
-#: does not fit; the model admits A.
+#: The sliding-window pool is paged (SGLang 0.5.23 pairs every full page with a
+#: sliding-window one): the 129 free sliding-window tokens are two pages (128), where A's
+#: estimate (129) does not fit. The model counts whole pages as the node does.
 SWA_POOL_IN_PAGES = {
     "page_size": 64,
     "chunked_prefill_size": 256,
@@ -329,14 +327,12 @@ SWA_POOL_IN_PAGES = {
 }
 
 
-def test_the_model_does_not_keep_sliding_window_kv_as_the_node_does(registry) -> None:
+def test_the_sliding_window_pool_is_paged_in_the_model_too(registry) -> None:
     combo = registry.resolve("sglang/defer/truncation:192")
-    (concrete, _), (modelled, _) = (
-        concrete_rounds(SWA_POOL_IN_PAGES, combo, 1),
-        model_rounds(SWA_POOL_IN_PAGES, combo, 1),
-    )
+    concrete, _ = concrete_rounds(SWA_POOL_IN_PAGES, combo, 1)
+    modelled, _ = model_rounds(SWA_POOL_IN_PAGES, combo, 1)
     assert concrete[0][0] == [("A", "rejected NO_TOKEN", 0, 0, 0)]
-    assert modelled[0][0][0][:2] == ("A", "whole")
+    assert modelled[0][0] == concrete[0][0]
 
 
 def test_a_spent_input_budget_stops_the_queue_in_the_model_too(registry) -> None:

@@ -35,12 +35,6 @@ def full_search_gives_up(monkeypatch):
     monkeypatch.setattr(checker, "solve", solve)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the model does not keep sliding-window KV as the node now does (SGLang 0.5.23's "
-    "SWA radix tree, policykit.swa_cache): the counterexample no longer replays "
-    "(docs/conformance.md, Known differences)",
-)
 def test_a_single_request_finds_what_the_full_search_gave_up_on(registry, full_search_gives_up):
     options = CheckOptions(properties=("admitted-completes",))
     (verdict,) = check_combo(registry.resolve(COMBO), HYBRID, options)

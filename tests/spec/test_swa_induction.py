@@ -42,12 +42,6 @@ def test_swa_no_oom_is_proved_unbounded(registry, combo):
     assert (verdict.verdict, verdict.bound) == ("proved", "unbounded")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the model does not keep sliding-window KV as the node now does (SGLang 0.5.23's "
-    "SWA radix tree, policykit.swa_cache): the counterexample no longer replays "
-    "(docs/conformance.md, Known differences)",
-)
 def test_a_chunk_past_the_compute_budget_is_not_proved_by_the_estimate(acme):
     """The ledger charges a chunk past the compute budget less than it takes, and the pool
     runs out. The induction step must run the configured ledger: with the step's ledger built
