@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from policykit.ledger import ceil_paged, minimum
+from policykit.ledger import ceil_paged
+from policykit.swa_cache import prefix_window
 from policykit.tokens import TokenRuns
 
 Tokens = Sequence[int]
@@ -159,7 +160,7 @@ def swa_host_hit(loaded: Any, window: int | None, page: int) -> Any:
     window in whole pages, or the whole hit if shorter. Ints and the checker's terms alike."""
     if window is None:
         return loaded
-    return minimum(loaded, ceil_paged(window, page))
+    return prefix_window(loaded, window, page)
 
 
 def _slot(tokens: Tokens, start: int) -> tuple[int, int | None]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from policykit.ledger import _max, _min
+from policykit.ledger import maximum, minimum
 from policykit.pool import TokenPool, pages_for
 from policykit.prefix_cache import Node, PrefixCache, Tokens
 
@@ -53,7 +53,7 @@ def prefix_window(tokens: Any, window: int, page: int) -> Any:
     :func:`window_start`: its last window in whole pages, or all of it when shorter. Plain
     arithmetic (``tokens - window_start(tokens)`` for page multiples): the checker's round
     model lays a scenario's prefixes out with it too."""
-    return _min(tokens, pages_for(window, page) * page)
+    return minimum(tokens, pages_for(window, page) * page)
 
 
 def kept_from(last: Any, evicted: Any, window: int, page: int) -> Any:
@@ -62,7 +62,7 @@ def kept_from(last: Any, evicted: Any, window: int, page: int) -> Any:
     whole pages back from ``last``, floored to a page, never before ``evicted``. Plain
     arithmetic, on ints and the checker's terms alike."""
     keep = pages_for(max(window, page), page) * page
-    return _max(evicted, last - keep) // page * page
+    return maximum(evicted, last - keep) // page * page
 
 
 class SWAPrefixCache(PrefixCache):

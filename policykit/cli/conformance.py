@@ -64,10 +64,8 @@ def conformance() -> None:
 @click.option(
     "--swa-hicache",
     is_flag=True,
-    help="Run hybrid-SWA scenarios' host prefixes on SGLang's own HiCache (its sliding-window "
-    "host pool and window backups) instead of the HostTierCache stand-in, which reports the "
-    "hit's sliding-window part as policykit models it (see docs/conformance.md: the two "
-    "disagree on it).",
+    hidden=True,
+    help="Accepted and ignored: hybrid-SWA host prefixes always run on SGLang's own HiCache.",
 )
 @json_option
 def sglang(
@@ -82,7 +80,7 @@ def sglang(
     """Diff SCENARIO... (files or bundled names) against SGLang 0.5.23's PrefillAdder and its
     own radix tree (with its SWA component under hybrid SWA), allocators and allocation
     path."""
-    del swa_storage  # a no-op alias: SGLang's SWA storage always runs
+    del swa_storage, swa_hicache  # no-op aliases: SGLang's SWA storage and HiCache always run
     from policykit.conformance.sglang.compare import conform, random_scenario, upstream_combo
     from policykit.conformance.sglang.driver import SUPPORTED_VERSION, load
 
@@ -102,13 +100,12 @@ def sglang(
                     combo,
                     schedule_policy=schedule_policy,
                     storage=True,
-                    swa_hicache=swa_hicache,
                 )
             )
             advance()
     different = [v for v in verdicts if v.differences]
+    unexpressible = sum(v.not_expressible is not None for v in verdicts)
     covered = _coverage(loaded, verdicts)
-    swa_host_tier = "sglang-hicache" if swa_hicache else "host-tier-stand-in"
     if as_json:
         echo_json(
             {
@@ -121,13 +118,17 @@ def sglang(
                 "scenarios": [v.to_dict() for v in verdicts],
                 "identical": sum(v.identical for v in verdicts),
                 "different": len(different),
+                "not_expressible": unexpressible,
                 "coverage": covered,
-                "swa_host_tier": swa_host_tier,
             }
         )
     else:
         for v in verdicts:
-            if v.differences:
+            if v.not_expressible is not None:
+                click.echo(
+                    f"{v.scenario}: not expressible on SGLang's storage: {v.not_expressible}"
+                )
+            elif v.differences:
                 click.echo(f"{v.scenario}: {len(v.differences)} difference(s)")
                 for line in v.differences:
                     click.echo(f"  {line}")
@@ -137,14 +138,12 @@ def sglang(
         click.echo(
             f"{len(verdicts)} scenario(s) against sglang=={SUPPORTED_VERSION} "
             f"(--schedule-policy {schedule_policy}) with {combo}: {identical} identical, "
-            f"{len(different)} different"
+            f"{len(different)} different, {unexpressible} not expressible on SGLang's storage"
         )
         click.echo(
             "with host prefixes {host}, with an unpinned device prefix evicted while its "
             "request waited {evicted_prefix}, with hybrid SWA {hybrid_swa} (with host prefixes "
-            "{hybrid_swa_host}, on the {tier})".format(
-                tier="SGLang HiCache" if swa_hicache else "HostTierCache stand-in", **covered
-            )
+            "{hybrid_swa_host})".format(**covered)
         )
     if different:
         sys.exit(EXIT_DIFFERENT)

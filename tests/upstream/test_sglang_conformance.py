@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from policykit.config import EngineConfig
-from policykit.scenario import RequestSpec, Scenario, load_scenario
+from policykit.registry import builtin_registry
+from policykit.scenario import RequestSpec, Scenario, build_node, load_scenario
+from policykit.scheduler import Scheduler
 
 if importlib.util.find_spec("sglang") is None:
     pytest.skip("the policykit[sglang] extra is not installed", allow_module_level=True)
@@ -107,10 +109,11 @@ def test_edge_cases(name):
 def test_random_scenarios(hybrid_swa, count):
     rng = random.Random(RANDOM_SEED)
     failures = []
-    kinds = {"host": 0, "host-nodes": 0, "unpinned-evicted": 0, "device": 0}
+    kinds = {"host": 0, "host-nodes": 0, "unpinned-evicted": 0, "device": 0, "unfit": 0}
     for i in range(count):
         sc = random_scenario(rng, i, hybrid_swa=hybrid_swa)
         verdict = conform(sc, storage=True)
+        kinds["unfit"] += verdict.not_expressible is not None
         if verdict.differences:
             failures.append(json.dumps(sc.to_dict()) + "\n  " + "\n  ".join(verdict.differences))
         kinds["host"] += any(r.host_prefix_tokens for r in sc.requests)
@@ -118,6 +121,8 @@ def test_random_scenarios(hybrid_swa, count):
         kinds["unpinned-evicted"] += verdict.evicted_prefix
         kinds["device"] += any(r.device_prefix_tokens for r in sc.requests)
     assert not failures, f"{len(failures)}/{count} differ:\n" + "\n".join(failures[:5])
+    # a sliding-window pool smaller than a host run's last window: SGLang never is in it
+    assert kinds["unfit"] <= count // 20, kinds
     # what the comparison covers: host prefixes (with hybrid SWA too: swa_host_hit_length),
     # and on SGLang's own storage unpinned device prefixes an eviction took while they waited
     assert kinds["host"] >= count // 10, kinds
@@ -365,20 +370,22 @@ def test_upstream_charges_the_sliding_window_part_of_a_host_hit():
     assert waits.verdicts == [("r0", "CONTINUE"), ("r1", "NO_TOKEN")]
 
 
-# SGLang 0.5.23's own HiCache with hybrid SWA (``swa_hicache``, ``--swa-hicache``): a
-# sliding-window host pool beside the full one, each host run backed up with its window by the
-# SWA component, then demoted to host-only nodes. Where a host run is one window's leaf or less,
-# SGLang's tree walk derives the whole run as swa_host_hit_length, as policykit models it.
+# SGLang 0.5.23's own HiCache with hybrid SWA: a sliding-window host pool beside the full one,
+# each host run backed up with its window by the SWA component, then demoted to host-only
+# nodes. SGLang's tree walk derives the run's last window as swa_host_hit_length, and its
+# load-back brings back that much sliding-window KV, as policykit models it
+# (policykit.host_tier.swa_host_hit).
 SWA_HICACHE_AGREES = (
     "host-charge-caps-the-chunk",
     "host-charge-fits",
     "load-back-takes-window-slots",
+    "host-run-longer-than-window",
 )
 
 
 @pytest.mark.parametrize("name", SWA_HICACHE_AGREES)
 def test_swa_host_edge_cases_on_sglangs_hicache(name):
-    verdict = conform(SWA_HOST_EDGES[name], storage=True, swa_hicache=True)
+    verdict = conform(SWA_HOST_EDGES[name], storage=True)
     assert verdict.differences == [], verdict.differences
 
 
@@ -392,9 +399,8 @@ def _first_match(driver, rid: str):
 def test_the_driver_runs_sglangs_swa_hicache():
     from policykit.conformance.sglang.storage_driver import StorageDriver
 
-    driver = StorageDriver(SWA_HOST_CAPPED, swa_hicache=True)
+    driver = StorageDriver(SWA_HOST_CAPPED)
     cache = driver.cache
-    assert type(cache).__name__ == "QuietRadixCache"  # not the HostTierCache stand-in
     assert type(cache.cache_controller).__name__ == "HybridCacheController"
     assert cache.tree_core.has_swa_host_pool
     pools = {name.value: entry.host_pool for name, entry in cache.host_pool_group.entry_map.items()}
@@ -413,26 +419,16 @@ def test_the_driver_runs_sglangs_swa_hicache():
     assert (first.start, first.end, first.load_back) == (512, 512 + 464, 512)
 
 
-def test_the_stand_in_is_the_default_for_hybrid_swa_host_prefixes():
-    from policykit.conformance.sglang.storage_driver import StorageDriver
-
-    driver = StorageDriver(SWA_HOST_CAPPED)
-    assert type(driver.cache).__name__ == "HostTierCache"
-    assert driver.cache.cache_controller is None
-
-
-# Where SGLang's own SWA HiCache and policykit disagree (docs/conformance.md, the stand-in
-# table): SGLang's insert cuts a new leaf at one window (1920 + 128 tokens here), backs both up,
-# and its tree walk stops once a window is covered, so swa_host_hit_length is 128, not the
-# 2048-token run policykit charges (policykit.host_tier.swa_host_hit), and its load-back takes
-# 128 sliding-window slots, where policykit's node takes 2048. SGLang then runs r0
-# whole where policykit caps its chunk. The default (the HostTierCache stand-in) reports the
-# whole run and agrees with policykit.
-def test_sglangs_swa_hicache_charges_one_window_of_a_long_host_run():
+# A host run four windows long: SGLang's insert cuts a new leaf at one window (1920 + 128
+# tokens here), backs both up, and its tree walk stops once a window is covered, so
+# swa_host_hit_length is 128 and the load-back takes 128 sliding-window slots beside its 2048
+# full ones. policykit charges and takes the same (it charged the whole run before SGLang's own
+# HiCache showed it).
+def test_sglangs_swa_hicache_loads_one_window_of_a_long_host_run():
     from policykit.conformance.sglang.storage_driver import StorageDriver
 
     long_run = SWA_HOST_EDGES["host-run-longer-than-window"]
-    driver = StorageDriver(long_run, swa_hicache=True)
+    driver = StorageDriver(long_run)
     match = _first_match(driver, "r0")
     assert (match.host_hit_length, match.swa_host_hit_length) == (2048, 128)
     pools = driver.allocator
@@ -444,66 +440,74 @@ def test_sglangs_swa_hicache_charges_one_window_of_a_long_host_run():
         12800 - 2048 - 960,
         2560 - 128 - 960,
     )
-    assert conform(long_run, storage=True, swa_hicache=True).differences[0] == (
-        "round 1 batch: policykit [('r0', 2048, 2432, 'truncated')] != "
-        "upstream [('r0', 2048, 3000, 'whole')]"
+    node = build_node(long_run)
+    (entry,) = Scheduler(node, builtin_registry().resolve("sglang/sglang/none")).step().plan.batch
+    assert (entry.start, entry.end, entry.load_back) == (2048, 3000, 2048)
+    assert (node.pool.free_tokens, node.swa_pool.free_tokens) == (
+        12800 - 2048 - 960,
+        2560 - 128 - 960,
     )
-    assert conform(long_run, storage=True).differences == []
 
 
 def test_random_swa_host_scenarios_on_sglangs_hicache():
     """CI's hybrid-SWA random set, the scenarios with host runs, on SGLang's own SWA HiCache:
-    where every host run (with its device prefix) fits in one window, SGLang's nodes and tree
-    walk give the whole hit as swa_host_hit_length, as policykit models it, and the two agree
-    (or the run is not expressible: longer than the sliding-window pool). Longer runs are
-    where they part (the test above), and some of them do."""
+    identical, whether a run fits in one window or not (or not expressible: a run whose last
+    window is more than the sliding-window pool)."""
     rng = random.Random(RANDOM_SEED)
-    kinds = {"fit": 0, "long": 0, "long-differ": 0}
+    kinds = {"fit": 0, "long": 0, "unfit": 0}
     failures = []
     for i in range(RANDOM_SWA_COUNT):
         sc = random_scenario(rng, i, hybrid_swa=True)
         runs = host_runs(sc)
         if not runs:
             continue
-        verdict = conform(sc, storage=True, swa_hicache=True)
-        unfit = any(d.startswith("not expressible") for d in verdict.differences)
-        if all(device + host <= sc.config.sliding_window for _, device, host in runs):
-            kinds["fit"] += not unfit
-            if verdict.differences and not unfit:
-                failures.append(json.dumps(sc.to_dict()) + "\n  " + verdict.differences[0])
-        else:
-            kinds["long"] += 1
-            kinds["long-differ"] += bool(verdict.differences)
+        verdict = conform(sc, storage=True)
+        if verdict.not_expressible is not None:
+            kinds["unfit"] += 1
+            continue
+        fits = all(device + host <= sc.config.sliding_window for _, device, host in runs)
+        kinds["fit" if fits else "long"] += 1
+        if verdict.differences:
+            failures.append(json.dumps(sc.to_dict()) + "\n  " + verdict.differences[0])
     assert not failures, "\n".join(failures[:5])
-    assert kinds["fit"] >= 10 and kinds["long-differ"] >= 1, kinds
+    assert kinds["fit"] >= 10 and kinds["long"] >= 5, kinds
 
 
-def test_a_host_run_longer_than_the_sliding_window_pool_is_not_expressible_on_hicache():
-    """HiCache backs up what was live on the device: a 1904-token host run with its sliding-
-    window KV could never have been in the 1504-token sliding-window pool (992 free in whole
-    pages, and r0's cached window of 512)."""
+def test_the_last_window_of_a_host_run_must_have_fit_the_sliding_window_pool():
+    """HiCache backs up what was live on the device: a host run keeps at least its last window
+    of sliding-window KV, and a 4096-token window of it could never have been in the 1504-token
+    sliding-window pool (992 free in whole pages, and r0's cached window of 512)."""
+    r0 = RequestSpec("r0", 5000, 864, host_prefix_tokens=3904)
+    sc = swa(16, 4096, 16 * 400, [r0], 1000, 4096, evictable=864)
+    verdict = conform(sc, storage=True)
+    assert verdict.status == "not expressible" and not verdict.differences
+    assert verdict.not_expressible.startswith("the last window of request r0's host run")
+
+
+def test_a_host_run_longer_than_the_sliding_window_pool_keeps_its_last_window():
+    """The same run as a chunked request leaves it: only its last window (512) of
+    sliding-window KV backed up, which the pool holds; both sides agree."""
     r0 = RequestSpec("r0", 3000, 864, host_prefix_tokens=1904)
     sc = swa(16, 4096, 16 * 400, [r0], 1000, 512, evictable=864)
-    (line,) = conform(sc, storage=True, swa_hicache=True).differences
-    assert line.startswith("not expressible on SGLang's storage: request r0's device prefix")
+    assert conform(sc, storage=True).differences == []
 
 
-# Known difference kept on purpose (docs/conformance.md): with one-token pages a host hit under
-# the load-back threshold (10 tokens) is not loaded, and policykit asks the sliding-window
-# budget once, without it. SGLang 0.5.23 first asks with the hit (r1: 125 tokens estimated 127,
-# plus the 5-token hit: 132, not under the 132 left), refuses, and only asks without it (131)
-# after a load-back that is declined. r1 waits a round upstream.
+# With one-token pages, a host hit under HiCache's load-back threshold (10 tokens): SGLang's
+# load-back declines a short hit only when no component has KV to load with it, and under
+# hybrid SWA the sliding-window component always has, so the 5-token hit is loaded back, and
+# policykit does the same (policykit.host_tier.load_back_threshold).
 UNDER_THRESHOLD_SWA_HOST = swa(
     1, 4096, 5000, [(60,), RequestSpec("r1", 130, host_prefix_tokens=5)], 194, 128
 )
 
 
-def test_a_host_hit_under_the_threshold_is_charged_once_upstream_asks_twice():
+def test_a_host_hit_under_the_threshold_loads_back_under_hybrid_swa():
+    from policykit.conformance.sglang.run import drive
+
     verdict = conform(UNDER_THRESHOLD_SWA_HOST, storage=True)
-    assert verdict.differences[0] == (
-        "round 1 batch: policykit [('r0', 0, 60, 'whole'), ('r1', 0, 130, 'whole')] != "
-        "upstream [('r0', 0, 60, 'whole')]"
-    )
+    assert verdict.differences == [], verdict.differences
+    entries = [e for r in drive(UNDER_THRESHOLD_SWA_HOST).rounds for e in r.plan.entries]
+    assert [e.load_back for e in entries if e.request_id == "r1" and e.kind.is_new] == [5]
 
 
 # SGLang 0.5.23's own SWA storage (SWAKVPool, SWATokenToKVPoolAllocator, the SWA tree

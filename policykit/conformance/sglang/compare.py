@@ -50,18 +50,27 @@ class Verdict:
     rounds: int = 0
     #: an unpinned device prefix was evicted (at least in part) before its request was admitted
     evicted_prefix: bool = False
+    #: why SGLang's storage cannot be in the scenario's state (then nothing was compared)
+    not_expressible: str | None = None
 
     @property
     def identical(self) -> bool:
-        return not self.differences
+        return not self.differences and self.not_expressible is None
+
+    @property
+    def status(self) -> str:
+        if self.not_expressible is not None:
+            return "not expressible"
+        return "identical" if not self.differences else "different"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario,
-            "status": "identical" if not self.differences else "different",
+            "status": self.status,
             "rounds": self.rounds,
             "differences": self.differences,
             "evicted_prefix": self.evicted_prefix,
+            "not_expressible": self.not_expressible,
         }
 
 
@@ -166,17 +175,15 @@ def conform(
     max_rounds: int = MAX_ROUNDS,
     schedule_policy: str = "fcfs",
     storage: bool = False,
-    swa_hicache: bool = False,
 ) -> Verdict:
     """Run ``scenario`` on both sides (at most ``max_rounds`` rounds each) and compare;
     upstream sorts its queue with ``schedule_policy`` (its ``--schedule-policy``). With
-    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`). With
-    ``swa_hicache``, a hybrid-SWA scenario's host prefixes run on SGLang's own HiCache rather
-    than the ``HostTierCache`` stand-in; one it cannot lay out there differs, saying why."""
+    ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`). A
+    scenario SGLang's storage cannot be in is not compared, and the verdict says why."""
     try:
-        theirs = drive(scenario, max_rounds, schedule_policy, swa_hicache)
+        theirs = drive(scenario, max_rounds, schedule_policy)
     except NotExpressible as exc:
-        return Verdict(scenario.name, [f"not expressible on SGLang's storage: {exc}"])
+        return Verdict(scenario.name, not_expressible=str(exc))
     views: list[dict[str, Any]] | None = [] if storage else None
     ours = run_policykit(scenario, combo, max_rounds, views)
     return Verdict(

@@ -33,6 +33,9 @@ from typing import Any
 
 import torch
 
+from policykit.pool import pages_for
+from policykit.swa_cache import window_start
+
 #: write-through never fires (SGLang's unit fixtures use the same value)
 WRITE_THROUGH_OFF = 1 << 30
 
@@ -147,20 +150,31 @@ def attach(tree: Any, params: Any, host_tokens: int, device_tokens: int) -> None
 
 def lay_out_host_run(storage: Any, tokens: tuple[int, ...], device: int, host: int) -> None:
     """Make ``tokens[device:device + host]`` a host-only node whose parent ``tokens[:device]``
-    is backed up too: insert both on the device (with hybrid SWA with all their sliding-window
-    KV, as a finished request holds it until its release), back them up parent first (as
-    HiCache's backups go; a backed-up child under a parent that is not panics the tree core on
-    eviction), then evict them, which demotes both to the host. Runs before anything else is
-    laid out, so the device pool is empty and every node evicted is one of these."""
+    is backed up too: insert both on the device, back them up parent first (as HiCache's
+    backups go; a backed-up child under a parent that is not panics the tree core on
+    eviction), then evict them, which demotes both to the host. With hybrid SWA they carry
+    all their sliding-window KV where it fits the sliding-window pool (as a request that ran
+    them in one chunk holds it until its release), else only the last window of it, whole
+    pages (:func:`~policykit.swa_cache.window_start`: the rest freed as a chunked request
+    ran). Runs before anything else is laid out, so the device pool is empty and every node
+    evicted is one of these."""
     s, tree = storage.s, storage.tree
+    swa_from = 0
+    if storage.window is not None and pages_for(device + host, storage.page) * storage.page > (
+        storage.swa_pool_total
+    ):
+        swa_from = window_start(device + host, storage.window, storage.page)
     prefix = torch.empty((0,), dtype=torch.int64)
     for end in (device, device + host):
         if end == prefix.numel():
             continue
         key = s["RadixKey"](array("q", tokens[:end]))
-        slots = storage.alloc_seq(prefix, end - prefix.numel())
+        slots = storage.alloc_seq(prefix, end - prefix.numel(), min(swa_from, end))
         value = torch.cat([prefix, slots])
-        tree.insert(s["InsertParams"](key=key, value=value, prev_prefix_len=prefix.numel()))
+        params = s["InsertParams"](key=key, value=value, prev_prefix_len=prefix.numel())
+        if min(swa_from, end):
+            params.set_evicted_seqlen(s["ComponentType"].SWA, min(swa_from, end))
+        tree.insert(params)
         prefix = value
     leaf = tree.match_prefix(s["MatchPrefixParams"](key=key)).last_device_node
     # the chain write-through backs up: every unbacked ancestor, parent first (an insert may

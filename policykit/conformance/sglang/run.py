@@ -16,9 +16,7 @@ def drive(
     scenario: Scenario,
     max_rounds: int = 10_000,
     schedule_policy: str = "fcfs",
-    swa_hicache: bool = False,
 ) -> UpstreamRun:
     """Run ``scenario`` through SGLang 0.5.23's scheduler on its own storage (with hybrid SWA,
-    its SWA radix tree and ``SWATokenToKVPoolAllocator``; with host prefixes too, its HiCache
-    when ``swa_hicache``, else the ``HostTierCache`` stand-in)."""
-    return drive_storage(scenario, max_rounds, schedule_policy, swa_hicache)
+    its SWA radix tree and ``SWATokenToKVPoolAllocator``; with host prefixes, its HiCache)."""
+    return drive_storage(scenario, max_rounds, schedule_policy)

@@ -16,16 +16,11 @@ What is a stand-in, and why (docs/conformance.md lists the same):
   (:mod:`policykit.conformance.sglang.hicache`: ``init_hicache``, the real controller and host
   pools, with hybrid SWA a sliding-window host pool and the SWA component's window backups),
   with the device/host copies and the pinning of host memory left out.
-* **Hybrid SWA with host prefixes, by default.** Unless ``swa_hicache`` is asked for,
-  :class:`HostTierCache` stands in for HiCache there: it keeps the scenario's host runs in a
-  table, reports a hit as policykit models it (whole pages, right after the device match, its
-  sliding-window part the whole hit, :func:`policykit.host_tier.swa_host_hit`) and makes
-  ``init_load_back`` take real device slots through the real allocation path (evicting when
-  short) and insert them into the real tree, without copying KV. ``load_back_threshold`` (10
-  tokens) is applied as 0.5.23 does. It is the default because SGLang's own SWA HiCache
-  disagrees with policykit's model of ``swa_host_hit_length``: it derives about one window
-  (an insert cuts a new leaf at one window, and its tree walk stops once a window is
-  covered), where policykit charges the whole hit (docs/conformance.md).
+* **Host runs with hybrid SWA.** A host run is laid out as its request would have left it
+  backed up: with all of its sliding-window KV where that fits the sliding-window pool, else
+  with only its last window (:func:`~policykit.swa_cache.window_start`, the rest freed as the
+  request ran). One whose last window alone does not fit is not expressible (the scenario
+  says so rather than run).
 * **The hybrid-SWA layout.** A cached device prefix keeps sliding-window KV for its last
   window only, the filler none (:func:`~policykit.swa_cache.window_start`), and the
   sliding-window pool is sized so that what is left free is the scenario's
@@ -36,13 +31,11 @@ What is a stand-in, and why (docs/conformance.md lists the same):
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from policykit.conformance.sglang import hicache
-from policykit.host_tier import LOAD_BACK_THRESHOLD, swa_host_hit
 from policykit.pool import pages_for
 from policykit.request import Request
 from policykit.scenario import Scenario, pool_tokens, swa_pool_tokens
@@ -54,14 +47,6 @@ OWNER_FILLER = "(filler)"
 
 
 _NO_SLOTS = torch.empty((0,), dtype=torch.int64)
-
-
-@dataclass(frozen=True)
-class HostRun:
-    """A host-tier run of one request's tokens: ``[start, end)``."""
-
-    start: int
-    end: int
 
 
 def host_runs(scenario: Scenario) -> list[tuple[int, int, int]]:
@@ -107,51 +92,6 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
             """SGLang dumps the whole tree on an out-of-memory (from the compiled core, past
             ``sys.stdout``); the conformance run reports the out-of-memory instead."""
 
-    class HostTierCache(QuietRadixCache):
-        """The real tree, plus the host tier as a table: the stand-in for HiCache with hybrid
-        SWA, by default (see the module docstring)."""
-
-        host_runs: dict[str, HostRun]
-        req_tokens: dict[str, tuple[int, ...]]
-        #: the :class:`Storage` around it, to allocate and name the loaded slots
-        storage: Any
-
-        def match_prefix(self, params: Any) -> Any:
-            result = super().match_prefix(params)
-            req = params.req
-            run = None if req is None else self.host_runs.get(req.rid)
-            page, matched = self.page_size, result.device_prefix_len
-            # HiCache holds a host run's device prefix too (it backs ancestors up first), so
-            # a match that lost the prefix continues on the host from there
-            if run is None or matched > run.start or run.end - run.start < page:
-                return result
-            hit = (run.end - matched) // page * page
-            swa = swa_host_hit(hit, self.sliding_window_size, page) if self.is_swa_enabled else 0
-            return result._replace(host_hit_length=hit, swa_host_hit_length=swa)
-
-        def init_load_back(self, params: Any) -> Any:
-            req, tokens = params.req, params.host_hit_length
-            last = req.last_node
-            if tokens < LOAD_BACK_THRESHOLD:
-                return 0, last
-            common.evict_from_tree_cache(self, tokens)
-            start = req.prefix_len
-            prefix = self.prefix_device_indices(req)
-            slots = self.storage.alloc_after(prefix, tokens)
-            if slots is None:
-                return 0, last
-            whole = self.req_tokens[req.rid][: start + tokens]
-            self.storage.note(slots, whole[start:])
-            key = RadixKey(array("q", whole))
-            # The prefix's slots are the tree's own already: not duplicates to free.
-            value = torch.cat([prefix, slots])
-            self.insert(InsertParams(key=key, value=value, prev_prefix_len=start))
-            node = super().match_prefix(MatchPrefixParams(key=key)).last_device_node
-            return tokens, node
-
-        def load_back_is_cache_owned(self) -> bool:
-            return True
-
     return {
         "allocation": allocation,
         "common": common,
@@ -167,22 +107,24 @@ def storage_classes(up: dict[str, Any]) -> dict[str, Any]:
         "CacheInitParams": CacheInitParams,
         "ComponentType": ComponentType,
         "QuietRadixCache": QuietRadixCache,
-        "HostTierCache": HostTierCache,
     }
 
 
 def _refuse_unfit_host_runs(scenario: Scenario, runs: list[tuple[int, int, int]]) -> None:
-    """HiCache backs up what was on the device: a host run with its prefix must have fit the
-    sliding-window pool, all of its sliding-window KV live at once (as a finished request's is
-    until its release), for its window backups to exist. Raises :class:`NotExpressible`."""
-    page, swa_pool = scenario.config.page_size, swa_pool_tokens(scenario)
+    """HiCache backs up what was on the device: at least the last window of a host run (with
+    its prefix, whole pages) must have fit the sliding-window pool for its window backups to
+    exist (:func:`~policykit.conformance.sglang.hicache.lay_out_host_run`). Raises
+    :class:`NotExpressible`."""
+    cfg = scenario.config
+    page, swa_pool = cfg.page_size, swa_pool_tokens(scenario)
     for i, device, host in runs:
-        if pages_for(device + host, page) * page > swa_pool:
+        live = device + host - window_start(device + host, cfg.sliding_window, page)
+        if pages_for(live, page) * page > swa_pool:
             raise NotExpressible(
-                f"request {scenario.requests[i].id}'s device prefix and host run in whole "
-                f"pages ({device} + {host} tokens) are more than the sliding-window pool "
-                f"({swa_pool} tokens): SGLang's HiCache could not have backed them up with "
-                "their sliding-window KV"
+                f"the last window of request {scenario.requests[i].id}'s host run (with its "
+                f"device prefix, {live} tokens in whole pages) is more than the sliding-window "
+                f"pool ({swa_pool} tokens): SGLang's HiCache could not have backed its "
+                "sliding-window KV up"
             )
 
 
@@ -196,19 +138,16 @@ class Storage:
         up: dict[str, Any],
         scenario: Scenario,
         requests: list[Request],
-        swa_hicache: bool = False,
     ) -> None:
-        """With hybrid SWA and host prefixes, ``swa_hicache`` lays the host runs out on
-        SGLang's own HiCache instead of :class:`HostTierCache` (see the module docstring)."""
         s = up["storage"]
         self.s = s
         page = scenario.config.page_size
         self.page = page
         self.window = scenario.config.sliding_window
-        #: the host tier is the HostTierCache stand-in (hybrid SWA, unless swa_hicache)
-        self.stand_in = self.window is not None and not swa_hicache
+        #: the sliding-window pool's slots (hybrid SWA)
+        self.swa_pool_total = swa_pool_tokens(scenario) if self.window is not None else 0
         #: (request index, device prefix, host run in whole pages) laid out on SGLang's host tier
-        self.host_runs = [] if self.stand_in else host_runs(scenario)
+        self.host_runs = host_runs(scenario)
         if self.window is not None:
             _refuse_unfit_host_runs(scenario, self.host_runs)
         self.allocator = self._allocator(scenario)
@@ -225,10 +164,7 @@ class Storage:
             sliding_window_size=self.window,
             tree_components=components,
         )
-        self.tree = s["HostTierCache" if self.stand_in else "QuietRadixCache"](params)
-        self.tree.req_tokens = {r.id: r.tokens for r in requests}
-        self.tree.host_runs = {}
-        self.tree.storage = self
+        self.tree = s["QuietRadixCache"](params)
         #: slot -> token whose KV it holds (to name what the tree holds and what it evicted)
         self.token_of: dict[int, int] = {}
         if self.host_runs:
@@ -328,10 +264,6 @@ class Storage:
         if filler:
             # no request matches the filler: its sliding-window KV is gone
             self._insert(tuple(range(filler)), filler)
-        for spec in scenario.requests if self.stand_in else ():
-            if spec.host_prefix_tokens:
-                start = spec.device_prefix_tokens
-                self.tree.host_runs[spec.id] = HostRun(start, start + spec.host_prefix_tokens)
 
     def note(self, slots: torch.Tensor, tokens: tuple[int, ...] | list[int]) -> None:
         """Record which token's KV each of ``slots`` holds."""

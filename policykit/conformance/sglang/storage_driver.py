@@ -53,16 +53,14 @@ def owner_of(token: int, ids: list[str]) -> str:
 class StorageDriver(UpstreamDriver):
     """Upstream's decisions on upstream's storage (see the module docstring)."""
 
-    def __init__(
-        self, scenario: Scenario, schedule_policy: str = "fcfs", swa_hicache: bool = False
-    ) -> None:
+    def __init__(self, scenario: Scenario, schedule_policy: str = "fcfs") -> None:
         self.up = self._load()
         self.scenario = scenario
         #: read for the scenario's requests (tokens, arrival) and its config, never committed to
         self.node = build_node(scenario)
         self.requests: dict[str, Request] = dict(self.node.requests)
         self.ids = [r.id for r in scenario.requests]
-        self.storage = Storage(self.up, scenario, list(self.requests.values()), swa_hicache)
+        self.storage = Storage(self.up, scenario, list(self.requests.values()))
         self.cache = self.storage.tree
         self.allocator = self.storage.allocator
         self.reqs = {rid: self._req(q) for rid, q in self.requests.items()}
@@ -292,9 +290,7 @@ def storage_view_of(
     return {"free": free, "evictable": evictable, "cached": dict(sorted(counts.items()))}
 
 
-def drive_storage(
-    scenario: Scenario, max_rounds: int, schedule_policy: str, swa_hicache: bool = False
-) -> UpstreamRun:
-    """Run ``scenario`` through upstream's scheduler on upstream's storage (with hybrid SWA and
-    host prefixes, on SGLang's HiCache when ``swa_hicache``, else on the stand-in)."""
-    return StorageDriver(scenario, schedule_policy, swa_hicache).run(max_rounds)
+def drive_storage(scenario: Scenario, max_rounds: int, schedule_policy: str) -> UpstreamRun:
+    """Run ``scenario`` through upstream's scheduler on upstream's storage (HiCache's host
+    tier for its host prefixes, with hybrid SWA or without)."""
+    return StorageDriver(scenario, schedule_policy).run(max_rounds)
