@@ -760,8 +760,10 @@ def _present_victim(
 # -- hybrid SWA with a host-tier hit ---------------------------------------------------------
 def swa_host_charge(host: Any, window: int | None, page: int) -> Any:
     """Sliding-window slots a load-back of ``host`` tokens takes (hybrid SWA): the hit's
-    sliding-window KV (``swa_host_hit``) in whole pages."""
-    return ceil_paged(swa_host_hit(host, window, page), page)
+    sliding-window KV (``swa_host_hit``) in whole pages. The hit is rounded up first: its
+    last window is then whole pages already, and the checker's terms need no quotient of a
+    capped value."""
+    return swa_host_hit(ceil_paged(host, page), window, page)
 
 
 def swa_loaded(ledger: Ledger, swa_pool: Any | None, host: Any) -> tuple[Ledger, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import z3
 
-from policykit.ledger import _max, _min, swa_estimate
+from policykit.ledger import maximum, minimum, swa_estimate
 from policykit.spec.exact_division import exact_quotient
 from policykit.spec.model import Encoder
 from policykit.spec.symbolic import Sym
@@ -24,7 +24,7 @@ def _same_everywhere(term: z3.ArithRef, expected: z3.ArithRef, facts: list) -> b
 def test_min_and_max_make_no_quotient_and_stay_exact():
     a, b = z3.Ints("a b")
     with Encoder() as enc:
-        lo, hi = _min(Sym(a), Sym(b)), _max(Sym(a) - 512, 0)
+        lo, hi = minimum(Sym(a), Sym(b)), maximum(Sym(a) - 512, 0)
     assert enc.facts == [] and enc.divisions.quotients == []
     assert _same_everywhere(lo.t, z3.If(a <= b, a, b), [])
     assert _same_everywhere(hi.t, z3.If(a >= 512, a - 512, 0), [])
