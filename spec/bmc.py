@@ -514,7 +514,7 @@ def _admit_queue(u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, 
     queue, cache and request fields."""
     enc, inp, r = u.enc, u.inputs, w.r
     cache = inp.unpinned
-    w.units, nxt.sorts = _refresh_waiting(enc, inp.requests, s, w.units, r, cache)
+    w.units, nxt.sorts = _refresh_waiting(u, s, w.units, r, cache)
     nxt.left, nxt.rejected, nxt.cached = list(s.left), list(s.rejected), list(w.cached)
     admitted = s.admitted
     idle = _idle(u)
@@ -528,8 +528,7 @@ def _admit_queue(u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, 
         if cache:
             touched = z3.And(e.kind.t != NONE, unit.top.t > 0)
             w.units[j] = dataclasses.replace(
-                unit,
-                stamp=enc.bind("stamp", ite(touched, touch_tick(r, j), unit.stamp)),
+                unit.touch(touched, touch_tick(r, j), _refreshes_window(u, q)),
                 lock=enc.bind("lock", ite(placed, e.lock, unit.lock)),
             )
             nxt.cached[j] = enc.bind("cached", ite(placed, e.start - e.load_back, nxt.cached[j]))
@@ -550,6 +549,18 @@ def _admit_queue(u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, 
     nxt.admitted = admitted
     if admitted is not None:
         nxt.left = [admitted.t > i for i in range(len(inp.requests))]
+
+
+def _refreshes_window(u: Unrolling, q: Req) -> z3.BoolRef:
+    """Whether a match of ``q`` refreshes its prefix's place in the sliding-window LRU: SGLang's
+    match ends at the last node of the host run after it, and the refresh covers a window and
+    a page from there (``SWAPrefixCache.refresh``), so a host run that long leaves the prefix
+    as old as it was. Always, without hybrid SWA (the stamp then orders nothing else)."""
+    window = u.config.sliding_window
+    if window is None:
+        return z3.BoolVal(True)
+    page = u.config.page_size
+    return (q.host // page * page).t < window + page
 
 
 def _idle(u: Unrolling) -> IdleNode:
@@ -601,9 +612,8 @@ def _window_on_admission(
         unit = w.units[j]
         refreshed = z3.And(placed, z3.Or(e.lock.t > 0, loads.t > 0))
         w.units[j] = dataclasses.replace(
-            unit,
+            unit.touch(refreshed, commit_tick(w.r, j), _refreshes_window(u, u.inputs.requests[j])),
             swa=enc.bind("unit_swa", ite(placed, unit.swa - swa_lock, unit.swa)),
-            stamp=ite(refreshed, commit_tick(w.r, j), unit.stamp),
         )
         # ``_evict_for`` in the sliding-window pool, for the live tail the host holds
         short = loaded - w.swa_free
@@ -826,11 +836,12 @@ def _violations(
 
 
 def _refresh_waiting(
-    enc: Encoder, reqs: list[Any], s: NodeState, units: list[Unit], r: int, cache: bool
+    u: Unrolling, s: NodeState, units: list[Unit], r: int, cache: bool
 ) -> tuple[list[Unit], Sym]:
     """``Scheduler._refresh_waiting_prefixes``: on the first sort of a non-empty queue and on
     every ``WAITING_PREFIX_REFRESH_INTERVAL``-th after, each waiting request's prefix is
     touched, the head last. Modelled where the cache is (queues in arrival order)."""
+    enc, reqs = u.enc, u.inputs.requests
     if not cache:
         return units, s.sorts
     waiting = [
@@ -843,9 +854,7 @@ def _refresh_waiting(
     out = list(units)
     for j, unit in enumerate(units[: len(reqs)]):
         touched = z3.And(refresh, waiting[j], unit.top.t > 0)
-        out[j] = dataclasses.replace(
-            unit, stamp=enc.bind("stamp", ite(touched, refresh_tick(r, j), unit.stamp))
-        )
+        out[j] = unit.touch(touched, refresh_tick(r, j), _refreshes_window(u, reqs[j]))
     return out, enc.bind("sorts", s.sorts + ite(nonempty, 1, 0))
 
 

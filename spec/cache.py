@@ -59,6 +59,24 @@ class Unit:
     #: hybrid SWA: its evictable sliding-window KV, and whether taking it drops ``top`` whole
     swa: Sym = field(default_factory=lambda: Sym(num(0)))
     drops: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(False))
+    #: hybrid SWA: its place in the sliding-window LRU, where that is not ``stamp`` (a match
+    #: that goes on into a long host run refreshes the full LRU only)
+    swa_stamp: Sym | None = None
+
+    @property
+    def swa_order(self) -> Sym:
+        """The unit's sliding-window LRU stamp."""
+        return self.stamp if self.swa_stamp is None else self.swa_stamp
+
+    def touch(self, touched: z3.BoolRef, tick: int, swa_too: z3.BoolRef) -> Unit:
+        """The unit after a match or insert at ``tick`` where ``touched``: its full LRU stamp
+        refreshed, and its sliding-window one where ``swa_too``
+        (``SWAPrefixCache.refresh``)."""
+        return replace(
+            self,
+            stamp=_ite(touched, tick, self.stamp),
+            swa_stamp=_ite(z3.And(touched, swa_too), tick, self.swa_order),
+        )
 
     @property
     def evictable(self) -> Sym:
@@ -147,9 +165,9 @@ def evict(enc: Encoder, units: list[Unit], short: Sym) -> tuple[list[Unit], Sym,
 
 def evict_swa(enc: Encoder, units: list[Unit], quota: Sym) -> tuple[list[Unit], Sym, Sym]:
     """``SWAPrefixCache.evict_swa(quota)``: units' evictable sliding-window KV, least recently
-    used first (a unit's sliding-window stamp is its ``stamp``: a match or insert refreshes
-    both), until ``quota`` slots were freed. A unit is taken whole (its nodes one after the
-    other; where the quota ends inside a unit the model frees all of it). A unit that
+    used first (:attr:`Unit.swa_order`), until ``quota`` slots were freed. A unit is taken
+    whole (its nodes one after the other; where the quota ends inside a unit the model frees
+    all of it). A unit that
     ``drops`` loses its ``top`` (full KV) with it. Returns the units left, the
     sliding-window slots and the full slots freed."""
     out, swa, full = [], Sym(num(0)), Sym(num(0))
@@ -157,7 +175,7 @@ def evict_swa(enc: Encoder, units: list[Unit], quota: Sym) -> tuple[list[Unit], 
         before = Sym(num(0))
         for m, y in enumerate(units):
             if m != k:
-                before = before + _ite(y.stamp.t < x.stamp.t, y.swa, 0)
+                before = before + _ite(y.swa_order.t < x.swa_order.t, y.swa, 0)
         take = z3.And(x.swa.t > 0, enc.bind("swa_before", before).t < quota.t)
         swa = swa + _ite(take, x.swa, 0)
         drop = z3.And(take, x.drops)
