@@ -122,30 +122,21 @@ class HostTier:
             return (entry.start, end - ceil_paged(window, page_size), end)
         return (entry.start, end)
 
-    def loadable(self, tokens: Tokens, start: int, page_size: int, threshold: int) -> int:
+    def loadable(self, tokens: Tokens, start: int, page_size: int) -> int:
         """How many tokens after ``tokens[:start]`` a load-back copies to the device.
 
         As SGLang 0.5.23's HiCache does it: the host tier is matched in whole pages (its radix
-        tree is paged like the device one), and a hit shorter than ``threshold`` tokens
-        (:func:`load_back_threshold`) is not loaded back but recomputed.
+        tree is paged like the device one), and a hit shorter than
+        :data:`LOAD_BACK_THRESHOLD` tokens is not loaded back but recomputed.
         """
         entry = self.lookup(tokens, start)
         if entry is None:
             return 0
         hit = (entry.end - start) // page_size * page_size
-        return hit if hit >= threshold else 0
+        return hit if hit >= LOAD_BACK_THRESHOLD else 0
 
     def __len__(self) -> int:
         return self._count
-
-
-def load_back_threshold(sliding_window: int | None) -> int:
-    """The shortest host hit SGLang 0.5.23 loads back rather than recomputes:
-    :data:`LOAD_BACK_THRESHOLD` tokens, and under hybrid SWA any hit. Its
-    ``_load_back_transfers`` skips a short hit only when no component has KV to load with it,
-    and there the sliding-window component always has some (the hit's last window,
-    :func:`swa_host_hit`)."""
-    return LOAD_BACK_THRESHOLD if sliding_window is None else 1
 
 
 def swa_host_hit(loaded: Any, window: int | None, page: int) -> Any:

@@ -23,7 +23,6 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from policykit import kernel
-from policykit.host_tier import load_back_threshold
 from policykit.kernel import Ints, Offer, describe
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import idle_capacity
@@ -79,8 +78,6 @@ class Planner:
         #: each request's place in the last queue this planner gave, when that was not arrival
         #: order (what a queue over its policy's ``sort_limit`` keeps)
         self._last_order: dict[str, int] | None = None
-        #: the shortest host hit that loads back rather than being recomputed
-        self._threshold = load_back_threshold(node.config.sliding_window)
 
     @property
     def combo(self) -> Combo:
@@ -183,7 +180,7 @@ class Planner:
         view = QueueView(
             prompt_tokens=req.prompt_tokens,
             prefix_tokens=cached,
-            host_prefix_tokens=node.host.loadable(req.tokens, cached, page, self._threshold),
+            host_prefix_tokens=node.host.loadable(req.tokens, cached, page),
             page_size=page,
         )
         return kernel.queue_rank(self.combo.queue, view, req.id)
@@ -323,7 +320,7 @@ class Planner:
         takes ``lock`` evictable tokens (``swa_lock`` sliding-window ones): the host prefix
         after them loads back."""
         page = self.node.config.page_size
-        host = self.node.host.loadable(req.tokens, cached, page, self._threshold)
+        host = self.node.host.loadable(req.tokens, cached, page)
         return Offer(cached, host, lock, pages_for(host, page) * page, swa_lock)
 
     # -- liveness --------------------------------------------------------------------------
@@ -343,7 +340,7 @@ class Planner:
             self.num,
             req.prompt_tokens,
             pinned,
-            node.host.loadable(req.tokens, pinned, page, self._threshold),
+            node.host.loadable(req.tokens, pinned, page),
             capacity,
             self._swa_pool,
             page=page,

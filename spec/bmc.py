@@ -24,7 +24,6 @@ import z3
 
 import policykit.spec.swa as sw
 from policykit.config import EngineConfig
-from policykit.host_tier import load_back_threshold
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
 from policykit.node import cached_on_release
@@ -195,7 +194,6 @@ def make_inputs(
             tuple(enc.var(f"{what}{i}") for what in ("prompt", "device", "host", "arrival")),
             page,
             host_paged=g % page == 0,
-            threshold=load_back_threshold(config.sliding_window),
             unpinned=enc.var(f"unpinned{i}") if unpinned else None,
         )
         for i in range(n)

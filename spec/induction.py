@@ -52,7 +52,6 @@ from dataclasses import dataclass, field
 import z3
 
 from policykit.config import EngineConfig
-from policykit.host_tier import load_back_threshold
 from policykit.ledger import Ledger
 from policykit.registry import Combo
 from policykit.spec.model import (
@@ -190,7 +189,6 @@ class Obligations:
             inputs,
             page,
             host_paged=False,
-            threshold=load_back_threshold(self.config.sliding_window),
             unpinned=enc.var("u"),
         )
         enc.facts += [
@@ -223,7 +221,6 @@ class Obligations:
             inputs,
             page,
             host_paged=False,
-            threshold=load_back_threshold(self.config.sliding_window),
         )
         enc.facts += [
             q.prompt.t >= 1,

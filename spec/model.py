@@ -27,6 +27,7 @@ import z3
 
 from policykit import kernel
 from policykit.config import EngineConfig
+from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.kernel import Attempt, Offer
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import owed_tokens
@@ -84,12 +85,11 @@ def t(x: Any) -> Any:
     return z3.BoolVal(x) if isinstance(x, bool) else num(x)
 
 
-def loadable_host(host: Sym, page: int, threshold: int) -> Sym:
+def loadable_host(host: Sym, page: int) -> Sym:
     """``HostTier.loadable`` (SGLang 0.5.23's HiCache): the host hit in whole pages, and none
-    when that is under ``threshold`` tokens (``load_back_threshold``: it is recomputed
-    instead)."""
+    when that is under ``LOAD_BACK_THRESHOLD`` tokens (it is recomputed instead)."""
     paged = host // page * page
-    return ite(paged.t >= threshold, paged, Sym(num(0)))
+    return ite(paged.t >= LOAD_BACK_THRESHOLD, paged, Sym(num(0)))
 
 
 def make_request(
@@ -98,7 +98,6 @@ def make_request(
     inputs: tuple[Sym, Sym, Sym, Sym],
     page: int,
     host_paged: bool,
-    threshold: int,
     unpinned: Sym | None = None,
 ) -> Req:
     """A request (``inputs``: prompt, device and host prefix hits, arrival) whose load-back,
@@ -106,26 +105,25 @@ def make_request(
     pages (``host_paged``) and a page reaches the threshold, that is the hit itself; leaving
     the rounding and the threshold out of the formula then saves a case split at every
     admission of every round. ``unpinned``: the request's unpinned device prefix (none by
-    default); ``threshold``: ``load_back_threshold`` of the engine."""
+    default)."""
     prompt, device, host, arrival = inputs
     unpinned = Sym(num(0)) if unpinned is None else unpinned
-    if host_paged and page >= threshold:
+    if host_paged and page >= LOAD_BACK_THRESHOLD:
         loadable = host
     else:
-        loadable = enc.bind("loadable", loadable_host(host, page, threshold))
+        loadable = enc.bind("loadable", loadable_host(host, page))
     lost = Sym(num(0))
     if not _is_zero(unpinned):
-        held = loadable_after_eviction(unpinned, host, page, threshold)
-        lost = enc.bind("lost_loadable", held)
+        lost = enc.bind("lost_loadable", loadable_after_eviction(unpinned, host, page))
     return Req(name, prompt, device, host, arrival, loadable, unpinned, lost)
 
 
-def loadable_after_eviction(unpinned: Sym, host: Sym, page: int, threshold: int) -> Sym:
+def loadable_after_eviction(unpinned: Sym, host: Sym, page: int) -> Sym:
     """What a load-back copies once the unpinned device prefix is evicted: the host holds it
     too (SGLang 0.5.23's HiCache backs a node's ancestors up before the node, and a host run
     under a page is no node at all), so the hit runs from token 0 (``HostTier.lookup``)."""
     held = ite(host.t >= page, unpinned + host, Sym(num(0)))
-    return loadable_host(held, page, threshold)
+    return loadable_host(held, page)
 
 
 def ite(c: Any, a: Any, b: Any) -> Sym:

@@ -4,7 +4,7 @@ host's nodes."""
 
 from __future__ import annotations
 
-from policykit.host_tier import LOAD_BACK_THRESHOLD, HostTier
+from policykit.host_tier import HostTier
 from policykit.plan import EntryKind
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
@@ -18,8 +18,8 @@ def test_a_run_held_from_token_0_continues_its_device_prefix_and_token_0():
     assert (entry.start, entry.held_from, entry.end) == (256, 0, 768)
     assert host.lookup(TOKENS, 256) is entry
     assert host.lookup(TOKENS, 0) is entry  # the prefix evicted: the host still has it
-    assert host.loadable(TOKENS, 256, 16, LOAD_BACK_THRESHOLD) == 512
-    assert host.loadable(TOKENS, 0, 16, LOAD_BACK_THRESHOLD) == 768
+    assert host.loadable(TOKENS, 256, 16) == 512
+    assert host.loadable(TOKENS, 0, 16) == 768
     assert host.lookup(TOKENS, 768) is None  # nothing after the run
     assert host.lookup((1, *TOKENS[1:]), 0) is None  # another prompt
 
@@ -27,7 +27,7 @@ def test_a_run_held_from_token_0_continues_its_device_prefix_and_token_0():
 def test_a_run_held_from_its_start_is_found_there_only():
     host = HostTier()
     host.put(TOKENS[:768], 256)
-    assert host.loadable(TOKENS, 256, 16, LOAD_BACK_THRESHOLD) == 512
+    assert host.loadable(TOKENS, 256, 16) == 512
     assert host.lookup(TOKENS, 0) is None
 
 

@@ -28,7 +28,6 @@ from policykit.harness.trace_host import BlockHostStore
 from policykit.harness.trace_replay import ReplayConfig, TraceClock, replay, replay_shadowed
 from policykit.harness.traces import BLOCK_TOKENS, BlockTokens, Trace, TraceRequest
 from policykit.harness.workloads import WorkloadError
-from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.pool import TokenPool
 from policykit.prefix_cache import PrefixCache
 
@@ -177,7 +176,7 @@ def test_the_host_store_holds_what_was_computed() -> None:
     run = store.lookup(BlockTokens((1, 2, 7), 1500), 512)
     assert run is not None and (run.start, run.end) == (512, 1024)
     assert store.lookup(BlockTokens((4, 2), 1000), 0) is None
-    assert store.loadable(BlockTokens((1, 2, 7), 1500), 0, 64, LOAD_BACK_THRESHOLD) == 1024
+    assert store.loadable(BlockTokens((1, 2, 7), 1500), 0, 64) == 1024
 
 
 # --- the clock ----------------------------------------------------------------------------------
