@@ -29,6 +29,15 @@ class ComboError(PolicykitError):
     """A ``--combo`` string names an unknown policy or a bad parameter."""
 
 
+class UnfitPolicyError(ComboError):
+    """A combo names a policy that exists but cannot run on this engine configuration: its
+    constructor raised, or its ``validate`` refused the configuration.
+
+    Unlike a misspelt name this is not the user's typo but the policy's own answer, so a list
+    of combos (``check --combos``) reports it as that combo's ``refused`` row and goes on.
+    """
+
+
 class PluginError(PolicykitError):
     """A plugin failed to import, raised while registering, or registered something invalid."""
 

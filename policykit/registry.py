@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from policykit.config import EngineConfig
-from policykit.errors import ComboError, PluginError, quote
+from policykit.errors import ComboError, PluginError, UnfitPolicyError, quote
 from policykit.plugin_manager import PluginSource, PolicykitPluginManager
 from policykit.policy import (
     DECISION_KINDS,
@@ -295,7 +295,7 @@ class PolicyRegistry:
         try:
             policy = entry.cls(arg)
         except Exception as exc:
-            raise ComboError(
+            raise UnfitPolicyError(
                 f"The {kind} policy {quote(spec)} ({entry.source}) could not be created: {exc}"
             ) from exc
         policy.source = str(entry.source)
@@ -303,8 +303,8 @@ class PolicyRegistry:
             try:
                 policy.validate(config)
             except ValueError as exc:
-                raise ComboError(
-                    f"The {kind} policy {quote(spec)} cannot run here: {exc}."
+                raise UnfitPolicyError(
+                    f"The {kind} policy {quote(spec)} ({entry.source}) cannot run here: {exc}."
                 ) from None
         return policy
 

@@ -14,7 +14,7 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from policykit.cli.common import (
     write_json,
 )
 from policykit.config import EngineConfig
-from policykit.errors import ComboError, PolicykitError
+from policykit.errors import ComboError, PolicykitError, UnfitPolicyError
 from policykit.fidelity import Holds, approximation_lines
 from policykit.progress import ProgressBar, is_terminal
 from policykit.registry import VERDICT_KINDS, Combo, PolicyRegistry
@@ -57,17 +57,31 @@ _GLYPH = {"proved": "✓", "violated": "✗", "unknown": "?", "refused": "–"}
 _COMPACT_ABOVE = 3
 
 
-def _combos(registry: PolicyRegistry, texts: list[str] | None, engine: EngineConfig) -> list[Combo]:
+def _combos(
+    registry: PolicyRegistry, texts: list[str] | None, engine: EngineConfig
+) -> tuple[list[Combo], list[tuple[str, str]]]:
     """The combos named, or with ``--all`` every combo of the verdict kinds, then every one
     that preempts (vLLM's kind of node) where the configuration is one that node has (no
-    sliding window, no max_prefill_tokens)."""
+    sliding window, no max_prefill_tokens).
+
+    Also the named combos that cannot run on ``engine`` because one of their policies says so
+    (:class:`~policykit.errors.UnfitPolicyError`), each with the reason: they become
+    ``refused`` rows and the rest of the list is still checked. A misspelt name stays bad
+    input for the whole command."""
     if texts is None:
         combos = list(registry.all_combos(engine))
         if engine.sliding_window is None and engine.max_prefill_tokens is None:
             kinds = (*VERDICT_KINDS, "preemption")
             combos += [c for c in registry.all_combos(engine, kinds=kinds) if c.preempts]
-        return combos
-    return [registry.resolve(c, config=engine) for c in texts or [None]]
+        return combos, []
+    resolved: list[Combo] = []
+    unfit: list[tuple[str, str]] = []
+    for text in texts or [None]:
+        try:
+            resolved.append(registry.resolve(text, config=engine))
+        except UnfitPolicyError as exc:
+            unfit.append((str(text), " ".join(str(exc).split())))
+    return resolved, unfit
 
 
 @click.command()
@@ -244,8 +258,8 @@ def check(
     Each verdict is `proved (unbounded)` (induction: any number of rounds and requests),
     `proved to K=..,N=..` (bounded model checking only), `violated` (with a counterexample),
     `unknown` (the solver gave up; never counted as passing) or `refused` (the checker cannot
-    reason about a policy of the combo, e.g. one using floats; the reason is given, and the
-    other combos are still checked).
+    reason about a policy of the combo, e.g. one using floats, or a policy refuses the engine
+    configuration itself; the reason is given, and the other combos are still checked).
 
     A combo that preempts (vLLM's node, sixth part `vllm`) is checked for admitted-completes
     (no request admitted and then left unfinished forever) and no-starvation, on a model of
@@ -266,14 +280,15 @@ def check(
     texts = combo_texts(combos, combo_list, check_all)
     budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool)
     plans = [_plan(registry, texts, c, budget, len(configs) > 1) for c in configs]
-    count = sum(len(p.combos) for p in plans)
-    jobs = min(jobs or os.cpu_count() or 1, count)
+    checked = sum(len(p.combos) for p in plans)
+    count = checked + sum(len(p.unfit) for p in plans)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, checked))
     if executor != "pool":
         verdicts, ran_on = _check_units(plans, executor, jobs, ray_address)
     else:
         verdicts = _check_pool(registry, plans, jobs, quiet=as_json)
         ran_on = {"name": "pool", "jobs": jobs}
-    rows = [row_of(v) for v in verdicts]
+    rows = [row_of(v) for v in verdicts] + [r for p in plans for r in p.unfit_rows()]
     if export_dir is not None:
         _export(export_dir, rows)
     data = _document(rows, plans, timeout, ran_on)
@@ -329,6 +344,19 @@ class _Plan:
     config: EngineConfig
     options: Any
     combos: list[Combo]
+    #: named combos a policy of which refused this configuration: (as named, the reason)
+    unfit: list[tuple[str, str]] = field(default_factory=list)
+
+    def unfit_rows(self) -> list[dict[str, Any]]:
+        """One ``refused`` row per unfit combo, the policy's own reason as its note."""
+        from policykit.spec.checkable import REFUSED
+        from policykit.spec.checker import Verdict, config_dict
+
+        scope = config_dict(self.config)
+        return [
+            Verdict(text, "*", REFUSED, "-", 0.0, note=reason, config=scope).to_dict()
+            for text, reason in self.unfit
+        ]
 
 
 def _plan(
@@ -360,7 +388,7 @@ def _plan(
     for name in ("rounds", "requests"):
         if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
             options = replace(options, **{f"preempting_{name}": getattr(b, name)})
-    return _Plan(config, options, _combos(registry, texts, config))
+    return _Plan(config, options, *_combos(registry, texts, config))
 
 
 def _matrix_configs(

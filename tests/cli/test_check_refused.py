@@ -149,3 +149,52 @@ def test_checkable_is_none_for_every_built_in():
     for engine in (EngineConfig(64, 4096), EngineConfig(64, 4096, sliding_window=4096)):
         for combo in registry.all_combos(engine):
             assert checkable(combo, engine) is None, str(combo)
+
+
+class PageBound:
+    """A third-party admission policy that refuses engines with pages under 128 tokens."""
+
+    @policykit.hookimpl
+    def policykit_register_policies(self, register):
+        class BigPagesOnly(policykit.AdmissionPolicy):
+            name = "big-pages-only"
+
+            def validate(self, config):
+                if config.page_size < 128:
+                    raise ValueError(
+                        f"it needs pages of 128 tokens or more, not {config.page_size}"
+                    )
+
+            def admit(self, v):
+                return True
+
+            def tail_reserve(self, v):
+                return 0
+
+        register(BigPagesOnly)
+
+
+def test_a_combo_whose_policy_refuses_the_engine_gets_its_row_and_the_list_goes_on(cli):
+    pm = make_plugin_manager(entry_points=False)
+    pm.register(PageBound(), name="page-bound")
+    res = cli(
+        "check", "--json", "--jobs", "1",
+        "--combos", "big-pages-only/sglang/page;reserve-tail/sglang/page/default/fcfs-skip",
+        pm=pm,
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    doc = json.loads(res.stdout)
+    assert _verdicts(doc) == {
+        "big-pages-only/sglang/page": {"refused"},
+        "reserve-tail/sglang/page/default/fcfs-skip": {"proved"},
+    }
+    (row,) = [v for v in doc["verdicts"] if v["verdict"] == "refused"]
+    assert "big-pages-only" in row["note"] and "128 tokens or more, not 64" in row["note"]
+    assert row["config"]["page_size"] == 64
+
+
+def test_a_misspelt_combo_in_a_list_is_still_bad_input(cli):
+    res = cli("check", "--combos", "no-such-policy/sglang/page;sglang/sglang/page")
+    assert res.exit_code == 2
+    assert "There is no admission policy named 'no-such-policy'" in " ".join(res.output.split())
+    assert "proved" not in res.output
