@@ -694,6 +694,33 @@ def _policy_frame(exc: BaseException, policy: object) -> str:
     return where
 
 
+def _merged(outcome: Outcomes, fn: Any, who: str, method: str) -> Any:
+    """The paths' results as one value. Values no term can hold (a str, a float, a bool on one
+    path and an int on another) are the method's answer, not any one operation's, so the error
+    names the method where it is defined: the frame that is running when they meet is the
+    checker's caller (a CLI helper, a worker's ``<string>``), which would point nowhere useful.
+    """
+    token = _GUARD.set(None)
+    try:
+        return outcome.merged()
+    except Unsupported as exc:
+        raise SymbolicEvaluationError(
+            f"{who} cannot be checked: its {method}() {exc}, in {_defined_at(fn)}. The checker "
+            "vouches only for a pure function of the view written with int arithmetic, "
+            "comparisons, min/max and if (see 'What the checker trusts' in docs/spec.md)."
+        ) from None
+    finally:
+        _GUARD.reset(token)
+
+
+def _defined_at(fn: Any) -> str:
+    """``file:line (name)`` where the policy's method ``fn`` is defined."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:
+        return repr(fn)
+    return f"{code.co_filename}:{code.co_firstlineno} ({code.co_name})"
+
+
 def run_guarded(
     policy: Any, method: str, view: Any, *, source: str = "built-in"
 ) -> tuple[Any, list[z3.BoolRef], Guard]:
@@ -710,7 +737,7 @@ def run_guarded(
     try:
         outcome = explore(lambda: fn(view))
         if guard.violation is None:
-            return outcome.merged(), [cond for cond, _ in outcome.paths], guard
+            return _merged(outcome, fn, who, method), [c for c, _ in outcome.paths], guard
     except (Unsupported, Breach) as exc:
         if guard.violation is None:
             raise SymbolicEvaluationError(

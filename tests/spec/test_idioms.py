@@ -199,3 +199,30 @@ def test_a_refusal_inside_a_helper_is_reported_at_the_policy_line(registry) -> N
     text = " ".join(str(err.value).split())
     first = text.index("test_idioms.py:")
     assert "inside ceil_paged() at" in text and first < text.index("ledger.py:"), text
+
+
+class AnswersInWords(AdmissionPolicy):
+    """Answers admission with a string: no term holds it."""
+
+    name = "answers-in-words"
+
+    def admit(self, v: AdmitView) -> bool:
+        return "yes" if v.remaining_tokens > 0 else "no"  # type: ignore[return-value]
+
+    def tail_reserve(self, v) -> int:
+        return 0
+
+
+def test_an_answer_of_the_wrong_type_is_reported_where_the_method_is_defined(registry) -> None:
+    """The bad values meet after the policy returned, in the checker's caller; the refusal
+    names the method's own file and line, not that caller (a CLI helper, a worker's
+    ``<string>``)."""
+    combo = dataclasses.replace(
+        registry.resolve("admission=reserve-tail"), admission=AnswersInWords()
+    )
+    with pytest.raises(SymbolicEvaluationError) as err:
+        crossval.check_policies(combo, EngineConfig(64, 4096))
+    text = " ".join(str(err.value).split())
+    line = AnswersInWords.admit.__code__.co_firstlineno
+    assert f"test_idioms.py:{line} (admit)" in text, text
+    assert "<string>" not in text and "common.py" not in text
