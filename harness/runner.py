@@ -45,6 +45,7 @@ from policykit.harness.preempting_bench import (
 )
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU, GPUS, predicted_round_seconds
+from policykit.harness.trace_formats import unreadable_workload
 from policykit.harness.workloads import Workload, generate, load_trace
 from policykit.node import PrefillNode
 from policykit.plugin_manager import PolicykitPluginManager
@@ -123,6 +124,8 @@ def resolve_input(arg: str, pool_tokens: int, seed: int = 0) -> BenchInput:
     bundled = bundled_scenarios()
     if arg in bundled:
         return from_scenario(bundled[arg])
+    if path.is_file():
+        raise unreadable_workload(path)
     return from_workload(generate(arg, pool_tokens, seed))
 
 

@@ -265,6 +265,20 @@ def load_bundled(name: str) -> Trace:
     )
 
 
+def unreadable_workload(path: Path) -> WorkloadError:
+    """The error for a file that exists but is no workload: what its content starts with, and
+    what each kind of workload file starts with instead (not "no workload named", which would
+    send the user looking for a typo in a path that is right)."""
+    first = next((line for line in _read_text(path).splitlines() if line.strip()), "")
+    shown = f"starts with {first[:80]!r}" if first else "is empty"
+    return WorkloadError(
+        f"The file {str(path)!r} is not a workload: it {shown}. A Mooncake trace is JSON "
+        "lines with 'input_length' (or 'hash_ids'), an Azure trace a CSV whose header starts "
+        "with TIMESTAMP, a policykit-trace JSON lines with 'prompt_tokens' (a .jsonl file), "
+        "and a scenario a JSON object in a .json file."
+    )
+
+
 def is_trace_workload(arg: str) -> bool:
     """Whether ``bench --workload arg`` names a timed trace (bundled, or a Mooncake/Azure
     file); a ``policykit-trace`` file is a round-based workload (:func:`load_trace`)."""

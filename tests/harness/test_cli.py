@@ -88,6 +88,17 @@ def test_bad_input(args: list[str], message: str) -> None:
     assert message in _error(bench(*args))
 
 
+@pytest.mark.parametrize(("content", "said"), [("hello\n", "starts with 'hello'"), ("", "empty")])
+def test_a_file_that_is_no_workload_says_what_its_content_is(
+    tmp_path: Path, content: str, said: str
+) -> None:
+    """The file is there: the error is about its content, not "no workload named"."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text(content)
+    line = _error(bench("--workload", str(notes), "--device", "cpu"))
+    assert "is not a workload" in line and said in line and "no workload named" not in line
+
+
 def test_negative_trace_line(tmp_path: Path) -> None:
     trace = tmp_path / "neg.jsonl"
     trace.write_text('{"id": "a", "prompt_tokens": 100}\n{"id": "b", "prompt_tokens": -3}\n')
