@@ -8,6 +8,13 @@ transfer done: in the update of round ``max(f, f + kv_release_rounds - 1)`` for 
 finished in round ``f``, so they are free for the next round's ``schedule()`` -- policykit's
 "released at the start of round ``f + kv_release_rounds``" (never before ``f + 1``); with
 ``kv_release_rounds`` null the KV is held for the whole run.
+
+Before round 1 the driver brings vLLM to the scenario's state the way a running engine would
+have got there: the earlier requests :func:`policykit.preempting_layout.layout` lists (filler,
+then each device prefix's owner alone, freed or kept, then the request in progress), each
+through ``schedule()`` and ``update_from_output()`` like any other, so the free queue's LRU
+order, the cached hashes and the running list are vLLM's own. Nothing here reads policykit's
+node.
 """
 
 from __future__ import annotations
@@ -226,8 +233,9 @@ def drive(
         block_size=page,
         num_blocks=pool_blocks(scenario) + 1,
         budget=budget,
-        # room for the longest prompt and for a filler request of one whole block
-        max_model_len=max(longest, page) + 1,
+        # room for the longest prompt and for a filler request of one whole block; vLLM
+        # refuses a long-prefill threshold above it (one that long never cuts a chunk here)
+        max_model_len=max(longest + 1, page + 1, knobs.long_prefill_token_threshold),
         max_num_seqs=max_num_seqs(scenario, knobs),
         knobs=knobs,
         scheduler_cls=scheduler_cls,
