@@ -162,7 +162,7 @@ def random_scenario(rng: random.Random, index: int = 0) -> tuple[Scenario, Sched
     for i, prompt in enumerate(prompts):
         item: dict[str, Any] = {"id": f"r{i}", "prompt_tokens": prompt}
         device = 0
-        if rng.random() < 0.35 and prompt > page:
+        if rng.random() < 0.25 and prompt > page:
             device = rng.randint(1, (prompt - 1) // page) * page
             item["device_prefix_tokens"] = device
             item["device_prefix_pinned"] = pinned = rng.random() < 0.3
