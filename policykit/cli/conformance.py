@@ -11,6 +11,7 @@ input or when the engine is not installed.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -176,14 +178,14 @@ def _progress(total: int) -> Iterator[Callable[[], None]]:
         yield lambda: progress.advance(task)
 
 
-def _vllm_coverage(verdicts: list, runs: list) -> dict[str, int]:
-    """How many scenarios exercised each vLLM mechanism the comparison is meant to cover."""
+def _given(**options: tuple[str, object]) -> dict[str, object]:
+    """The vLLM settings given on the command line (option name -> (knob, value)): they hold
+    for the random scenarios too, in place of the drawn ones."""
+    ctx = click.get_current_context()
     return {
-        "preemption": sum(v.preemptions > 0 for v in verdicts),
-        "long_prefill_threshold": sum(k.long_prefill_token_threshold > 0 for _, k in runs),
-        "reserve_full_isl_off": sum(not k.scheduler_reserve_full_isl for _, k in runs),
-        "priority": sum(k.scheduling_policy == "priority" for _, k in runs),
-        "device_prefix": sum(any(r.device_prefix_tokens for r in sc.requests) for sc, _ in runs),
+        knob: value
+        for name, (knob, value) in options.items()
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
     }
 
 
@@ -194,7 +196,8 @@ def _vllm_coverage(verdicts: list, runs: list) -> dict[str, int]:
     "random_count",
     type=click.IntRange(min=0),
     default=0,
-    help="Also compare this many random scenarios, each under random vLLM settings.",
+    help="Also compare this many random scenarios, each under random vLLM settings (those "
+    "given below replace the drawn ones).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --random.")
 @click.option(
@@ -203,21 +206,21 @@ def _vllm_coverage(verdicts: list, runs: list) -> dict[str, int]:
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="vLLM's long_prefill_token_threshold for the SCENARIO files (0: off).",
+    help="vLLM's long_prefill_token_threshold (0: off); for the random scenarios too when given.",
 )
 @click.option(
     "--reserve-full-isl/--no-reserve-full-isl",
     default=True,
     show_default=True,
-    help="vLLM's scheduler_reserve_full_isl for the SCENARIO files.",
+    help="vLLM's scheduler_reserve_full_isl; for the random scenarios too when given.",
 )
 @click.option(
     "--scheduling-policy",
     type=click.Choice(["fcfs", "priority"]),
     default="fcfs",
     show_default=True,
-    help="vLLM's --scheduling-policy for the SCENARIO files (priority: every request's "
-    "priority is 0, so arrival time orders; compared with the same combo).",
+    help="vLLM's --scheduling-policy (priority: every request's priority is 0, so arrival time "
+    "orders; compared with the same combo); for the random scenarios too when given.",
 )
 @json_option
 def vllm(
@@ -233,7 +236,7 @@ def vllm(
     on a CPU as a prefill-only node: per round the tokens scheduled per request, preemptions,
     finished prefills, released KV and blocks in use, under policykit's vLLM combo."""
     from policykit.conformance.vllm import VllmUnavailable, load
-    from policykit.conformance.vllm.compare import conform, random_scenario
+    from policykit.conformance.vllm.compare import conform, coverage, random_scenario
     from policykit.conformance.vllm.engine import VLLM_VERSION, SchedulerKnobs
     from policykit.errors import PolicykitError
     from policykit.preempting_scenario import refuse_unmappable
@@ -253,14 +256,21 @@ def vllm(
     except VllmUnavailable as exc:
         raise PolicykitError(str(exc)) from None
     rng = random.Random(seed)
-    runs += [random_scenario(rng, i) for i in range(random_count)]
+    chosen = _given(
+        threshold=("long_prefill_token_threshold", threshold),
+        reserve_full_isl=("scheduler_reserve_full_isl", reserve_full_isl),
+        scheduling_policy=("scheduling_policy", scheduling_policy),
+    )
+    for i in range(random_count):
+        sc, drawn = random_scenario(rng, i)
+        runs.append((sc, dataclasses.replace(drawn, **chosen)))
     with _progress(len(runs)) as advance:
         verdicts = []
         for sc, k in runs:
             verdicts.append(conform(sc, k))
             advance()
     different = [v for v in verdicts if v.differences]
-    covered = _vllm_coverage(verdicts, runs)
+    covered = coverage(runs, verdicts)
     if as_json:
         echo_json(
             {
@@ -268,6 +278,7 @@ def vllm(
                 "created": datetime.now(UTC).isoformat(timespec="seconds"),
                 "engine": f"vllm=={VLLM_VERSION}",
                 "seed": seed if random_count else None,
+                "settings": chosen,
                 "scenarios": [v.to_dict() for v in verdicts],
                 "identical": len(verdicts) - len(different),
                 "different": len(different),
@@ -292,6 +303,13 @@ def vllm(
             "with priority scheduling {priority}, with device prefixes {device_prefix}".format(
                 **covered
             )
+        )
+        sizes = ", ".join(f"{n} x {size}" for size, n in covered["block_size"].items())
+        click.echo(
+            "layout: with cached filler {filler}, with several device prefixes warmed under the "
+            "threshold {prefixes_under_threshold} (without reservation "
+            "{prefixes_without_reservation}), with a request in progress {in_progress}; "
+            "block sizes: {sizes}".format(sizes=sizes, **covered)
         )
     if different:
         sys.exit(EXIT_DIFFERENT)

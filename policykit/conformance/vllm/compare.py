@@ -2,7 +2,8 @@
 
 One side is policykit's own model (:mod:`policykit.preempting`, deciding with the combo of
 :func:`vllm_combo`), the other vLLM 0.33.0's real v1 ``Scheduler`` driven by :func:`.drive`.
-Both lay the scenario out alike (:mod:`policykit.preempting_scenario`) and are compared round by
+Each brings its node to the scenario's round-1 state with its own code, replaying the one
+history :mod:`policykit.preempting_layout` writes down, and they are compared round by
 round: the tokens scheduled per request (and their order), the preemptions, the prefills that
 finished, the KV released, and the blocks in use after scheduling; then the requests left
 unfinished.
@@ -11,17 +12,18 @@ unfinished.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from policykit.config import EngineConfig
 from policykit.conformance.vllm.driver import drive, max_num_seqs
 from policykit.conformance.vllm.engine import SchedulerKnobs
 from policykit.conformance.vllm.record import StepRecord
 from policykit.preempting import Step
+from policykit.preempting_layout import filler_tokens
 from policykit.preempting_scenario import prepare, run
 from policykit.registry import builtin_registry, format_combo
-from policykit.scenario import RequestSpec, Scenario
+from policykit.scenario import Scenario, parse_scenario
 
 #: rounds each side may run; a livelock would run this long on both
 MAX_ROUNDS = 2_000
@@ -139,39 +141,80 @@ def random_knobs(rng: random.Random, budget: int, longest: int) -> SchedulerKnob
     )
 
 
+#: the block sizes random scenarios draw from: tiny ones (many blocks, fine eviction order) and
+#: the sizes vLLM deployments run with
+BLOCK_SIZES = (1, 4, 16, 32, 48, 64)
+
+
 def random_scenario(rng: random.Random, index: int = 0) -> tuple[Scenario, SchedulerKnobs]:
     """A small random scenario vLLM's scheduler can run, and knobs to run it under: block sizes
-    1 to 16, a pool from barely the longest prompt to roomy (tight pools preempt), device
-    prefixes pinned and not, arrivals over the first rounds, and every release timing."""
-    page = rng.choice((1, 4, 16))
+    1 to 64, a pool from barely the longest prompt to roomy (tight pools preempt), device
+    prefixes pinned and not (often several, whose warm-up order the layout fixes), cached
+    filler that belongs to no request in 40% of them, a request already in progress in a
+    fifth, arrivals over the first rounds, and every release timing."""
+    page = rng.choice(BLOCK_SIZES)
     budget = rng.choice((page * rng.randint(2, 16), rng.randint(8, 256)))
     n = rng.randint(1, 7)
     prompts = [rng.randint(1, 24 * page) for _ in range(n)]
-    requests: list[RequestSpec] = []
-    evictable_prefix = pinned_blocks = 0
+    going = rng.randrange(n) if rng.random() < 0.2 else None
+    requests: list[dict[str, Any]] = []
+    evictable_prefix = 0
     for i, prompt in enumerate(prompts):
-        device, pinned = 0, False
+        item: dict[str, Any] = {"id": f"r{i}", "prompt_tokens": prompt}
+        device = 0
         if rng.random() < 0.25 and prompt > page:
             device = rng.randint(1, (prompt - 1) // page) * page
-            pinned = rng.random() < 0.3
-        if device and not pinned:
-            evictable_prefix += device
-        pinned_blocks += device // page if pinned else 0
-        arrival = rng.randint(1, 4) if rng.random() < 0.4 else 0
-        requests.append(RequestSpec(f"r{i}", prompt, device, pinned, 0, arrival))
+            item["device_prefix_tokens"] = device
+            item["device_prefix_pinned"] = pinned = rng.random() < 0.3
+            evictable_prefix += 0 if pinned else device
+        if i == going and prompt - device >= 2:
+            item["computed_tokens"] = rng.randint(device + 1, prompt - 1)
+            item["chunked"] = True
+        elif rng.random() < 0.4:
+            item["arrival_round"] = rng.randint(1, 4)
+        requests.append(item)
     longest = max(-(-p // page) for p in prompts)
     blocks = longest + rng.choice((0, 1, 2, longest, 2 * longest, sum(prompts) // page))
-    free = max(0, blocks * page - evictable_prefix)
-    config = EngineConfig(
-        page_size=page,
-        chunked_prefill_size=budget,
-        kv_release_rounds=rng.choice((None, 1, 1, 2, 3)),
-    )
-    scenario = Scenario(
-        config=config,
-        free_tokens=free,
-        evictable_tokens=evictable_prefix,
-        requests=tuple(requests),
-        name=f"random-{index}",
-    )
+    room = max(0, blocks - evictable_prefix // page)
+    filler = rng.randint(1, room) if room and rng.random() < 0.4 else 0
+    data = {
+        "name": f"random-{index}",
+        "page_size": page,
+        "chunked_prefill_size": budget,
+        "kv_release_rounds": rng.choice((None, 1, 1, 2, 3)),
+        "pool": {
+            "free_tokens": (room - filler) * page,
+            "evictable_tokens": evictable_prefix + filler * page,
+        },
+        "requests": requests,
+    }
+    scenario = parse_scenario(data, source=f"random scenario {index}")
     return scenario, random_knobs(rng, budget, max(prompts))
+
+
+def coverage(runs: list[tuple[Scenario, SchedulerKnobs]], verdicts: list[Verdict]) -> dict:
+    """How many of the compared scenarios exercise each mechanism the comparison is meant to
+    cover: preemptions, vLLM's settings, and the layout's classes (filler, several device
+    prefixes warmed under the threshold or without reservation, a request in progress), and
+    how many ran with each block size."""
+
+    def prefixes(sc: Scenario) -> int:
+        return sum(bool(r.device_prefix_tokens) for r in sc.requests)
+
+    sizes = Counter(sc.config.page_size for sc, _ in runs)
+    return {
+        "preemption": sum(v.preemptions > 0 for v in verdicts),
+        "long_prefill_threshold": sum(k.long_prefill_token_threshold > 0 for _, k in runs),
+        "reserve_full_isl_off": sum(not k.scheduler_reserve_full_isl for _, k in runs),
+        "priority": sum(k.scheduling_policy == "priority" for _, k in runs),
+        "device_prefix": sum(prefixes(sc) > 0 for sc, _ in runs),
+        "filler": sum(filler_tokens(sc) > 0 for sc, _ in runs),
+        "prefixes_under_threshold": sum(
+            prefixes(sc) > 1 and k.long_prefill_token_threshold > 0 for sc, k in runs
+        ),
+        "prefixes_without_reservation": sum(
+            prefixes(sc) > 1 and not k.scheduler_reserve_full_isl for sc, k in runs
+        ),
+        "in_progress": sum(any(r.chunked for r in sc.requests) for sc, _ in runs),
+        "block_size": {str(size): sizes[size] for size in sorted(sizes)},
+    }

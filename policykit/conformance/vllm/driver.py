@@ -8,6 +8,13 @@ transfer done: in the update of round ``max(f, f + kv_release_rounds - 1)`` for 
 finished in round ``f``, so they are free for the next round's ``schedule()`` -- policykit's
 "released at the start of round ``f + kv_release_rounds``" (never before ``f + 1``); with
 ``kv_release_rounds`` null the KV is held for the whole run.
+
+Before round 1 the driver brings vLLM to the scenario's state the way a running engine would
+have got there: the earlier requests :func:`policykit.preempting_layout.layout` lists (filler,
+then each device prefix's owner alone, freed or kept, then the request in progress), each
+through ``schedule()`` and ``update_from_output()`` like any other, so the free queue's LRU
+order, the cached hashes and the running list are vLLM's own. Nothing here reads policykit's
+node.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policykit.conformance.vllm.engine import SchedulerKnobs, build_scheduler
-from policykit.conformance.vllm.mapping import OWNER, pool_blocks, refuse_unmappable
+from policykit.conformance.vllm.mapping import pool_blocks, refuse_unmappable
 from policykit.conformance.vllm.record import StepRecord, Trace
+from policykit.errors import ScenarioError
+from policykit.preempting_layout import layout
 from policykit.scenario import Scenario
 
 #: request ``i``'s token ids start at ``(i + 1) * _ID_STRIDE``, as policykit lays prompts out:
@@ -25,8 +34,6 @@ from policykit.scenario import Scenario
 _ID_STRIDE = 1 << 40
 #: the token every finished prefill "samples"; its value never matters to the scheduler
 _SAMPLED = 0
-#: computing the device prefixes takes at most one step per budget's worth of prefix tokens
-_MAX_WARMUP_STEPS = 1 << 20
 
 
 @dataclass
@@ -137,26 +144,75 @@ def _idle(run: _Run, step: StepRecord, pending: list) -> bool:
     return not moved and not pending and not due
 
 
-def _warm_prefixes(run: _Run, scenario: Scenario, prompts: list[list[int]]) -> int:
-    """Compute each device prefix before round 1; return the steps it took (not recorded)."""
-    owners = {}
-    for spec, tokens in zip(scenario.requests, prompts, strict=True):
-        if spec.device_prefix_tokens:
-            rid = OWNER + spec.id
-            owners[rid] = spec.device_prefix_pinned
-            prefix = tokens[: spec.device_prefix_tokens]
-            run.scheduler.add_request(_make_request(rid, prefix, run.hasher, run.arrivals()))
-    steps = 0
-    sched = run.scheduler
-    while owners and steps < _MAX_WARMUP_STEPS:
+def _layout_step(sched: Any) -> Any:
+    """One ``schedule()`` of vLLM's own ``Scheduler``, whatever subclass ``sched`` is: a
+    subclass's decisions (the policykit plugin's combo) do not lay the scenario out, as the
+    combo under test does not on policykit's side."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    return Scheduler.schedule(sched)
+
+
+def _alone(run: _Run, request: Any, *, keep: bool) -> int:
+    """Run ``request`` alone until its prefill is done, its blocks then freed (unless ``keep``);
+    return the steps it took."""
+    sched, rid, steps = run.scheduler, request.request_id, 0
+    sched.add_request(request)
+    while rid in sched.requests and not sched.requests[rid].is_finished():
         steps += 1
-        out = sched.schedule()
+        out = _layout_step(sched)
         ids = list(out.num_scheduled_tokens)
+        if rid not in ids:
+            raise ScenarioError(f"vLLM did not schedule the layout's request {rid!r} alone")
         done = _prefills_done(sched, ids)
-        unpinned = [rid for rid in done if not owners[rid]]
-        sched.update_from_output(out, _runner_output(sched, ids, done, unpinned))
-        for rid in done:
-            del owners[rid]
+        sched.update_from_output(out, _runner_output(sched, ids, done, [] if keep else done))
+    return steps
+
+
+def _start_in_progress(run: _Run, request: Any, chunks: list[int]) -> int:
+    """Admit ``request`` alone and compute ``chunks`` of it, one step each (the step budget set
+    to the chunk, full-sequence reservation off for the admission: the scenario says it is
+    running), leaving it in the running list; return the steps it took."""
+    sched = run.scheduler
+    budget, reserve = sched.max_num_scheduled_tokens, sched.scheduler_reserve_full_isl
+    sched.add_request(request)
+    sched.scheduler_reserve_full_isl = False
+    try:
+        for chunk in chunks:
+            sched.max_num_scheduled_tokens = chunk
+            out = _layout_step(sched)
+            ids = list(out.num_scheduled_tokens)
+            if out.num_scheduled_tokens.get(request.request_id) != chunk:
+                raise ScenarioError(
+                    f"vLLM did not compute {chunk} tokens of the in-progress request "
+                    f"{request.request_id!r} alone while laying the scenario out"
+                )
+            sched.update_from_output(out, _runner_output(sched, ids, [], []))
+    finally:
+        sched.max_num_scheduled_tokens, sched.scheduler_reserve_full_isl = budget, reserve
+    return len(chunks)
+
+
+def _lay_out(run: _Run, scenario: Scenario, prompts: list[list[int]]) -> int:
+    """Bring vLLM to the scenario's round-1 state the way :mod:`policykit.preempting_layout`
+    writes it down (filler, then each device prefix alone, then the request in progress), with
+    vLLM's own scheduler and block pool; return the steps it took (not recorded)."""
+    plan = layout(scenario)
+    steps = 0
+    for warm in plan.warm:
+        if warm.request is None:
+            tokens = list(range(warm.first, warm.first + warm.tokens))
+        else:
+            tokens = prompts[warm.request][: warm.tokens]
+        request = _make_request(warm.id, tokens, run.hasher, run.arrivals())
+        steps += _alone(run, request, keep=warm.keep)
+    going = plan.in_progress
+    if going is not None:
+        spec = scenario.requests[going.request]
+        request = _make_request(spec.id, prompts[going.request], run.hasher, run.arrivals())
+        steps += _start_in_progress(
+            run, request, going.chunks(scenario.config.chunked_prefill_size)
+        )
     return steps
 
 
@@ -186,7 +242,9 @@ def drive(
         block_size=page,
         num_blocks=pool_blocks(scenario) + 1,
         budget=budget,
-        max_model_len=longest + 1,
+        # room for the longest prompt and for a filler request of one whole block; vLLM
+        # refuses a long-prefill threshold above it (one that long never cuts a chunk here)
+        max_model_len=max(longest + 1, page + 1, knobs.long_prefill_token_threshold),
         max_num_seqs=max_num_seqs(scenario, knobs),
         knobs=knobs,
         scheduler_cls=scheduler_cls,
@@ -195,8 +253,15 @@ def drive(
     run = _Run(
         scheduler, scenario.config.kv_release_rounds, _block_hasher(page), usable_blocks=usable
     )
-    warmup = _warm_prefixes(run, scenario, prompts)
-    pending = sorted(zip(scenario.requests, prompts, strict=True), key=lambda p: p[0].arrival_round)
+    warmup = _lay_out(run, scenario, prompts)
+    pending = sorted(
+        (
+            (spec, tokens)
+            for spec, tokens in zip(scenario.requests, prompts, strict=True)
+            if not spec.chunked
+        ),
+        key=lambda p: p[0].arrival_round,
+    )
     steps: list[StepRecord] = []
     for round_no in range(1, max_rounds + 1):
         while pending and pending[0][0].arrival_round <= round_no:

@@ -2,12 +2,11 @@
 
 ``page_size`` is vLLM's ``block_size``; ``chunked_prefill_size`` is ``max_num_batched_tokens``
 (the step's token budget); the pool (``free_tokens + evictable_tokens`` plus pinned device
-prefixes) is ``num_blocks`` plus vLLM's reserved null block. A device prefix is the request's
-own first tokens, computed before round 1 by a prefix-owner request so vLLM's prefix cache holds
-them: a pinned one's owner keeps its blocks (the references from outside the scenario), an
-unpinned one's are freed to the cache, where they are evictable as in policykit. The rules are
-policykit's node that preempts's own (:mod:`policykit.preempting_scenario`), so the oracle and
-the model lay a scenario out alike.
+prefixes and the in-progress request's own KV) is ``num_blocks`` plus vLLM's reserved null
+block. What the pool holds at round 1 (cached filler, device prefixes, a request in progress)
+is reached by running earlier requests through vLLM's own scheduler, in the order
+:mod:`policykit.preempting_layout` writes down once for both sides. The refusals are
+policykit's node that preempts's own (:mod:`policykit.preempting_scenario`).
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ class Trace:
     budget: int
     knobs: SchedulerKnobs
     kv_release_rounds: int | None
-    #: steps spent computing device prefixes before round 1 (not recorded)
+    #: steps spent laying the scenario out before round 1 (filler, prefixes, the request in
+    #: progress; not recorded)
     warmup_steps: int
     steps: list[StepRecord]
     finished_round: dict[str, int]
