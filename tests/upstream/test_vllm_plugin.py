@@ -255,6 +255,8 @@ def _overlapped(driver, scheduler, sc, knobs) -> list[tuple]:
     scheduling: step N+1 is scheduled before step N's output comes back (a batch queue two
     deep); finished prefills give their KV back with that output. Each step's tokens per request
     and preemptions."""
+    from vllm.v1.request import RequestStatus
+
     hasher = driver._block_hasher(sc.config.page_size)
     pending = sorted(enumerate(sc.requests), key=lambda p: p[1].arrival_round)
     rows, in_flight, added = [], [], 0
@@ -270,6 +272,8 @@ def _overlapped(driver, scheduler, sc, knobs) -> list[tuple]:
         if len(in_flight) == 2 or not out.num_scheduled_tokens:
             done_out, done = in_flight.pop(0)
             ids = list(done_out.num_scheduled_tokens)
+            # a prefill the overlapped step preempted did not finish: no token, no transfer
+            done = [r for r in done if scheduler.requests[r].status == RequestStatus.RUNNING]
             scheduler.update_from_output(
                 done_out, driver._runner_output(scheduler, ids, done, done)
             )
