@@ -120,7 +120,7 @@ def _threshold_and_budget(text: str) -> str:
 
 
 class VllmAdaptiveChunking(ChunkingPolicy):
-    """vLLM 0.33.0's ``long_prefill_token_threshold_adaptive``: a threshold floored at a share.
+    """vLLM 0.33.0's adaptive long-prefill threshold: N, or a fair share if larger.
 
     With the flag on, vLLM raises the step's threshold ``N`` to ``max_num_batched_tokens //
     (running + waiting requests)`` when that is larger, so a threshold set low for a busy
@@ -129,7 +129,7 @@ class VllmAdaptiveChunking(ChunkingPolicy):
     (``N@B``) and ``validate`` insists it is the engine's: another budget would be another rule.
     """
 
-    name = "vllm-threshold-adaptive"
+    name = "vllm-adaptive"
     preempting_only = True
     parameter = Parameter(
         "n@b",

@@ -104,8 +104,8 @@ def _chunk_view(remaining: int, budget: int, eligible: int) -> ChunkView:
 
 
 def test_the_adaptive_threshold_is_floored_at_a_fair_share_of_the_budget():
-    policy = REGISTRY.make("chunking", "vllm-threshold-adaptive:100@1024")
-    assert policy.spec == "vllm-threshold-adaptive:100@1024"
+    policy = REGISTRY.make("chunking", "vllm-adaptive:100@1024")
+    assert policy.spec == "vllm-adaptive:100@1024"
     # vLLM's test_long_prefill_threshold_floored_by_fair_share: 1024 // 2 = 512 > 100
     assert policy.new_chunk(_chunk_view(2000, 1024, 2)) == 512
     assert policy.new_chunk(_chunk_view(2000, 1024, 20)) == 100  # 51 < 100: the threshold
@@ -116,13 +116,13 @@ def test_the_adaptive_threshold_is_floored_at_a_fair_share_of_the_budget():
 @pytest.mark.parametrize("arg", ["100", "0@1024", "100@0", "a@b", "100@"])
 def test_the_adaptive_parameter_is_two_positive_ints(arg):
     with pytest.raises(ComboError, match="N@B"):
-        REGISTRY.make("chunking", f"vllm-threshold-adaptive:{arg}")
+        REGISTRY.make("chunking", f"vllm-adaptive:{arg}")
 
 
 def test_the_adaptive_budget_must_be_the_engines():
     with pytest.raises(ComboError, match="1024-token step budget"):
-        REGISTRY.make("chunking", "vllm-threshold-adaptive:100@1024", EngineConfig(16, 2048))
-    REGISTRY.make("chunking", "vllm-threshold-adaptive:100@2048", EngineConfig(16, 2048))
+        REGISTRY.make("chunking", "vllm-adaptive:100@1024", EngineConfig(16, 2048))
+    REGISTRY.make("chunking", "vllm-adaptive:100@2048", EngineConfig(16, 2048))
     assert VllmAdaptiveChunking("7@64").threshold == 7
 
 

@@ -49,7 +49,7 @@ def scheduler_config(**fields):
         ({"long_prefill_token_threshold": 400}, "vllm/vllm-threshold:400/none/default/fcfs/vllm"),
         (
             {"long_prefill_token_threshold": 100, "long_prefill_token_threshold_adaptive": True},
-            "vllm/vllm-threshold-adaptive:100@1024/none/default/fcfs/vllm",
+            "vllm/vllm-adaptive:100@1024/none/default/fcfs/vllm",
         ),
         # the flag alone changes nothing: vLLM floors only a threshold that is set
         ({"long_prefill_token_threshold_adaptive": True}, "vllm/vllm/none/default/fcfs/vllm"),

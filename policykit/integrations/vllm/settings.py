@@ -47,7 +47,7 @@ def derived_combo(vllm_config: Any) -> dict[str, str]:
       (preemption ``vllm-priority``);
     * ``long_prefill_token_threshold`` (``N`` > 0: chunking ``vllm-threshold:N``) and
       ``long_prefill_token_threshold_adaptive`` (the threshold floored at
-      ``max_num_batched_tokens // eligible requests``: ``vllm-threshold-adaptive:N@B``, ``B``
+      ``max_num_batched_tokens // eligible requests``: ``vllm-adaptive:N@B``, ``B``
       being ``max_num_batched_tokens``);
     * ``enable_chunked_prefill`` (off: chunking ``vllm-no-chunk``, a waiting request enters
       whole or waits);
@@ -76,7 +76,7 @@ def derived_combo(vllm_config: Any) -> dict[str, str]:
             )
         combo["chunking"] = "vllm-no-chunk"
     elif threshold > 0 and sched.long_prefill_token_threshold_adaptive:
-        combo["chunking"] = f"vllm-threshold-adaptive:{threshold}@{sched.max_num_batched_tokens}"
+        combo["chunking"] = f"vllm-adaptive:{threshold}@{sched.max_num_batched_tokens}"
     elif threshold > 0:
         combo["chunking"] = f"vllm-threshold:{threshold}"
     if not sched.scheduler_reserve_full_isl:
