@@ -66,8 +66,31 @@ class LongestPrefixQueue(QueuePolicy):
         return -(v.prefix_tokens + v.host_prefix_tokens)
 
 
+class PriorityQueue(QueuePolicy):
+    """The engine's request priority, lower first (vLLM 0.33.0's ``--scheduling-policy priority``).
+
+    vLLM's ``PriorityRequestQueue`` is a heap of requests ordered by ``Request.__lt__``:
+    priority, then ``arrival_time``, then ``request_id``. A rank here is one int, so this
+    policy ranks by priority alone and leaves the rest to the queue's order among equal ranks:
+    under a priority engine the vLLM integration keeps its waiting queue in vLLM's arrival
+    order (``arrival_time``, then ``request_id``; a preempted request goes back to its place
+    there, as in the heap, not to the front), so the whole order is the heap's, ties included.
+    Where requests carry no priority (SGLang, policykit's own nodes) every rank is 0 and this
+    is the node's own fcfs order.
+    """
+
+    name = "priority"
+    #: only the vLLM integration gives priorities, and it runs on vLLM's kind of node; on
+    #: SGLang's node (its own priority scheduling is not this) it would be fcfs under a new name
+    preempting_only = True
+
+    def priority(self, v: QueueView) -> int:
+        return v.priority
+
+
 @hookimpl
 def policykit_register_policies(register):
     register(FcfsQueue)
     register(FcfsSkipQueue)
     register(LongestPrefixQueue)
+    register(PriorityQueue)

@@ -11,6 +11,7 @@ conformance vllm`` checks them against the real scheduler round by round.
 
 from __future__ import annotations
 
+from policykit.config import EngineConfig
 from policykit.hookspecs import hookimpl
 from policykit.ledger import ceil_paged
 from policykit.policy import (
@@ -110,9 +111,88 @@ class VllmThresholdChunking(ChunkingPolicy):
         return _budgeted(v, self.arg)
 
 
+def _threshold_and_budget(text: str) -> str:
+    """``N@B`` with two positive ints, as written (it is the policy's spec); ValueError else."""
+    threshold, sep, budget = text.partition("@")
+    if not sep or int(threshold) < 1 or int(budget) < 1:
+        raise ValueError(text)
+    return f"{int(threshold)}@{int(budget)}"
+
+
+class VllmAdaptiveChunking(ChunkingPolicy):
+    """vLLM 0.33.0's adaptive long-prefill threshold: N, or a fair share if larger.
+
+    With the flag on, vLLM raises the step's threshold ``N`` to ``max_num_batched_tokens //
+    (running + waiting requests)`` when that is larger, so a threshold set low for a busy
+    engine does not cut a request below its share of a quiet one's budget. The share depends on
+    the step's whole budget ``B``, which no view carries, so it is the parameter's second part
+    (``N@B``) and ``validate`` insists it is the engine's: another budget would be another rule.
+    """
+
+    name = "vllm-adaptive"
+    preempting_only = True
+    parameter = Parameter(
+        "n@b",
+        "N@B, two positive ints: vLLM's long_prefill_token_threshold and its "
+        "max_num_batched_tokens",
+        parse=_threshold_and_budget,
+    )
+    #: the parameter an enumeration of every combo tries
+    samples = ("256@1024",)
+
+    def __init__(self, arg: str | None = None) -> None:
+        if arg is None:
+            raise ValueError("the parameter must be N@B, got nothing")
+        super().__init__(_threshold_and_budget(arg))
+        threshold, _, budget = self.arg.partition("@")
+        self.threshold = int(threshold)
+        self.budget = int(budget)
+
+    def validate(self, config: EngineConfig) -> None:
+        if config.chunked_prefill_size != self.budget:
+            raise ValueError(
+                f"its fair share is of a {self.budget}-token step budget, and this engine's "
+                f"is {config.chunked_prefill_size} (write {self.name}:"
+                f"{self.threshold}@{config.chunked_prefill_size})"
+            )
+
+    def _threshold(self, v: ChunkView) -> int:
+        return max(self.threshold, self.budget // v.eligible_requests)
+
+    def new_chunk(self, v: ChunkView) -> int:
+        return _budgeted(v, self._threshold(v))
+
+    def resume_chunk(self, v: ChunkView) -> int:
+        return _budgeted(v, self._threshold(v))
+
+
+class VllmNoChunking(ChunkingPolicy):
+    """vLLM 0.33.0 with ``enable_chunked_prefill=False``: a waiting request enters whole or not.
+
+    vLLM's waiting loop stops at the first request whose rest does not fit the step's budget
+    (``if not enable_chunked_prefill and num_new_tokens > token_budget: break``), so that
+    request waits for an emptier step instead of starting with a chunk; ``0`` says the same
+    here (not this round, and the queue stops). vLLM's running loop has no such check, so a
+    running request's chunk is the budget's, as with chunking on. With a
+    ``long_prefill_token_threshold`` too vLLM caps the request first and then checks the capped
+    chunk: not this policy (the vLLM integration refuses that configuration at start-up).
+    """
+
+    name = "vllm-no-chunk"
+    preempting_only = True
+
+    def new_chunk(self, v: ChunkView) -> int:
+        return v.remaining_tokens if v.remaining_tokens <= v.rem_chunk_tokens else 0
+
+    def resume_chunk(self, v: ChunkView) -> int:
+        return _budgeted(v, 0)
+
+
 @hookimpl
 def policykit_register_policies(register):
     register(VllmAdmission)
     register(VllmNoReserveAdmission)
     register(VllmChunking)
     register(VllmThresholdChunking)
+    register(VllmAdaptiveChunking)
+    register(VllmNoChunking)

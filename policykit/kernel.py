@@ -677,10 +677,14 @@ def preempting_victim(
     requester: int,
     page_size: int,
     request_ids: list[str],
+    orders: list[tuple[int, int]] | None = None,
 ) -> int:
     """The place in the running list of the request to preempt so the chunk of the one at
     ``requester`` fits: each running request as ``(prompt, computed, held blocks)``, ranked by
-    the preemption policy (:func:`victim`). On ints only, as :func:`preempting_chunk`."""
+    the preemption policy (:func:`victim`). ``orders``, where the engine has them: each one's
+    ``(priority, arrival stamp)`` (``PreemptView``). On ints only, as :func:`preempting_chunk`."""
+    facts = [(0, 0)] * len(running) if orders is None else orders
+    count = 0 if orders is None else len(running)
     views = [
         PreemptView(
             position=place,
@@ -689,8 +693,13 @@ def preempting_victim(
             held_blocks=held,
             is_requester=place == requester,
             page_size=page_size,
+            priority=priority,
+            arrival=arrival,
+            running_requests=count,
         )
-        for place, (prompt, computed, held) in enumerate(running)
+        for place, ((prompt, computed, held), (priority, arrival)) in enumerate(
+            zip(running, facts, strict=True)
+        )
     ]
     place, _ = victim(num, views, request_ids)
     return place

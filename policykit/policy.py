@@ -209,6 +209,13 @@ class QueueView:
     prefix_tokens: int  #: its prefix already cached on the device (the radix-tree match)
     host_prefix_tokens: int  #: what a load-back would copy to the device
     page_size: int  #: tokens per KV page (concrete: the engine's configuration)
+    #: the engine's priority of the request (vLLM's ``priority``: lower is served first); 0
+    #: where the engine has none (SGLang, policykit's own nodes and the checker's model)
+    priority: int = 0
+    #: how many of the requests ranked with it arrived strictly before it (vLLM's
+    #: ``arrival_time``; equal times, equal stamps): only the order of stamps means something,
+    #: and 0 where the node gives none
+    arrival: int = 0
 
 
 class QueuePolicy(Policy):
@@ -257,6 +264,14 @@ class PreemptView:
     held_blocks: int  #: KV blocks it holds, cached prefix included
     is_requester: bool  #: it is the request whose chunk could not be allocated
     page_size: int  #: tokens per KV block (concrete: the engine's configuration)
+    #: the engine's priority of the request (vLLM's ``priority``: lower is served first)
+    priority: int = 0
+    #: how many running requests arrived strictly before it (vLLM's ``arrival_time``; equal
+    #: times, equal stamps), so ``0 <= arrival < running_requests``
+    arrival: int = 0
+    #: requests in the running list; 0: the node gives no priorities or arrival stamps (only
+    #: the vLLM integration does), and ``priority`` and ``arrival`` mean nothing
+    running_requests: int = 0
 
 
 class PreemptionPolicy(Policy):

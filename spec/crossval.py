@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import z3
+from z3.z3util import get_vars
 
 from policykit import kernel
 from policykit.config import EngineConfig
@@ -254,8 +255,39 @@ def check_policies(
     for m in methods:
         policy = getattr(combo, m.kind)
         source = sources.get(m.kind, policy.source)
+        _refuse_unmodelled(policy, m, engine, source)
         view = m.template(engine)
         validate(policy, m, lift(policy, m.name, view, source=source), view, engine, source)
+
+
+#: view fields the checker's model has no values for: its requests carry no priority and no
+#: arrival time (vLLM's), so a policy that reads them is refused, not checked as if all were 0
+UNMODELLED = ("priority", "arrival")
+
+
+def _refuse_unmodelled(policy: Policy, m: Method, engine: EngineConfig, source: str) -> None:
+    """Refuse ``policy`` if its ``m`` reads a field of :data:`UNMODELLED`: lifted on a view
+    where those fields are variables (and the running list says it has them), its answer, a
+    floor division or a branch it took must not mention them."""
+    view = m.template(engine)
+    names = [n for n in UNMODELLED if hasattr(view, n)]
+    if not names:
+        return
+    given = {"running_requests": 2} if hasattr(view, "running_requests") else {}
+    probe = dataclasses.replace(view, **{n: _sym(n) for n in names}, **given)
+    lifted = lift(policy, m.name, probe, source=source)
+    answer = [lifted.result.t] if hasattr(lifted.result, "t") else []
+    terms = [*answer, *lifted.paths, *(e for q in lifted.quotients for e in q[::2])]
+    seen = {str(v) for t in terms for v in get_vars(t)}
+    read = [n for n in names if str(lifted.inputs[n]) in seen]
+    if read:
+        raise PolicyRefused(
+            f"The {m.kind} policy {policy.spec!r} ({source}) cannot be checked: its {m.name}() "
+            f"reads the request's {' and '.join(read)}, and the checker's model has none (its "
+            "scenarios carry no priorities or arrival times, as policykit's nodes do not), so "
+            "a verdict would be about another order than the one an engine with priorities "
+            "runs."
+        )
 
 
 #: what a queue policy declares rather than decides: read as data by the planner and the model

@@ -68,15 +68,19 @@ def test_faithful_combo_is_the_identity_with_vllms_scheduler(vllm_side, monkeypa
     rng = random.Random(23)
     runs = [compare.random_scenario(rng, i) for i in range(PER_COMBO)]
     preempting = 0
+    # no combo set: the plugin derives vLLM's own from the knobs (threshold, reservation,
+    # --scheduling-policy)
+    monkeypatch.delenv("POLICYKIT_COMBO", raising=False)
+    by_priority = 0
     for index, (sc, knobs) in enumerate(runs):
-        # the combo that decides as vLLM does with these knobs (threshold, reservation)
-        monkeypatch.setenv("POLICYKIT_COMBO", compare.vllm_combo(knobs))
         own = driver.drive(sc, knobs, max_rounds=compare.MAX_ROUNDS)
         cls = scheduler.PolicyAsyncScheduler if index % 4 else scheduler.PolicyScheduler
         plugged = driver.drive(sc, knobs, max_rounds=compare.MAX_ROUNDS, scheduler_cls=cls)
         assert trace_rows(plugged) == trace_rows(own), (sc.name, knobs, cls.__name__)
         preempting += bool(own.preemptions())
+        by_priority += knobs.scheduling_policy == "priority" and bool(own.preemptions())
     assert preempting >= 15  # the comparison reaches vLLM's preemptions
+    assert by_priority >= 3  # and those of its priority path
 
 
 def _threshold(rng: random.Random) -> str:
@@ -171,8 +175,8 @@ def _plugged(monkeypatch, scheduler, combo=FAITHFUL, **policies):
 
     resolve = startup.resolve
 
-    def swapped(text, config=None):
-        combo, registry = resolve(text, config)
+    def swapped(text, *args):
+        combo, registry = resolve(text, *args)
         return dataclasses.replace(combo, **policies), registry
 
     monkeypatch.setattr(startup, "resolve", swapped)
@@ -292,11 +296,11 @@ def test_the_identity_holds_with_steps_overlapped_as_async_scheduling_runs_them(
 
     rng = random.Random(7)
     compared = preempting = 0
+    monkeypatch.delenv("POLICYKIT_COMBO", raising=False)  # vLLM's own, derived from the knobs
     for index in range(120):
         sc, knobs = compare.random_scenario(rng, index)
         if any(r.device_prefix_tokens for r in sc.requests):
             continue  # no prefix owners here: only the prompts
-        monkeypatch.setenv("POLICYKIT_COMBO", compare.vllm_combo(knobs))
         traces = []
         for cls in (AsyncScheduler, scheduler.PolicyAsyncScheduler):
             sched = build_scheduler(

@@ -125,17 +125,6 @@ def test_a_combo_that_cannot_run_stops_the_engine_with_one_paragraph(
     assert needle in message and "\n" not in message
 
 
-def test_priority_scheduling_is_replaced_by_the_combo_and_said_so(engine, monkeypatch, caplog):
-    monkeypatch.setenv("POLICYKIT_STARTUP_CHECK", "0")
-    monkeypatch.delenv("POLICYKIT_COMBO", raising=False)
-    knobs = engine.SchedulerKnobs(scheduling_policy="priority")
-    with caplog.at_level(logging.WARNING, logger="policykit.vllm"):
-        sched = build(engine, knobs=knobs)
-    assert sched.policy.value == "fcfs"
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "policykit.vllm"]
-    assert "replace --scheduling-policy priority" in line
-
-
 def test_without_a_handler_of_its_own_the_log_goes_through_vllms(engine, monkeypatch):
     """vLLM's process configures only its ``vllm`` logger; policykit's lines use its handler."""
     from policykit.integrations.vllm import startup

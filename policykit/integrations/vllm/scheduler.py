@@ -4,7 +4,7 @@
 places it asks something of an overridable method or of its own containers:
 
 * **the waiting queue's order**: ``self.waiting`` is a :class:`~.queue.PolicyQueue`, which
-  the queue policy orders;
+  the queue policy orders over vLLM's base order (fcfs, or arrival under a priority engine);
 * **a chunk's length**: ``_reserve_prefill_lookahead`` is called in both loops with the chunk
   vLLM chose, just before its blocks are allocated; the plugin returns the chunking policy's
   (``resume_chunk`` for a running request, ``new_chunk`` for a waiting one), a non-final one
@@ -14,18 +14,26 @@ places it asks something of an overridable method or of its own containers:
   checks the chunk's blocks. A refusal (or a chunk of 0) stops the step's waiting loop, as a
   failed allocation does in vLLM and a refusal does in ``policykit simulate``;
 * **the preemption victim**: ``self.running`` is a :class:`~.running.RunningList`, whose last
-  element, read when a chunk cannot be allocated, is the preemption policy's choice.
+  element, read when a chunk cannot be allocated, is the preemption policy's choice. Under
+  ``--scheduling-policy priority`` vLLM picks its victim inline and policykit cannot carry out
+  another (start-up refuses any but ``vllm-priority``); the policy is asked there too, and a
+  choice that differs from vLLM's is logged and counted as a fallback.
 
 The questions and their arithmetic are :mod:`policykit.kernel`'s, asked of the same policy
 objects as ``policykit simulate`` asks (:mod:`policykit.preempting`), on vLLM's own numbers:
 its block pool's free blocks, the prefix-cache hit ``get_computed_blocks`` found, the step's
 token budget and its count of running and waiting requests. Decode steps, requests that load
 KV from a connector, encoder inputs and models with more than one KV cache group stay vLLM's
-decisions alone.
+decisions alone, as is a waiting request whose whole prompt is a prefix hit and that vLLM pads
+to the speculative-decoding shape (a first decode step, not a prefill).
+
+Which combo runs: the one configured, over vLLM's own decisions under the engine's
+configuration (:func:`~policykit.integrations.vllm.settings.derived_combo`).
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from typing import Any
 
@@ -73,12 +81,11 @@ class PolicyDecisions:
                 "policykit vLLM scheduler: this model has several KV cache groups (or Mamba "
                 "alignment); policykit models one full-attention pool, so vLLM decides alone"
             )
-        # vLLM's priority path takes its victim by priority, not from running[-1]; the combo's
-        # queue and preemption policies replace --scheduling-policy (startup logs it)
-        self.policy = SchedulingPolicy.FCFS
+        #: --scheduling-policy priority: vLLM's inline victim, and arrival as the base order
+        self._by_priority = self.policy == SchedulingPolicy.PRIORITY
         sorts = self._modelled and not self.combo.queue.arrival_order
         rank = self._rank if sorts else None
-        self.waiting = PolicyQueue(rank)
+        self.waiting = PolicyQueue(rank, by_arrival=self._by_priority)
         self.running = RunningList(self.running)
         self._in_step = False
         self._eligible = 0
@@ -113,7 +120,10 @@ class PolicyDecisions:
         self._requester = self._hit = self._refused = None
         self._reserve_now = None
         self.waiting.new_step()
-        self.running.arm(self._victim)
+        if self._by_priority:
+            self.running.arm(witness=self._witness)
+        else:
+            self.running.arm(choose=self._victim)
         self._in_step = self._modelled
         try:
             return super().schedule(throttle_prefills)
@@ -151,7 +161,8 @@ class PolicyDecisions:
             self._requester = request
         else:
             self._reserve_now = None  # vLLM's rule unless the admission policy answers
-        if self._in_step and self._prefilling(request, num_computed_tokens):
+        padded = num_new_tokens > request.num_tokens - num_computed_tokens
+        if self._in_step and not padded and self._prefilling(request, num_computed_tokens):
             if running:
                 tokens = self._resume(request, num_computed_tokens, own)
             else:
@@ -277,17 +288,7 @@ class PolicyDecisions:
         at = next((p for p, r in enumerate(running) if r is requester), None)
         if at is None:
             return last
-        candidates = [(r.num_tokens, r.num_computed_tokens, self._held(r)) for r in running]
-        place = self.guard.ask(
-            "preemption",
-            "victim_rank",
-            kernel.preempting_victim,
-            self._num,
-            candidates,
-            at,
-            self._page,
-            [r.request_id for r in running],
-        )
+        place = self._policy_victim(running, at)
         if place is FALLBACK:
             return last
         if place < at or (place == at and place != len(running) - 1):
@@ -303,6 +304,44 @@ class PolicyDecisions:
             return last
         return list.__getitem__(running, place)
 
+    def _policy_victim(self, running: list[Any], at: int) -> Any:
+        """The preemption policy's choice (a place in ``running``) to make room for the request
+        at ``at``, or :data:`FALLBACK`."""
+        candidates = [(r.num_tokens, r.num_computed_tokens, self._held(r)) for r in running]
+        stamps = arrival_stamps(running)
+        return self.guard.ask(
+            "preemption",
+            "victim_rank",
+            kernel.preempting_victim,
+            self._num,
+            candidates,
+            at,
+            self._page,
+            [r.request_id for r in running],
+            [(r.priority, stamp) for r, stamp in zip(running, stamps, strict=True)],
+        )
+
+    def _witness(self, running: list[Any], chosen: Any) -> None:
+        """Under a priority engine: ask the preemption policy too, and log (once) where its
+        choice is not the victim vLLM took inline."""
+        requester = self._requester
+        if not self._in_step or requester is None:
+            return
+        at = next((p for p, r in enumerate(running) if r is requester), None)
+        if at is None:
+            return
+        place = self._policy_victim(running, at)
+        if place is FALLBACK or list.__getitem__(running, place) is chosen:
+            return
+        self.guard.refuse(
+            "preemption",
+            "victim_rank",
+            "not vLLM's priority victim",
+            f"{describe(self.combo.preemption)} chose running request "
+            f"{running[place].request_id!r} where vLLM 0.33.0's priority path preempts "
+            f"{chosen.request_id!r} (max by priority, then arrival time);",
+        )
+
     def _held(self, request: Any) -> int:
         return len(self.kv_cache_manager.get_blocks(request.request_id).blocks[0])
 
@@ -315,18 +354,27 @@ class PolicyDecisions:
 
         def order() -> list[Any]:
             ranks = {}
-            for request in waiting:
+            for request, stamp in zip(waiting, arrival_stamps(waiting), strict=True):
                 view = QueueView(
                     prompt_tokens=request.num_tokens,
                     prefix_tokens=manager.get_computed_blocks(request)[1],
                     host_prefix_tokens=0,
                     page_size=page,
+                    priority=request.priority,
+                    arrival=stamp,
                 )
                 ranks[request] = kernel.queue_rank(policy, view, request.request_id)
             return sorted(waiting, key=ranks.__getitem__)
 
         ranked = self.guard.ask("queue", "priority", order)
         return None if ranked is FALLBACK else ranked
+
+
+def arrival_stamps(requests: list[Any]) -> list[int]:
+    """Per request, how many of ``requests`` arrived strictly before it (vLLM's
+    ``arrival_time``): the views' ``arrival``, equal for equal times."""
+    times = sorted(r.arrival_time for r in requests)
+    return [bisect.bisect_left(times, r.arrival_time) for r in requests]
 
 
 class PolicyScheduler(PolicyDecisions, Scheduler):

@@ -2,10 +2,10 @@
 
 The combo comes from, in order: the ``policykit_combo`` key of vLLM's ``--additional-config``
 (one engine's own setting, in its launch command), ``POLICYKIT_COMBO``, the file named by
-``POLICYKIT_CONFIG`` (read as the SGLang plugin reads it), and otherwise vLLM's own decisions,
-the faithful combo :data:`VLLM_COMBO`. Kinds a setting does not name are taken from
-:data:`VLLM_COMBO` too, not from policykit's SGLang-shaped defaults: ``queue=lpm`` alone means
-vLLM with its waiting queue ordered by cached prefix.
+``POLICYKIT_CONFIG`` (read as the SGLang plugin reads it), and otherwise vLLM's own decisions
+under the engine's configuration, :func:`derived_combo`. Kinds a setting does not name are
+taken from :func:`derived_combo` too, not from policykit's SGLang-shaped defaults:
+``queue=lpm`` alone means this engine's vLLM with its waiting queue ordered by cached prefix.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ CONFIG_KEY = "policykit_combo"
 COMBO_ENV = shared.COMBO_ENV
 CONFIG_ENV = shared.CONFIG_ENV
 CHECK_ENV = shared.CHECK_ENV
-#: vLLM 0.33.0's own decisions (default settings): the combo for kinds nobody names
+#: vLLM 0.33.0's own decisions under its default settings (:func:`derived_combo` of them)
 VLLM_COMBO = {
     "admission": "vllm",
     "chunking": "vllm",
@@ -33,6 +33,55 @@ VLLM_COMBO = {
     "queue": "fcfs",
     "preemption": "vllm",
 }
+
+
+def derived_combo(vllm_config: Any) -> dict[str, str]:
+    """vLLM 0.33.0's own decisions under ``vllm_config``, one policy per kind.
+
+    ``Scheduler.schedule`` reads these fields of ``vllm_config.scheduler_config`` for the
+    decisions policies own, and nothing else of the configuration changes them:
+
+    * ``policy``: ``fcfs`` orders the waiting queue by arrival (queue ``fcfs``) and preempts
+      ``running[-1]`` (preemption ``vllm``); ``priority`` orders it by ``Request.__lt__``
+      (queue ``priority``) and preempts ``max(running, key=(priority, arrival_time))``
+      (preemption ``vllm-priority``);
+    * ``long_prefill_token_threshold`` (``N`` > 0: chunking ``vllm-threshold:N``) and
+      ``long_prefill_token_threshold_adaptive`` (the threshold floored at
+      ``max_num_batched_tokens // eligible requests``: ``vllm-adaptive:N@B``, ``B``
+      being ``max_num_batched_tokens``);
+    * ``enable_chunked_prefill`` (off: chunking ``vllm-no-chunk``, a waiting request enters
+      whole or waits);
+    * ``scheduler_reserve_full_isl`` (off: admission ``vllm-no-reserve``).
+
+    Alignment is ``none`` (vLLM ends a chunk anywhere; its Mamba alignment is left to vLLM, as
+    the scheduler class leaves such models alone) and the allocator phase ``default``. Chunked
+    prefill off together with a threshold (vLLM caps a waiting request at the threshold, then
+    asks whether that chunk fits) is a rule no built-in expresses: refused (ComboError).
+    """
+    sched = vllm_config.scheduler_config
+    combo = dict(VLLM_COMBO)
+    if sched.policy == "priority":
+        combo["queue"], combo["preemption"] = "priority", "vllm-priority"
+    threshold = int(sched.long_prefill_token_threshold)
+    if not sched.enable_chunked_prefill:
+        if threshold > 0:
+            raise ComboError(
+                f"vLLM runs with chunked prefill off and long_prefill_token_threshold="
+                f"{threshold}: it cuts a waiting request to the threshold and then admits it "
+                "only if that chunk fits, a rule none of policykit's chunking policies "
+                "expresses (vllm-no-chunk admits a request whole or not at all, "
+                "vllm-threshold chunks it whenever the budget is short); turn chunked prefill "
+                "on, drop the threshold, or name a chunking policy of your own in "
+                f"{CONFIG_KEY}."
+            )
+        combo["chunking"] = "vllm-no-chunk"
+    elif threshold > 0 and sched.long_prefill_token_threshold_adaptive:
+        combo["chunking"] = f"vllm-adaptive:{threshold}@{sched.max_num_batched_tokens}"
+    elif threshold > 0:
+        combo["chunking"] = f"vllm-threshold:{threshold}"
+    if not sched.scheduler_reserve_full_isl:
+        combo["admission"] = "vllm-no-reserve"
+    return combo
 
 
 def combo_text(additional_config: Any, environ: Mapping[str, str] | None = None) -> str | None:

@@ -1,21 +1,30 @@
 """Start-up of the vLLM scheduler class: resolve the combo against the engine, log its proofs.
 
 Runs once, in the scheduler's constructor, in vLLM's engine-core process, before anything is
-served. A combo that does not resolve, or that would not preempt (vLLM's scheduler always
-can), raises :class:`StartupRefused`: vLLM's engine core fails to start with that paragraph.
+served. A combo that does not resolve, that would not preempt (vLLM's scheduler always can),
+or whose preemption victim vLLM's ``--scheduling-policy`` cannot carry out raises
+:class:`StartupRefused`: vLLM's engine core fails to start with that paragraph.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from policykit.config import EngineConfig
 from policykit.errors import PolicykitError
-from policykit.integrations.vllm.settings import VLLM_COMBO, combo_text, startup_check_enabled
-from policykit.registry import Combo, PolicyRegistry, registry_from
+from policykit.integrations.vllm.settings import (
+    VLLM_COMBO,
+    combo_text,
+    derived_combo,
+    startup_check_enabled,
+)
+from policykit.registry import Combo, PolicyRegistry, format_combo, registry_from
 
 logger = logging.getLogger("policykit.vllm")
+#: the victim vLLM's ``--scheduling-policy priority`` path takes inline
+PRIORITY_VICTIM = "vllm-priority"
 
 
 class StartupRefused(RuntimeError):
@@ -33,22 +42,53 @@ def engine_config(scheduler: Any) -> EngineConfig:
     )
 
 
-def resolve(text: str | None, config: EngineConfig | None = None) -> tuple[Combo, PolicyRegistry]:
-    """The combo ``text`` names over vLLM's own (``settings.VLLM_COMBO``), from every installed
-    policykit plugin (third-party included)."""
+def resolve(
+    text: str | None,
+    config: EngineConfig | None = None,
+    derived: Mapping[str, str] = VLLM_COMBO,
+    scheduling_policy: str = "fcfs",
+) -> tuple[Combo, PolicyRegistry]:
+    """The combo ``text`` names over ``derived`` (vLLM's own decisions under the engine's
+    configuration, ``settings.derived_combo``), from every installed policykit plugin
+    (third-party included); refused where vLLM's ``scheduling_policy`` cannot carry it out."""
     try:
         registry = registry_from()
-        combo = registry.resolve(VLLM_COMBO, text, config=config)
+        combo = registry.resolve(derived, text, config=config)
     except PolicykitError as exc:
         raise StartupRefused(" ".join(str(exc).split())) from None
     if not combo.preempts:
         raise StartupRefused(
             f"the combo {combo} names the preemption policy {combo.preemption.spec!r}, which "
             "never preempts (SGLang's node), but vLLM's scheduler preempts a running request "
-            "whenever a chunk cannot be allocated; name one that preempts (preemption=vllm, "
-            "the default here)."
+            "whenever a chunk cannot be allocated; name one that preempts (preemption="
+            f"{derived['preemption']}, the default here)."
         )
+    refuse_contradiction(combo, scheduling_policy)
     return combo, registry
+
+
+def refuse_contradiction(combo: Combo, scheduling_policy: str) -> None:
+    """Raise :class:`StartupRefused` where ``combo``'s victim is one vLLM's preemption path under
+    ``--scheduling-policy scheduling_policy`` cannot take."""
+    victim = combo.preemption.name
+    if scheduling_policy == "priority" and victim != PRIORITY_VICTIM:
+        raise StartupRefused(
+            f"the combo {combo} names the preemption policy {combo.preemption.spec!r}, but this "
+            "engine runs --scheduling-policy priority, whose preemption path picks its victim "
+            "inline (max(self.running, key=(priority, arrival_time))) and gives back the "
+            "budget of a victim scheduled earlier in the step; policykit cannot carry out "
+            f"another choice there. Name preemption={PRIORITY_VICTIM} (the default here), or "
+            "start vLLM with --scheduling-policy fcfs to choose the victim."
+        )
+    if scheduling_policy != "priority" and victim == PRIORITY_VICTIM:
+        raise StartupRefused(
+            f"the combo {combo} names the preemption policy {PRIORITY_VICTIM!r}, but this "
+            f"engine runs --scheduling-policy {scheduling_policy}, whose preemption path takes "
+            "its victim from running[-1] and can only take back a request after the one that "
+            "needs the room; a priority victim scheduled earlier in the step would need the "
+            "priority path's give-back. Start vLLM with --scheduling-policy priority for "
+            "priority victims, or name preemption=vllm (the default here)."
+        )
 
 
 def check_lines(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> list[str]:
@@ -81,20 +121,15 @@ def start(scheduler: Any) -> Combo:
     route_logs()
     try:
         text = combo_text(scheduler.vllm_config.additional_config)
+        derived = derived_combo(scheduler.vllm_config)
     except PolicykitError as exc:
         raise StartupRefused(" ".join(str(exc).split())) from None
     config = engine_config(scheduler)
-    combo, registry = resolve(text, config)
-    origin = "vLLM's own decisions" if text is None else f"configured as {text!r}"
+    policy = scheduler.scheduler_config.policy
+    combo, registry = resolve(text, config, derived, policy)
+    own = f"vLLM's own decisions under this engine's configuration: {format_combo(derived)}"
+    origin = own if text is None else f"configured as {text!r} over {own}"
     logger.info("policykit vLLM scheduler active with %s (%s; %s)", combo, origin, config)
-    if scheduler.scheduler_config.policy != "fcfs":
-        logger.warning(
-            "policykit vLLM scheduler: the combo's queue policy %r and preemption policy %r "
-            "replace --scheduling-policy %s (request priorities are not read)",
-            combo.queue.spec,
-            combo.preemption.spec,
-            scheduler.scheduler_config.policy,
-        )
     if startup_check_enabled():
         for line in check_lines(combo, registry, config):
             logger.info(line)
