@@ -80,6 +80,9 @@ class PriorityQueue(QueuePolicy):
     """
 
     name = "priority"
+    #: the checker's model has no priorities or arrival times, and policykit's nodes give
+    #: none: every enumerated verdict would be a refusal
+    enumerated = False
     #: only the vLLM integration gives priorities, and it runs on vLLM's kind of node; on
     #: SGLang's node (its own priority scheduling is not this) it would be fcfs under a new name
     preempting_only = True

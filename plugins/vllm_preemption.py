@@ -54,6 +54,9 @@ class VllmPriorityPreemption(PreemptionPolicy):
     """
 
     name = "vllm-priority"
+    #: the checker's model has no priorities or arrival times, and policykit's nodes give
+    #: none: every enumerated verdict would be a refusal
+    enumerated = False
 
     def victim_rank(self, v: PreemptView) -> int:
         n = v.running_requests

@@ -57,6 +57,11 @@ class Policy:
     #: the policy decides on facts only a node that preempts has (vLLM's block pool, its count
     #: of running and waiting requests), so a combo that never preempts refuses it
     preempting_only: ClassVar[bool] = False
+    #: whether every-combo enumerations (``check --all``, ``bench``/``sweep`` defaults, the
+    #: comparison pages) include it: False for a built-in that decides on request fields only
+    #: an engine gives (vLLM's priorities and arrival times), where every verdict would be a
+    #: refusal and every simulated run the same as another combo's
+    enumerated: ClassVar[bool] = True
     #: where the policy came from ("built-in" or "distribution version"); the registry sets it
     #: so that an error raised while the policy decides can name who to ask
     source: str = "not from the registry"

@@ -338,11 +338,14 @@ class PolicyRegistry:
     ) -> Iterator[Combo]:
         """Every registered combination of ``kinds`` (others at their defaults), skipping those
         a policy declares unsupported on ``config`` through ``validate`` (``sglang-pre-swa-fix``
-        without a sliding window, say: it is ``sglang`` there)."""
+        without a sliding window, say: it is ``sglang`` there) and policies that are not
+        ``enumerated``."""
         choices = []
         for kind in kinds:
             specs = []
             for e in self.entries(kind):
+                if not e.cls.enumerated:
+                    continue
                 param = e.cls.parameter
                 if param is None or not param.required:
                     specs.append(e.name)

@@ -229,9 +229,6 @@ def test_every_preempting_combo_runs_and_accounts_for_every_request():
     kinds = ("admission", "chunking", "alignment", "queue", "preemption")
     combos = [c for c in REGISTRY.all_combos(EngineConfig(16, 64), kinds=kinds) if c.preempts]
     assert len(combos) > 100 and any(c.chunking.name == "vllm-threshold" for c in combos)
-    # vllm-priority needs vLLM's priorities and arrival times, which this node has not: it
-    # refuses to rank (tests/core/test_vllm_policies.py)
-    combos = [c for c in combos if c.preemption.name != "vllm-priority"]
     rng = random.Random(3)
     scenarios = [sc for sc, _ in (random_scenario(rng, i) for i in range(40))]
     scenarios = [sc for sc in scenarios if sc.config.page_size == 16][:6]

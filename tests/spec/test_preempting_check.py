@@ -98,10 +98,7 @@ def _combo(registry, rng: random.Random):
         chunking = rng.choice(["vllm", "vllm-threshold:16", "vllm-threshold:40"])
         return registry.resolve(f"vllm-no-reserve/{chunking}/none/default/fcfs/vllm", config=CONFIG)
     kinds = (*VERDICT_KINDS, "preemption")
-    combos = [c for c in registry.all_combos(CONFIG, kinds=kinds) if c.preempts]
-    # priorities and arrival times: the checker's model has none (it refuses those policies)
-    checkable = [c for c in combos if c.queue.name != "priority"]
-    return rng.choice([c for c in checkable if c.preemption.name != "vllm-priority"])
+    return rng.choice([c for c in registry.all_combos(CONFIG, kinds=kinds) if c.preempts])
 
 
 def test_the_random_runs_preempt(registry):
@@ -304,13 +301,16 @@ def test_sglang_admission_on_the_preempting_node_starves_behind_a_prompt_it_neve
 
 
 def test_check_all_includes_the_combos_that_preempt(registry):
-    combos = _combos(registry, None, EngineConfig())
+    combos, unfit = _combos(registry, None, EngineConfig())
     preempting = [c for c in combos if c.preempts]
-    # 5 admissions, 6 chunkings, 4 alignments, 3 queues, 2 victims
-    assert len(preempting) == 720 and len(combos) - len(preempting) == 108
+    # 5 admissions, 6 chunkings, 4 alignments, 2 queues (fcfs-skip is refused there), 1
+    # victim: priority, vllm-priority and vllm-adaptive are not enumerated (the checker's
+    # model has no priorities, arrival times or division by a count)
+    assert len(preempting) == 240 and len(combos) - len(preempting) == 108 and not unfit
     assert all(not c.preempts for c in combos[:108])
     # a sliding window is not a configuration of vLLM's node: left out of --all
-    assert not any(c.preempts for c in _combos(registry, None, EngineConfig(sliding_window=4096)))
+    windowed, _ = _combos(registry, None, EngineConfig(sliding_window=4096))
+    assert not any(c.preempts for c in windowed)
 
 
 def test_a_sliding_window_check_of_a_combo_that_preempts_is_refused():
