@@ -36,7 +36,6 @@ GPU_ONLY = (
     "quack",
     "torchvision",
     "torchaudio",
-    "torchcodec",
     "torch_memory_saver",
     "pynvml",
     "nvidia",
@@ -44,6 +43,10 @@ GPU_ONLY = (
     "kernels",
     "tvm_ffi",
 )
+# Not torchcodec: SGLang's scheduler path imports it only where it falls back on an ImportError
+# (``sglang.srt.utils.video_decoder``), and a stub in ``sys.modules`` would then answer
+# transformers 5.19.0's later probe for it (``find_spec`` looks there first), whose version
+# lookup fails for want of metadata.
 
 
 class Stub:
