@@ -119,17 +119,23 @@ def test_an_unknown_policy_stops_the_process_at_plugin_load(monkeypatch):
     assert hooks.active() is None
 
 
-def test_enabled_without_a_combo_stops_with_a_hint(monkeypatch):
-    monkeypatch.setenv("SGLANG_PLUGINS", "policykit")
-    monkeypatch.delenv("POLICYKIT_COMBO", raising=False)
-    monkeypatch.delenv("POLICYKIT_CONFIG", raising=False)
-    with pytest.raises(SystemExit, match="POLICYKIT_COMBO"):
-        plugin.load()
+def scheduler_with(**args) -> SimpleNamespace:
+    """A constructed ``Scheduler`` as the start-up hook reads it: SGLang 0.5.23's default server
+    args on a 64-token-page, 4096-chunk engine, with ``args`` changed."""
+    defaults = {
+        "schedule_policy": "fcfs",
+        "disable_radix_cache": False,
+        "enable_priority_scheduling": False,
+        "truncation_align_size": None,
+        "page_size": 64,
+        "chunked_prefill_size": 4096,
+    }
+    return SimpleNamespace(**{**defaults, **args})
 
 
 def test_a_combo_the_engine_cannot_run_stops_the_scheduler(monkeypatch):
     monkeypatch.setenv("POLICYKIT_COMBO", "alignment=checkpoint:100")
-    scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=8192)
+    scheduler = scheduler_with(chunked_prefill_size=8192)
     with pytest.raises(startup.StartupRefused, match="checkpoint:100"):
         startup.on_scheduler_ready(None, scheduler)
     assert hooks.active() is None
@@ -137,7 +143,7 @@ def test_a_combo_the_engine_cannot_run_stops_the_scheduler(monkeypatch):
 
 def test_scheduler_start_logs_one_check_line_per_property(monkeypatch, caplog):
     monkeypatch.setenv("POLICYKIT_COMBO", "admission=reserve-tail,chunking=sglang,alignment=page")
-    scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=4096)
+    scheduler = scheduler_with()
     try:
         with caplog.at_level("INFO", logger="policykit.sglang"):
             startup.on_scheduler_ready(None, scheduler)
@@ -166,7 +172,7 @@ def test_scheduler_start_says_what_the_queue_policy_does(monkeypatch, caplog, qu
 def _start_scheduler(caplog) -> None:
     """What ``Scheduler.__init__``'s AFTER hook does on a 64-token-page, 4096-chunk engine, with
     the plugin's log captured; the combo is deactivated afterwards."""
-    scheduler = SimpleNamespace(page_size=64, chunked_prefill_size=4096)
+    scheduler = scheduler_with()
     try:
         with caplog.at_level("INFO", logger="policykit.sglang"):
             startup.on_scheduler_ready(None, scheduler)

@@ -25,7 +25,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from policykit.conformance.sglang import gpu_stubs, storage
+from policykit.conformance.sglang import broken_import, gpu_stubs, storage
 from policykit.errors import PolicykitError, PrefillOutOfMemory
 from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.node import PrefillNode
@@ -44,7 +44,13 @@ INSTALL_HINT = (
 
 
 class UpstreamUnavailable(PolicykitError):
-    """SGLang is not installed, or not the version this driver speaks to."""
+    """SGLang is not installed, or not the version this driver speaks to, or the extra's
+    packages are missing (tests skip on it)."""
+
+
+class UpstreamBroken(PolicykitError):
+    """SGLang is installed at the supported version with its packages, but its scheduler
+    modules fail to import: a broken install, which tests fail on instead of skipping."""
 
 
 @dataclass
@@ -76,14 +82,39 @@ def load() -> dict[str, Any]:
     """Import SGLang's scheduler modules (GPU-only imports stubbed), once per process.
 
     Raises :class:`UpstreamUnavailable` with an install hint when SGLang is missing or another
-    version. Publishes SGLang's default server configuration (its own test fixture for that,
+    version, :class:`UpstreamBroken` naming the packages involved when its import fails
+    otherwise. Publishes SGLang's default server configuration (its own test fixture for that,
     ``override_server_args``), which its scheduler reads for flags such as the schedule policy.
     """
     if _UPSTREAM:
         return _UPSTREAM
+    found = _installed_version()
+    _import_real_xgrammar()
+    gpu_stubs.install()
     try:
-        from importlib.metadata import PackageNotFoundError, version
+        modules = _import_scheduler()
+    except ImportError as exc:
+        raise UpstreamUnavailable(
+            f"SGLang {found} is installed but its scheduler does not import ({exc}); "
+            f"{INSTALL_HINT}."
+        ) from None
+    except Exception as exc:  # SGLang's import runs code too (its patches of transformers)
+        raise UpstreamBroken(broken_import.describe(found, exc, INSTALL_HINT)) from None
+    get_context = modules.pop("get_context")
+    context = get_context()
+    if not context.is_config_namespace_published("schedule"):
+        context.override_server_args().install()
+    _UPSTREAM.update(modules)
+    _UPSTREAM.update(_storage_classes(_UPSTREAM))
+    _UPSTREAM["storage"] = storage.storage_classes(_UPSTREAM)
+    return _UPSTREAM
 
+
+def _installed_version() -> str:
+    """SGLang's installed version; :class:`UpstreamUnavailable` unless it is the supported one."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
         found = version("sglang")
     except PackageNotFoundError:
         raise UpstreamUnavailable(f"SGLang is not installed; {INSTALL_HINT}.") from None
@@ -92,36 +123,29 @@ def load() -> dict[str, Any]:
             f"SGLang {found} is installed, but this driver speaks to SGLang "
             f"{SUPPORTED_VERSION} only; {INSTALL_HINT}."
         )
-    _import_real_xgrammar()
-    gpu_stubs.install()
+    return found
+
+
+def _import_scheduler() -> dict[str, Any]:
+    """The SGLang modules and names the drivers use, imported (their import-time warnings,
+    about the GPU packages stubbed, silenced)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            from sglang.srt.managers import schedule_batch, schedule_policy
-            from sglang.srt.mem_cache import base_prefix_cache
-            from sglang.srt.mem_cache.allocator import base as allocator_base
-            from sglang.srt.mem_cache.allocator import swa as allocator_swa
-            from sglang.srt.runtime_context import get_context
-            from sglang.srt.sampling.sampling_params import SamplingParams
-        except ImportError as exc:
-            raise UpstreamUnavailable(
-                f"SGLang {found} is installed but its scheduler does not import ({exc}); "
-                f"{INSTALL_HINT}."
-            ) from None
-    context = get_context()
-    if not context.is_config_namespace_published("schedule"):
-        context.override_server_args().install()
-    _UPSTREAM.update(
-        schedule_batch=schedule_batch,
-        schedule_policy=schedule_policy,
-        base_prefix_cache=base_prefix_cache,
-        allocator_base=allocator_base,
-        allocator_swa=allocator_swa,
-        SamplingParams=SamplingParams,
-    )
-    _UPSTREAM.update(_storage_classes(_UPSTREAM))
-    _UPSTREAM["storage"] = storage.storage_classes(_UPSTREAM)
-    return _UPSTREAM
+        from sglang.srt.managers import schedule_batch, schedule_policy
+        from sglang.srt.mem_cache import base_prefix_cache
+        from sglang.srt.mem_cache.allocator import base as allocator_base
+        from sglang.srt.mem_cache.allocator import swa as allocator_swa
+        from sglang.srt.runtime_context import get_context
+        from sglang.srt.sampling.sampling_params import SamplingParams
+    return {
+        "schedule_batch": schedule_batch,
+        "schedule_policy": schedule_policy,
+        "base_prefix_cache": base_prefix_cache,
+        "allocator_base": allocator_base,
+        "allocator_swa": allocator_swa,
+        "SamplingParams": SamplingParams,
+        "get_context": get_context,
+    }
 
 
 def _import_real_xgrammar() -> None:

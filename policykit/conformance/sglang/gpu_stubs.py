@@ -36,7 +36,6 @@ GPU_ONLY = (
     "quack",
     "torchvision",
     "torchaudio",
-    "torchcodec",
     "torch_memory_saver",
     "pynvml",
     "nvidia",
@@ -44,6 +43,14 @@ GPU_ONLY = (
     "kernels",
     "tvm_ffi",
 )
+# Not torchcodec: SGLang's scheduler path imports it only where it falls back on an ImportError
+# (``sglang.srt.utils.video_decoder``), and a stub in ``sys.modules`` would then answer
+# transformers 5.19.0's later probe for it (``find_spec`` looks there first), whose version
+# lookup fails for want of metadata.
+
+
+#: what a stub answers as the real package does without a GPU: an error, not a stub
+NO_DEVICE = frozenset({"triton.runtime.driver.active"})
 
 
 class Stub:
@@ -55,7 +62,12 @@ class Stub:
     def __getattr__(self, attr: str) -> Stub:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
-        return Stub(f"{self._name}.{attr}")
+        name = f"{self._name}.{attr}"
+        if name in NO_DEVICE:
+            # as the real package answers on a machine without a GPU (triton: "0 active
+            # drivers"), so that code probing for a device falls back to the CPU
+            raise RuntimeError(f"{name}: no GPU on this machine (policykit's GPU stub)")
+        return Stub(name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Used bare as a decorator (``@triton.jit``): hand the function back unchanged.
@@ -80,13 +92,18 @@ class Stub:
         return f"<gpu stub {self._name}>"
 
 
+def _ignore(self: object, *args: Any, **kwargs: Any) -> None:
+    """The constructor of a stub class: takes anything, keeps nothing."""
+
+
 class _StubModule(types.ModuleType):
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
         if attr[:1].isupper():
             # A class name: callers test ``isinstance(x, triton.JITFunction)`` or subclass it.
-            value: Any = type(attr, (), {"__module__": self.__name__})
+            # (``triton.Config(...)`` in a kernel's autotune list: built with any arguments)
+            value: Any = type(attr, (), {"__module__": self.__name__, "__init__": _ignore})
         else:
             value = Stub(f"{self.__name__}.{attr}")
         setattr(self, attr, value)

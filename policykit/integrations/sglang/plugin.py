@@ -23,7 +23,8 @@ SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
 
 
 def load() -> None:
-    """Resolve the configured combo and register the decision hooks (no-op unless enabled).
+    """Resolve the configured combo, if any, and register the decision hooks (no-op unless
+    enabled).
 
     SGLang catches and logs an ``Exception`` raised by a plugin and serves on without it, which
     would silently run upstream's rules under a combo the user believes is active. A combo that
@@ -37,15 +38,18 @@ def load() -> None:
         )
         return
     try:
-        combo, _ = startup.resolve(settings.combo_text())
+        text = settings.configured_combo_text()
+        combo = None if text is None else startup.resolve(text)[0]
     except startup.StartupRefused as exc:
         raise SystemExit(str(exc)) from None
     except PolicykitError as exc:
         raise SystemExit(str(startup.StartupRefused(" ".join(str(exc).split())))) from None
-    # active from now on; the scheduler re-validates it against its page and chunk sizes
+    # active from now on; the scheduler resolves it again over its server args, against its
+    # page and chunk sizes (without a combo the hooks pass every call to SGLang until then)
     hooks.activate(combo)
     register()
-    logger.info("policykit SGLang plugin registered its hooks for %s", combo)
+    what = "the combo SGLang's server args amount to" if combo is None else combo
+    logger.info("policykit SGLang plugin registered its hooks for %s", what)
 
 
 def register() -> None:

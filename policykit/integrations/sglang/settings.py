@@ -3,7 +3,8 @@
 The plugin is opt-in twice over: SGLang runs *every* installed general plugin when
 ``SGLANG_PLUGINS`` is empty, so installing ``policykit[sglang]`` must not change an engine that
 did not ask for it. It acts only when ``SGLANG_PLUGINS`` names ``policykit``; the combo comes
-from ``POLICYKIT_COMBO`` or from the file named by ``POLICYKIT_CONFIG``.
+from ``POLICYKIT_COMBO`` or from the file named by ``POLICYKIT_CONFIG``, and without either from
+SGLang's own server args (:mod:`policykit.integrations.sglang.defaults`).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def combo_text(environ: Mapping[str, str] | None = None) -> str:
     """The configured combo, ``KIND=POLICY,...``: from ``POLICYKIT_COMBO``, else the file in
     ``POLICYKIT_CONFIG`` (one ``KIND=POLICY`` per line or comma-separated, ``#`` comments).
 
-    An unset combo is an error rather than a silent default: a user who enabled the plugin
-    meant to run a particular, checked combo.
+    Unset, it is an error here (``policykit sglang-plugin --check`` checks a combo it is
+    given); the plugin, which has a default of its own, asks :func:`configured_combo_text`.
     """
     env = os.environ if environ is None else environ
     text = env.get(COMBO_ENV, "").strip()
@@ -60,6 +61,16 @@ def combo_text(environ: Mapping[str, str] | None = None) -> str:
     if not text:
         raise ComboError(f"The combo file {quote(path)} ({CONFIG_ENV}) holds no KIND=POLICY line.")
     return text
+
+
+def configured_combo_text(environ: Mapping[str, str] | None = None) -> str | None:
+    """The combo of :func:`combo_text`, or None when neither variable is set: the SGLang plugin
+    then runs the combo its server args amount to
+    (:func:`policykit.integrations.sglang.defaults.from_server_args`)."""
+    env = os.environ if environ is None else environ
+    if not env.get(COMBO_ENV, "").strip() and not env.get(CONFIG_ENV, "").strip():
+        return None
+    return combo_text(env)
 
 
 def startup_check_enabled(environ: Mapping[str, str] | None = None) -> bool:

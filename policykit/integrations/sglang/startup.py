@@ -2,9 +2,11 @@
 
 The combo is resolved twice: at plugin load (:func:`resolve`, no engine facts yet), so that an
 unknown policy name stops the process at once; and after ``Scheduler.__init__``
-(:func:`on_scheduler_ready`), against the page size and chunk size the scheduler runs with,
-before its event loop serves anything. Either failure raises :class:`StartupRefused`, which
-SGLang's scheduler process reports and which makes the engine exit.
+(:func:`on_scheduler_ready`), over the combo SGLang's server args amount to (the kinds the
+configured combo leaves out, all of them when none is configured) and against the page size
+and chunk size the scheduler runs with, before its event loop serves anything. Either failure
+raises :class:`StartupRefused`, which SGLang's scheduler process reports and which makes the
+engine exit.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from policykit.config import EngineConfig
 from policykit.errors import PolicykitError
-from policykit.integrations.sglang import hooks, settings
-from policykit.registry import Combo, PolicyRegistry, registry_from
+from policykit.integrations.sglang import defaults, hooks, settings
+from policykit.registry import Combo, PolicyRegistry, parse_combo, registry_from
 
 logger = logging.getLogger("policykit.sglang")
 
@@ -29,28 +32,36 @@ class StartupRefused(RuntimeError):
         super().__init__(f"policykit SGLang plugin refuses to start: {reason}")
 
 
-def resolve(text: str, config: EngineConfig | None = None) -> tuple[Combo, PolicyRegistry]:
-    """The combo ``text`` names, from every installed policykit plugin (third-party included)."""
+#: SGLang 0.5.23 on its default server args: the base of a combo checked before the scheduler
+#: (and its server args) exists
+SGLANG_FCFS = {**defaults.SGLANG_OWN, "alignment": "none", "queue": "fcfs"}
+
+
+def resolve(
+    text: str | None, config: EngineConfig | None = None, base: Mapping[str, str] | None = None
+) -> tuple[Combo, PolicyRegistry]:
+    """The combo ``text`` names over ``base`` (the kinds it leaves out; SGLang's own decisions
+    when None), from every installed policykit plugin (third-party included)."""
     try:
         registry = registry_from()
-        return registry.resolve(text, config=config), registry
+        combo = registry.resolve(base or SGLANG_FCFS, text, config=config)
     except PolicykitError as exc:
         raise StartupRefused(" ".join(str(exc).split())) from None
+    if combo.preempts:
+        raise StartupRefused(
+            f"the combo {combo} names the preemption policy {combo.preemption.spec!r}, which "
+            "preempts (vLLM's node), but SGLang's prefill node under the plugin never preempts; "
+            "leave preemption out (none, SGLang's)."
+        )
+    return combo, registry
 
 
-def engine_config(scheduler: Any) -> EngineConfig:
-    """The engine facts policies validate against, read off a constructed ``Scheduler``
-    (``max_prefill_tokens`` is left out: the start-up check is the default ``policykit
-    check``, which has none)."""
-    chunk = scheduler.chunked_prefill_size
-    window = None
-    if getattr(scheduler, "is_hybrid_swa", False):
-        window = int(scheduler.sliding_window_size)
-    return EngineConfig(
-        page_size=int(scheduler.page_size),
-        chunked_prefill_size=int(chunk) if chunk and chunk > 0 else 0,
-        sliding_window=window,
-    )
+def server_arg_combo(scheduler: Any) -> defaults.ServerArgCombo:
+    """:func:`defaults.from_server_args`, a field the scheduler lacks refused in one paragraph."""
+    try:
+        return defaults.from_server_args(scheduler)
+    except LookupError as exc:
+        raise StartupRefused(f"{exc.args[0]}.") from None
 
 
 def checkable(config: EngineConfig) -> bool:
@@ -115,16 +126,31 @@ def queue_line(combo: Combo) -> str:
     )
 
 
-def on_scheduler_ready(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
-    """AFTER ``Scheduler.__init__``: validate against the engine, log the proofs, activate."""
+def engine_combo(scheduler: Any) -> tuple[Combo, PolicyRegistry, EngineConfig, str]:
+    """The combo the scheduler runs: the configured one over what SGLang's server args amount
+    to (:func:`defaults.from_server_args`), the engine facts it was validated against
+    (``max_prefill_tokens`` left out: the start-up check is the default ``policykit check``,
+    which has none), and where the parts came from, for the log. Refused when the server args
+    leave a kind nobody names unexpressible, or contradict the kinds named."""
     try:
-        text = settings.combo_text()
+        text = settings.configured_combo_text()
+        named = parse_combo(text) if text is not None else {}
     except PolicykitError as exc:
         raise StartupRefused(" ".join(str(exc).split())) from None
-    config = engine_config(scheduler)
-    combo, registry = resolve(text, config)
+    derived = server_arg_combo(scheduler)
+    if (reason := defaults.contradiction(derived, named)) is not None:
+        raise StartupRefused(f"{reason}.")
+    combo, registry = resolve(text, derived.config, derived.combo)
+    args = ", ".join(f"{k}={v}" for k, v in derived.read.items())
+    origin = f"SGLang's server args {args}" + (f"; configured {text!r}" if text else "")
+    return combo, registry, derived.config, origin
+
+
+def on_scheduler_ready(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+    """AFTER ``Scheduler.__init__``: validate against the engine, log the proofs, activate."""
+    combo, registry, config, origin = engine_combo(scheduler)
     hooks.activate(combo)
-    logger.info("policykit SGLang plugin active with %s (%s)", combo, config)
+    logger.info("policykit SGLang plugin active with %s (%s; %s)", combo, origin, config)
     # the head-of-line skip is the one queue decision the engine cannot take
     level = logging.WARNING if combo.queue.skips_never_fitting else logging.INFO
     logger.log(level, queue_line(combo))
