@@ -55,7 +55,7 @@ from policykit.policy import (
 )
 from policykit.registry import Combo
 from policykit.spec.guard import Breach, Guard, changed
-from policykit.spec.lifted import Lifted, entries, forget_stale, lift
+from policykit.spec.lifted import Lifted, entries, forget_stale, lift, scratch_context
 from policykit.spec.symbolic import LIMIT, Sym, SymbolicEvaluationError, Unsupported
 from policykit.spec.terms import compile_terms
 
@@ -274,12 +274,13 @@ def _refuse_unmodelled(policy: Policy, m: Method, engine: EngineConfig, source: 
     if not names:
         return
     given = {"running_requests": 2} if hasattr(view, "running_requests") else {}
-    probe = dataclasses.replace(view, **{n: _sym(n) for n in names}, **given)
-    lifted = lift(policy, m.name, probe, source=source)
-    answer = [lifted.result.t] if hasattr(lifted.result, "t") else []
-    terms = [*answer, *lifted.paths, *(e for q in lifted.quotients for e in q[::2])]
-    seen = {str(v) for t in terms for v in get_vars(t)}
-    read = [n for n in names if str(lifted.inputs[n]) in seen]
+    with scratch_context():
+        probe = dataclasses.replace(view, **{n: _sym(n) for n in names}, **given)
+        lifted = lift(policy, m.name, probe, source=source)
+        answer = [lifted.result.t] if hasattr(lifted.result, "t") else []
+        terms = [*answer, *lifted.paths, *(e for q in lifted.quotients for e in q[::2])]
+        seen = {str(v) for t in terms for v in get_vars(t)}
+        read = [n for n in names if str(lifted.inputs[n]) in seen]
     if read:
         raise PolicyRefused(
             f"The {m.kind} policy {policy.spec!r} ({source}) cannot be checked: its {m.name}() "

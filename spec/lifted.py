@@ -19,6 +19,8 @@ is lifted on its own.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +94,24 @@ def forget_stale(policy: Any) -> None:
     per_policy = _LIFTED.get(_identity(policy), {})
     for key in [k for k, lifted in per_policy.items() if changed(lifted.reads) is not None]:
         del per_policy[key]
+
+
+@contextmanager
+def scratch_context() -> Iterator[None]:
+    """Make z3 terms in a context of their own, dropped on the way out.
+
+    A question asked of a policy beside the check itself (does it read a field the model has
+    no values for?) must leave the check's context as it found it: fresh constants made there
+    shift the numbering of the model's own, and z3's search, and so a verdict reached within
+    a resource budget, follows that numbering."""
+    saved = z3.z3._main_ctx
+    z3.z3._main_ctx = scratch = z3.Context()
+    try:
+        yield
+    finally:
+        z3.z3._main_ctx = saved
+        for key in [k for k in _LIFTED if k[0] is scratch]:
+            del _LIFTED[key]
 
 
 def lift(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Lifted:

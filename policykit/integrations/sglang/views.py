@@ -109,8 +109,15 @@ def tail_view(tail_tokens: int, first_tokens: int, page_size: int) -> TailView:
 
 
 def queue_view(
-    prompt_tokens: int, prefix_tokens: int, host_prefix_tokens: int, page_size: int
+    prompt_tokens: int,
+    prefix_tokens: int,
+    host_prefix_tokens: int,
+    page_size: int,
+    priority: int = 0,
+    arrival: int = 0,
 ) -> QueueView:
+    """SGLang's requests carry no priority the queue policies read (its own priority
+    scheduling is refused at start-up) and no arrival stamps: both 0, as on policykit's node."""
     view = _new(QueueView)
     _install(
         view,
@@ -120,6 +127,8 @@ def queue_view(
             "prefix_tokens": prefix_tokens,
             "host_prefix_tokens": host_prefix_tokens,
             "page_size": page_size,
+            "priority": priority,
+            "arrival": arrival,
         },
     )
     return view
