@@ -359,7 +359,7 @@ def summary(runs: dict[str, dict[str, Any]], verdicts: dict[str, bool]) -> list[
         )
     policy = runs["policykit"]
     if "error" not in policy:
-        lines.append(f"policykit: combo {policy['combo']}, guard {policy['guard']}")
+        lines.append(f"policykit: combo {policy['combo']}, guard {json.dumps(policy['guard'])}")
         if not verdicts["same_steps"]:
             step = first_difference(runs["vllm"].get("steps", []), policy["steps"])
             lines.append(f"the step logs first differ at step {step}")
