@@ -22,6 +22,7 @@ same, step for step. It prints a JSON report and a summary, and exits 0 when all
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -31,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -72,7 +72,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=16, help="the burst's size")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--num-gpu-blocks", type=int, default=20, help="a small pool preempts")
-    parser.add_argument("--block-size", type=int, default=32, help="CPU attention: 32k")
+    parser.add_argument(
+        "--block-size", type=int, default=32, help="a multiple of 32 (vLLM's CPU attention)"
+    )
     parser.add_argument("--max-num-batched-tokens", type=int, default=128)
     parser.add_argument("--max-model-len", type=int, default=256)
     parser.add_argument("--gap", type=float, default=0.05, help="seconds between sends")
@@ -241,15 +243,14 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float) ->
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
     """SIGINT to the API server, which then stops its engine core (whose scheduler logs the
-    guard's counts); SIGKILL to the whole process group if it is still there after a minute."""
-    try:
-        process.send_signal(signal.SIGINT)
+    guard's counts) and waits for it; after that, or a minute, SIGKILL to whatever is left of
+    the server's process group, so that the next server finds the port and the memory free."""
+    process.send_signal(signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    except ProcessLookupError:
-        pass
+    process.wait()
 
 
 def _port_free(port: int) -> bool:
