@@ -23,7 +23,7 @@ from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from policykit.harness.vllm_serve_check import ARRIVED, REQUESTS_ENV, STEP
+from policykit.harness.vllm_serve_verdicts import ARRIVED, REQUESTS_ENV, STEP
 from policykit.integrations.vllm.scheduler import PolicyScheduler
 from policykit.integrations.vllm.startup import route_logs
 

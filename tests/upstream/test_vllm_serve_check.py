@@ -14,6 +14,7 @@ import pytest
 
 from policykit.harness import vllm_serve_check as check
 from policykit.harness import vllm_serve_model as model
+from policykit.harness import vllm_serve_verdicts as read
 
 
 def _args(tmp_path, *extra):
@@ -50,7 +51,7 @@ def test_each_side_names_its_class_on_the_loopback_with_no_combo(tmp_path):
     ]
     env = check.server_env(args, {"POLICYKIT_COMBO": "queue=lpm", "POLICYKIT_CONFIG": "x"})
     assert "POLICYKIT_COMBO" not in env and "POLICYKIT_CONFIG" not in env
-    assert env[check.REQUESTS_ENV] == "16"
+    assert env[read.REQUESTS_ENV] == "16"
 
 
 LOG = """\
@@ -75,15 +76,15 @@ vllm:num_preemptions_created{engine="0",model_name="tiny"} 1.7e+09
 
 
 def test_the_log_gives_arrivals_steps_combo_and_guard():
-    found = check.parse_log(LOG)
+    found = read.parse_log(LOG)
     assert found["arrivals"] == [33, 46]
     assert found["steps"] == [
         {"scheduled": [[33, 33], [46, 95]], "preempted": []},
         {"scheduled": [[33, 1]], "preempted": [46]},
     ]
-    assert found["combo"] == check.VLLM_COMBO
+    assert found["combo"] == read.VLLM_COMBO
     assert found["guard"] == {"answered": {"admission": 2, "chunking": 3}, "fallbacks": {}}
-    assert check.parse_log("nothing here") == {
+    assert read.parse_log("nothing here") == {
         "arrivals": None,
         "steps": [],
         "combo": None,
@@ -92,13 +93,13 @@ def test_the_log_gives_arrivals_steps_combo_and_guard():
 
 
 def test_a_counter_is_read_under_its_total_name_and_summed_over_labels():
-    assert check.metric(METRICS, check.PREEMPTIONS) == 2.0
-    assert check.metric(METRICS, "vllm:num_requests_running") is None
+    assert read.metric(METRICS, read.PREEMPTIONS) == 2.0
+    assert read.metric(METRICS, "vllm:num_requests_running") is None
 
 
 def _runs():
     lengths = [33, 46]
-    steps = check.parse_log(LOG)["steps"]
+    steps = read.parse_log(LOG)["steps"]
     burst = [{"prompt_tokens": n, "tokens": 16, "latency_s": 0.5} for n in lengths]
     run = {
         "burst": burst,
@@ -112,7 +113,7 @@ def _runs():
         "startup_s": 30.0,
     }
     policy = copy.deepcopy(run)
-    policy["combo"] = check.VLLM_COMBO
+    policy["combo"] = read.VLLM_COMBO
     policy["guard"] = {
         "answered": {"admission": 2, "chunking": 3, "preemption": 1},
         "fallbacks": {},
@@ -122,30 +123,30 @@ def _runs():
 
 def test_the_checks_hold_on_equal_runs_and_name_what_broke():
     runs, lengths = _runs()
-    assert all(check.checks(runs, lengths, 16).values())
+    assert all(read.checks(runs, lengths, 16).values())
     broken = copy.deepcopy(runs)
     broken["policykit"]["steps"][1]["scheduled"] = [[33, 2]]
     broken["policykit"]["guard"]["fallbacks"] = {"chunking": 1}
     broken["vllm"]["arrivals"] = [46, 33]
     broken["vllm"]["lone"][0]["tokens"] = 15
-    verdicts = check.checks(broken, lengths, 16)
+    verdicts = read.checks(broken, lengths, 16)
     assert {name for name, held in verdicts.items() if not held} == {
         "all_completed",
         "arrived_in_order",
         "guard_answered_no_fallbacks",
         "same_steps",
     }
-    assert check.first_difference(runs["vllm"]["steps"], broken["policykit"]["steps"]) == 1
-    assert "the step logs first differ at step 1" in check.summary(broken, verdicts)
+    assert read.first_difference(runs["vllm"]["steps"], broken["policykit"]["steps"]) == 1
+    assert "the step logs first differ at step 1" in read.summary(broken, verdicts)
     failed = {"vllm": {"error": "the server did not become healthy"}, "policykit": runs["vllm"]}
-    assert not any(check.checks(failed, lengths, 16).values())
+    assert not any(read.checks(failed, lengths, 16).values())
 
 
 def test_no_preemption_fails_the_check():
     runs, lengths = _runs()
     for run in runs.values():
         run["preemptions"] = 0.0
-    assert not check.checks(runs, lengths, 16)["preempted"]
+    assert not read.checks(runs, lengths, 16)["preempted"]
 
 
 def test_the_tokenizer_gives_one_token_per_word(tmp_path):
@@ -200,15 +201,15 @@ def test_both_step_logs_agree_on_vllms_own_combo(vllm_side, caplog):
             caplog.clear()
             with caplog.at_level(logging.INFO, logger="policykit.vllm"):
                 driver.drive(sc, knobs, max_rounds=compare.MAX_ROUNDS, scheduler_cls=cls)
-            logs.append(check.parse_log(_lines(caplog)))
+            logs.append(read.parse_log(_lines(caplog)))
         own, policy = logs
         assert own["steps"] and own["steps"] == policy["steps"], sc.name
-        assert own["combo"] is None and policy["combo"] == check.VLLM_COMBO
+        assert own["combo"] is None and policy["combo"] == read.VLLM_COMBO
 
 
 def test_the_first_step_waits_for_the_expected_requests(vllm_side, monkeypatch, caplog):
     _, driver, engine, steplog = vllm_side
-    monkeypatch.setenv(check.REQUESTS_ENV, "2")
+    monkeypatch.setenv(read.REQUESTS_ENV, "2")
     scheduler = engine.build_scheduler(
         block_size=32,
         num_blocks=21,
@@ -226,7 +227,7 @@ def test_the_first_step_waits_for_the_expected_requests(vllm_side, monkeypatch, 
         assert scheduler.has_requests()
         scheduler.schedule()
         scheduler.shutdown()
-    found = check.parse_log(_lines(caplog))
+    found = read.parse_log(_lines(caplog))
     assert found["arrivals"] == [40, 50]
     assert found["steps"] == [{"scheduled": [[40, 40], [50, 50]], "preempted": []}]
     assert found["guard"] == {"answered": {"admission": 2, "chunking": 2}, "fallbacks": {}}
