@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from policykit.integrations.vllm import settings
+from tests.upstream.test_vllm_plugin_loading import build as small_scheduler
 
 
 @pytest.fixture(scope="module")
@@ -77,17 +78,12 @@ def test_chunked_prefill_off_with_a_threshold_is_refused_with_a_paragraph(engine
 
 
 def build(engine, knobs=None, additional_config=None, cls=None):
+    """The loading tests' small scheduler, of the synchronous class unless told."""
     from policykit.integrations.vllm import PolicyScheduler
 
-    return engine.build_scheduler(
-        block_size=16,
-        num_blocks=65,
-        budget=256,
-        max_model_len=1024,
-        max_num_seqs=8,
-        knobs=knobs or engine.SchedulerKnobs(),
-        scheduler_cls=cls or PolicyScheduler,
-        additional_config=additional_config,
+    knobs = knobs or engine.SchedulerKnobs()
+    return small_scheduler(
+        engine, cls or PolicyScheduler, knobs=knobs, additional_config=additional_config
     )
 
 
