@@ -43,6 +43,7 @@ from policykit.policy import (
     PreemptView,
     QueueView,
     TailView,
+    defined_at,
 )
 from policykit.registry import Combo
 
@@ -91,9 +92,15 @@ class Numbers(Protocol):
         ...
 
 
-def describe(policy: Policy) -> str:
-    """``The chunking policy 'defer' (built-in)``: who to blame, for error messages."""
-    return f"The {policy.kind} policy {policy.spec!r} ({policy.source})"
+def describe(policy: Policy, method: str | None = None) -> str:
+    """``The chunking policy 'defer' (built-in)``: who to blame, for error messages; with
+    ``method``, also the policy's module and the file and line that define the method, so a
+    third-party plugin's author is sent to the line that answered."""
+    who = f"The {policy.kind} policy {policy.spec!r} ({policy.source})"
+    if method is None:
+        return who
+    where = defined_at(getattr(policy, method))
+    return f"{who}, module {type(policy).__module__}, {method}() at {where},"
 
 
 def ask(policy: Policy, method: Callable[..., Any], view: Any, request_id: str) -> Any:
@@ -105,10 +112,18 @@ def ask(policy: Policy, method: Callable[..., Any], view: Any, request_id: str) 
         raise
     except Exception as exc:
         raise PolicyError(
-            f"{describe(policy)} raised {type(exc).__name__}: {exc} "
-            f"(while deciding on request {request_id!r}: {view}).",
+            f"{describe(policy, method.__name__)} raised {type(exc).__name__}: {exc} at "
+            f"{_raised_at(exc)} (while deciding on request {request_id!r}: {view}).",
             request_id=request_id,
         ) from exc
+
+
+def _raised_at(exc: BaseException) -> str:
+    """``file:line`` of the innermost frame of ``exc``'s traceback: the line that raised."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "?" if tb is None else f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
 
 
 def queue_rank(policy: Policy, view: QueueView, request_id: str) -> int:
@@ -117,7 +132,8 @@ def queue_rank(policy: Policy, view: QueueView, request_id: str) -> int:
     rank = ask(policy, policy.priority, view, request_id)
     if isinstance(rank, bool) or not isinstance(rank, int):
         raise PolicyError(
-            f"{describe(policy)} gave request {request_id!r} the priority {rank!r}; a priority "
+            f"{describe(policy, 'priority')} gave request {request_id!r} the priority {rank!r}; "
+            "a priority "
             "is an int (lower goes first).",
             request_id=request_id,
         )
@@ -160,7 +176,9 @@ class Ints:
         policy = getattr(self.combo, kind)
         answer = ask(policy, getattr(policy, method), view, request_id)
         if not _is_int(answer) or bad(answer):
-            raise PolicyError(f"{describe(policy)} {complaint(answer)}", request_id=request_id)
+            raise PolicyError(
+                f"{describe(policy, method)} {complaint(answer)}", request_id=request_id
+            )
         return answer, False
 
     def admits(self, view: AdmitView, request_id: str, *, label: str = "admit") -> bool:
@@ -168,7 +186,7 @@ class Ints:
         verdict = ask(policy, policy.admit, view, request_id)
         if not isinstance(verdict, bool):
             raise PolicyError(
-                f"{describe(policy)} answered {verdict!r} to whether request "
+                f"{describe(policy, 'admit')} answered {verdict!r} to whether request "
                 f"{request_id!r} may enter; an admission verdict is True or False.",
                 request_id=request_id,
             )

@@ -48,6 +48,7 @@ class Parameter:
         return self.default is None
 
 
+
 class Policy:
     """Base of every policy: identity, parameter and per-configuration validation."""
 
@@ -317,13 +318,15 @@ REQUIRED_METHODS: dict[str, tuple[str, ...]] = {
 }
 
 
-def defined_at(cls: type) -> str:
-    """``file:line`` of a class's definition (its module's name where the source is gone)."""
+def defined_at(obj: Any) -> str:
+    """``file:line`` where a class or a function (a bound method too) is defined, its module's
+    name where the source is gone: where to send the author of a policy that is incomplete or
+    answered something no scheduler can carry out."""
     try:
-        _, line = inspect.getsourcelines(cls)
-        return f"{inspect.getsourcefile(cls)}:{line}"
+        _, line = inspect.getsourcelines(obj)
+        return f"{inspect.getsourcefile(obj)}:{line}"
     except (OSError, TypeError):
-        return cls.__module__
+        return getattr(obj, "__module__", None) or repr(obj)
 
 
 def incomplete(cls: type[Policy]) -> str | None:

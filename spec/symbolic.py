@@ -43,6 +43,7 @@ from typing import Any
 import z3
 
 from policykit.errors import PolicykitError
+from policykit.policy import defined_at
 from policykit.spec.exact_division import exact_quotient
 from policykit.spec.guard import Breach, Guard, own_files, trusted
 
@@ -705,20 +706,12 @@ def _merged(outcome: Outcomes, fn: Any, who: str, method: str) -> Any:
         return outcome.merged()
     except Unsupported as exc:
         raise SymbolicEvaluationError(
-            f"{who} cannot be checked: its {method}() {exc}, in {_defined_at(fn)}. The checker "
+            f"{who} cannot be checked: its {method}() {exc}, in {defined_at(fn)}. The checker "
             "vouches only for a pure function of the view written with int arithmetic, "
             "comparisons, min/max and if (see 'What the checker trusts' in docs/spec.md)."
         ) from None
     finally:
         _GUARD.reset(token)
-
-
-def _defined_at(fn: Any) -> str:
-    """``file:line (name)`` where the policy's method ``fn`` is defined."""
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    if code is None:
-        return repr(fn)
-    return f"{code.co_filename}:{code.co_firstlineno} ({code.co_name})"
 
 
 def run_guarded(
