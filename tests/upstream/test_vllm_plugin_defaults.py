@@ -268,3 +268,14 @@ def test_the_queues_read_as_vllms_outside_a_step(engine):
         by_priority.add_request(request)
     assert list(by_priority.waiting) == list(heap)  # heap-pop order, ties included
     assert by_priority.waiting[0] is heap.peek_request()
+
+
+def test_a_vllm_release_nobody_checked_is_warned_about(caplog):
+    from policykit.integrations.vllm import startup
+
+    with caplog.at_level(logging.WARNING, logger="policykit.vllm"):
+        assert not startup.warn_unchecked_version("0.33.0")
+        assert startup.warn_unchecked_version("0.34.0")
+    (record,) = caplog.records
+    assert "vLLM 0.34.0 is not a release" in record.getMessage()
+    assert "0.32.0, 0.33.0" in record.getMessage()

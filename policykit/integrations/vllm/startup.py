@@ -15,6 +15,7 @@ from typing import Any
 from policykit.config import EngineConfig
 from policykit.errors import PolicykitError
 from policykit.integrations.vllm.settings import (
+    SUPPORTED_VERSIONS,
     VLLM_COMBO,
     combo_text,
     derived_combo,
@@ -116,6 +117,25 @@ def route_logs() -> None:
         logger.setLevel(logging.INFO)
 
 
+def warn_unchecked_version(installed: str | None = None) -> bool:
+    """Say (a warning, once per engine) when the installed vLLM is none of the releases the
+    decision points were checked on: its ``schedule()`` may ask them elsewhere, or decide
+    something inline a policy here still answers. True when it warned."""
+    if installed is None:
+        import vllm
+
+        installed = str(getattr(vllm, "__version__", "unknown"))
+    if installed in SUPPORTED_VERSIONS:
+        return False
+    logger.warning(
+        "policykit vLLM scheduler: vLLM %s is not a release its decision points were checked "
+        "on (%s); the policies may decide where that release decides otherwise",
+        installed,
+        ", ".join(SUPPORTED_VERSIONS),
+    )
+    return True
+
+
 def start(scheduler: Any) -> Combo:
     """Resolve the configured combo for ``scheduler`` and log what runs and what is proved."""
     route_logs()
@@ -130,6 +150,7 @@ def start(scheduler: Any) -> Combo:
     own = f"vLLM's own decisions under this engine's configuration: {format_combo(derived)}"
     origin = own if text is None else f"configured as {text!r} over {own}"
     logger.info("policykit vLLM scheduler active with %s (%s; %s)", combo, origin, config)
+    warn_unchecked_version()
     if startup_check_enabled():
         for line in check_lines(combo, registry, config):
             logger.info(line)
