@@ -658,25 +658,31 @@ def aligned_end(
 def preempting_chunk(
     num: Numbers,
     method: str,
-    start: int,
-    prompt: int,
-    budget: int,
-    free_tokens: int,
-    eligible: int,
+    start: Any,
+    prompt: Any,
+    budget: Any,
+    free_tokens: Any,
+    eligible: Any,
     page_size: int,
     request_id: str,
-) -> int:
+) -> tuple[Any, Any]:
     """A node that preempts asks the chunking policy (``new_chunk`` or ``resume_chunk``) for
     the chunk of a ``prompt``-token request from ``start``, and the alignment policy where a
-    non-final one ends; 0 leaves it for this step. On ints only: the node (and the vLLM plugin,
-    :mod:`policykit.integrations.vllm`) branches on the answer."""
+    non-final one ends; 0 leaves it for this step. Returns the chunk and whether a policy
+    broke its contract. The node, the vLLM plugin (:mod:`policykit.integrations.vllm`) and the
+    checker's model of the node (``policykit.spec.preempting_bmc``) all take their chunk here."""
     remaining = prompt - start
     view = preempting_chunk_view(remaining, budget, free_tokens, eligible, page_size)
-    length, _ = chunk(num, method, view, request_id, label=method)
-    if 0 < length < remaining:
-        end, _ = aligned_end(num, start, start + length, page_size, request_id)
-        length = end - start
-    return length
+    length, bad = chunk(num, method, view, request_id, label=method)
+    cut = num.all(length > 0, length < remaining)
+    aligned = num.when(
+        lambda: cut, lambda: aligned_end(num, start, start + length, page_size, request_id)
+    )
+    if aligned is None:  # ints, and the chunk is final or empty
+        return length, bad
+    end, bad_end = aligned
+    length = num.name("chunk", num.choose(cut, end - start, length))
+    return length, num.any(bad, num.all(cut, bad_end))
 
 
 def preempting_admits(
@@ -700,7 +706,7 @@ def preempting_victim(
     """The place in the running list of the request to preempt so the chunk of the one at
     ``requester`` fits: each running request as ``(prompt, computed, held blocks)``, ranked by
     the preemption policy (:func:`victim`). ``orders``, where the engine has them: each one's
-    ``(priority, arrival stamp)`` (``PreemptView``). On ints only, as :func:`preempting_chunk`."""
+    ``(priority, arrival stamp)`` (``PreemptView``). On ints only: the node branches on it."""
     facts = [(0, 0)] * len(running) if orders is None else orders
     count = 0 if orders is None else len(running)
     views = [
@@ -737,45 +743,23 @@ def victim(
     that is not never wins and its rank is not held against the policy. The checker's running
     list has a place for every request, filled or not, where the scheduler's has only the
     running ones (None: every view is present)."""
-    if present is not None:
-        return _present_victim(num, views, request_ids, present)
-    best: Any = 0
-    best_rank: Any = None
-    broken: Any = False
-    for place, (view, rid) in enumerate(zip(views, request_ids, strict=True)):
-        rank, bad = _victim_rank(num, view, rid, place)
-        broken = num.any(broken, bad)
-        if best_rank is None:
-            best_rank = rank
-            continue
-        later = rank >= best_rank
-        best = num.choose(later, place, best)
-        best_rank = num.choose(later, rank, best_rank)
-    return best, broken
-
-
-def _victim_rank(num: Numbers, view: PreemptView, rid: str, place: int) -> tuple[Any, Any]:
-    return num.decide(
-        "preemption",
-        "victim_rank",
-        view,
-        rid,
-        label=f"victim_rank_{place}",
-        bad=lambda r: False,
-        complaint=lambda r: f"ranked running request {rid!r} {r!r}; a victim rank is an int.",
-    )
-
-
-def _present_victim(
-    num: Numbers, views: list[PreemptView], request_ids: list[str], present: list[Any]
-) -> tuple[Any, Any]:
-    """:func:`victim` over the views that are ``present``."""
+    here_all = [True] * len(views) if present is None else present
     best: Any = 0
     best_rank: Any = 0
     found: Any = False
     broken: Any = False
-    for place, (view, rid, here) in enumerate(zip(views, request_ids, present, strict=True)):
-        rank, bad = _victim_rank(num, view, rid, place)
+    for place, (view, rid, here) in enumerate(zip(views, request_ids, here_all, strict=True)):
+        rank, bad = num.decide(
+            "preemption",
+            "victim_rank",
+            view,
+            rid,
+            label=f"victim_rank_{place}",
+            bad=lambda r: False,
+            complaint=lambda r, rid=rid: (
+                f"ranked running request {rid!r} {r!r}; a victim rank is an int."
+            ),
+        )
         broken = num.any(broken, num.all(here, bad))
         take = num.all(here, num.any(num.not_(found), rank >= best_rank))
         best = num.choose(take, place, best)

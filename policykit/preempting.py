@@ -371,9 +371,10 @@ class PreemptingScheduler:
         """The chunking policy's chunk from ``start``, a non-final one aligned."""
         page = self.node.config.page_size
         free = (self.node.pool.free_blocks - evictable) * page
-        return kernel.preempting_chunk(
+        length, _ = kernel.preempting_chunk(
             self.num, method, start, req.prompt_tokens, budget, free, eligible, page, req.id
         )
+        return length
 
     def _fits(self, tokens: int, held: list[int], hit: list[int]) -> bool:
         """Whether the blocks to hold ``tokens`` tokens fit the free ones (a hit on blocks that

@@ -2,10 +2,9 @@
 
 The step is :class:`policykit.preempting.PreemptingScheduler`'s, unrolled over a few requests
 and rounds with symbolic prompt lengths, pool size, arrivals and release timing; its decisions
-and arithmetic are :mod:`policykit.kernel`'s (``preempting_chunk_view``, ``chunk``,
-``aligned_end``, ``preempting_admit_view``, ``admits``, ``blocks_to_allocate``, ``victim``),
-run on z3 terms by :class:`~policykit.spec.model.Terms`, so no rule is written twice. What the
-model adds is bookkeeping the scheduler keeps in lists:
+and arithmetic are :mod:`policykit.kernel`'s (``preempting_chunk``, ``preempting_admits``,
+``blocks_to_allocate``, ``victim``), run on z3 terms by :class:`~policykit.spec.model.Terms`,
+so no rule is written twice. What the model adds is bookkeeping the scheduler keeps in lists:
 
 * **the running list** as one place per request, ordered by when each entered (``rkey``); the
   loop over it takes them in that order, each once, which is the scheduler's index walk (a
@@ -30,7 +29,7 @@ over the wider model does not replay.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import z3
@@ -154,16 +153,10 @@ def _fits_idle(terms: Terms, config: EngineConfig, q: PRequest, pool: Sym) -> z3
     page = config.page_size
     free = pool * page
     ok = terms.admits(kernel.preempting_admit_view(q.prompt, q.prompt, free, page), q.name)
-    view = kernel.preempting_chunk_view(q.prompt, _sym(config.chunked_prefill_size), free, 1, page)
-    view = _with_sym(view)
+    budget, alone = _sym(config.chunked_prefill_size), _sym(1)
+    view = kernel.preempting_chunk_view(q.prompt, budget, free, alone, page)
     first, bad = kernel.chunk(terms, "new_chunk", view, q.name, label="idle_chunk")
     return z3.And(ok, first.t > 0, z3.Not(bad))
-
-
-def _with_sym(view: Any) -> Any:
-    """``view`` with its eligible count as a term (one view shape for the model and the
-    cross-validation)."""
-    return replace(view, eligible_requests=_sym(view.eligible_requests))
 
 
 def initial_state(inp: PInputs) -> PState:
@@ -302,12 +295,11 @@ def resume(
     """A running request's turn: its ``resume_chunk`` (aligned) with ``budget`` tokens left and
     ``free`` free blocks, the blocks that chunk needs beyond the ``held`` ones, and whether the
     chunking or alignment policy broke its contract."""
-    rem = prompt - computed
-    view = _with_sym(kernel.preempting_chunk_view(rem, budget, free * page, eligible, page))
-    chunk, bad = kernel.chunk(terms, "resume_chunk", view, rid, label="resume_chunk")
-    chunk, bad_end = _aligned(enc, terms, page, computed, chunk, rem, rid)
+    chunk, bad = kernel.preempting_chunk(
+        terms, "resume_chunk", computed, prompt, budget, free * page, eligible, page, rid
+    )
     need = enc.bind("need", kernel.blocks_to_allocate(computed + chunk, held, page))
-    return chunk, need, z3.Or(bad, bad_end)
+    return chunk, need, bad
 
 
 def _victim(u: PUnrolling, w: _Step, turn: int, short: z3.BoolRef) -> Sym:
@@ -328,16 +320,6 @@ def _victim(u: PUnrolling, w: _Step, turn: int, short: z3.BoolRef) -> Sym:
     place, bad = kernel.victim(u.terms, views, ids, w.present)
     w.bad = z3.Or(w.bad, z3.And(short, bad))
     return u.enc.bind("victim", place)
-
-
-def _aligned(
-    enc: Encoder, terms: Terms, page: int, start: Sym, chunk: Sym, rem: Sym, rid: str
-) -> tuple[Sym, z3.BoolRef]:
-    """A non-final chunk with its end aligned (``kernel.aligned_end``), and whether the
-    alignment policy broke its contract there."""
-    cut = z3.And(chunk.t > 0, chunk.t < rem.t)
-    end, bad_end = kernel.aligned_end(terms, start, start + chunk, page, rid)
-    return enc.bind("chunk", ite(cut, end - start, chunk)), z3.And(cut, bad_end)
 
 
 def _hits(u: PUnrolling, s: PState, r: int) -> list[Sym]:
@@ -379,14 +361,12 @@ def enter(
     """A waiting ``prompt``-token request with ``hit`` cached blocks (evictable: a hit on them
     takes free blocks) on ``free`` free blocks and ``budget`` tokens left in the step."""
     start = hit * page
-    rem = prompt - start
     tokens = (free - hit) * page
-    view = _with_sym(kernel.preempting_chunk_view(rem, budget, tokens, eligible, page))
-    chunk, bad = kernel.chunk(terms, "new_chunk", view, rid, label="new_chunk")
-    chunk, bad_end = _aligned(enc, terms, page, start, chunk, rem, rid)
-    ok = terms.admits(kernel.preempting_admit_view(prompt, rem, tokens, page), rid)
+    args = (start, prompt, budget, tokens, eligible, page, rid)
+    chunk, bad = kernel.preempting_chunk(terms, "new_chunk", *args)
+    ok = kernel.preempting_admits(terms, prompt, start, tokens, page, rid)
     need = kernel.blocks_to_allocate(start + chunk, hit, page)
-    return Entry(chunk, ok, enc.bind("takes", need + hit), z3.Or(bad, bad_end))
+    return Entry(chunk, ok, enc.bind("takes", need + hit), bad)
 
 
 def _waiting_loop(

@@ -224,6 +224,7 @@ class PolicyDecisions:
         )
         if chunk is FALLBACK:
             return None
+        chunk, _ = chunk  # (a broken answer raised inside, as a fault the guard caught)
         if chunk > budget:
             self.guard.refuse(
                 "chunking",
