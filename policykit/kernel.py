@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cmp_to_key
 from typing import Any, Protocol
 
 from policykit.errors import PolicyError
@@ -138,6 +138,69 @@ def queue_rank(policy: Policy, view: QueueView, request_id: str) -> int:
             request_id=request_id,
         )
     return rank
+
+
+# -- the waiting queue's order --------------------------------------------------------------
+# SGLang's planner, the node that preempts, both engine plugins and both checker models look at
+# the waiting requests in one order: by the queue policy's priority, lower first, equal
+# priorities in the queue's own order (arrival; the front for a request a node preempted).
+# That is a stable sort by priority. Terms cannot be sorted, so the order is one comparison,
+# :func:`goes_before`: the models turn it into facts, the nodes sort by it.
+def goes_before(num: Numbers, rank: Any, other_rank: Any, own_order: Any) -> Any:
+    """Whether a request of priority ``rank`` goes before one of ``other_rank``, where
+    ``own_order`` says whether it comes first in the queue's own order. ``rank`` None: the
+    queue keeps its own order (``arrival_order``)."""
+    if rank is None:
+        return own_order
+    return num.any(rank < other_rank, num.all(rank == other_rank, own_order))
+
+
+def in_queue_order(num: Numbers, items: list[Any], ranks: list[int]) -> list[Any]:
+    """``items`` (in the queue's own order) ordered by :func:`goes_before` on their ``ranks``."""
+
+    def compare(a: int, b: int) -> int:
+        return -1 if goes_before(num, ranks[a], ranks[b], a < b) else 1
+
+    return [items[i] for i in sorted(range(len(items)), key=cmp_to_key(compare))]
+
+
+def queue_order(
+    num: Numbers,
+    policy: Policy,
+    waiting: list[Any],
+    rank: Callable[[Any], int],
+    kept: dict[str, int] | None,
+) -> tuple[list[Any], dict[str, int] | None]:
+    """The order a round looks at ``waiting`` (in the queue's own order) under the queue
+    policy, and the order to keep for a round that does not sort (None: the queue's own).
+
+    A queue longer than the policy's ``sort_limit`` is not sorted: it keeps the order ``kept``
+    from the last round that sorted, later arrivals behind in their own order, as SGLang's
+    waiting list keeps its last in-place sort (which a round in arrival order leaves as it
+    is). Both nodes order their queue here."""
+    if policy.arrival_order:
+        return waiting, kept
+    if policy.sorts(len(waiting)):
+        order = (
+            in_queue_order(num, waiting, [rank(r) for r in waiting])
+            if len(waiting) > 1
+            else waiting
+        )
+    elif kept is None:  # the last queue was in its own order, and so is this one
+        order = waiting
+    else:
+        order = sorted(waiting, key=lambda r: kept.get(r.id, len(kept)))
+    return order, None if order == waiting else {r.id: i for i, r in enumerate(order)}
+
+
+# -- between rounds ----------------------------------------------------------------------------
+def kv_back(finished: Any, delay: Any, round_no: Any) -> Any:
+    """Whether the KV of a request that finished in round ``finished``, its transfer to decode
+    taking ``delay`` rounds, is free for round ``round_no`` to plan with. SGLang's node frees it
+    as that round starts, the node that preempts as the round before ends (asking for
+    ``round_no + 1``), so both give it back to round ``finished + delay``, and to the next round
+    where ``delay`` is 0 or 1. Numbers of any kind: ints, or terms (the checker's models)."""
+    return finished + delay <= round_no
 
 
 def _is_int(x: Any) -> bool:

@@ -150,29 +150,13 @@ class Planner:
 
     # -- the waiting queue -----------------------------------------------------------------
     def queue(self) -> list[Request]:
-        """The waiting requests in the order this round looks at them: by the queue policy's
-        priority, lower first, with a stable sort (equal priorities keep arrival order).
-
-        A queue longer than the policy's ``sort_limit`` is not sorted: it keeps the order this
-        planner last gave it, later arrivals behind in arrival order, as SGLang's waiting list
-        keeps its last in-place sort (:meth:`_kept_order`)."""
-        waiting = list(self.node.waiting)
-        policy = self.combo.queue
-        if policy.arrival_order:
-            return waiting
-        if policy.sorts(len(waiting)):
-            order = sorted(waiting, key=self._priority) if len(waiting) > 1 else waiting
-        else:
-            order = self._kept_order(waiting)
-        self._last_order = None if order == waiting else {r.id: i for i, r in enumerate(order)}
+        """The waiting requests in the order this round looks at them
+        (:func:`policykit.kernel.queue_order`: by the queue policy's priority, stably; a queue
+        over the policy's ``sort_limit`` in the order this planner last gave it)."""
+        order, self._last_order = kernel.queue_order(
+            self.num, self.combo.queue, list(self.node.waiting), self._priority, self._last_order
+        )
         return order
-
-    def _kept_order(self, waiting: list[Request]) -> list[Request]:
-        """``waiting`` (arrival order) in the order of the last queue, newcomers last."""
-        last = self._last_order
-        if last is None:  # the last queue was in arrival order, and so is this one
-            return waiting
-        return sorted(waiting, key=lambda r: last.get(r.id, len(last)))
 
     def _priority(self, req: Request) -> int:
         node, page = self.node, self.node.config.page_size

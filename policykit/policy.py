@@ -48,7 +48,6 @@ class Parameter:
         return self.default is None
 
 
-
 class Policy:
     """Base of every policy: identity, parameter and per-configuration validation."""
 

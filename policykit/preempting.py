@@ -162,6 +162,8 @@ class PreemptingScheduler:
         self.node = node
         self.combo = combo
         self.num = Ints(combo)
+        #: the waiting queue's order from the last round that sorted it (``kernel.queue_order``)
+        self._kept: dict[str, int] | None = None
         self.pm = pm
         self.forward = forward
         self.round_no = 0
@@ -336,12 +338,13 @@ class PreemptingScheduler:
             budget -= chunk
 
     def _queue(self) -> list[PagedRequest]:
-        """The waiting requests by the queue policy's priority (stable: ties keep their place)."""
-        waiting = list(self.node.waiting)
-        policy = self.combo.queue
-        if policy.arrival_order or len(waiting) < 2:
-            return waiting
-        return sorted(waiting, key=self._priority)
+        """The waiting requests by the queue policy's priority (stable: ties keep their place),
+        a queue over the policy's ``sort_limit`` in the order last given
+        (:func:`policykit.kernel.queue_order`, as SGLang's planner)."""
+        order, self._kept = kernel.queue_order(
+            self.num, self.combo.queue, list(self.node.waiting), self._priority, self._kept
+        )
+        return order
 
     def _priority(self, req: PagedRequest) -> int:
         page = self.node.config.page_size
@@ -399,14 +402,15 @@ class PreemptingScheduler:
         return completed
 
     def _release(self, completed: list[str]) -> list[str]:
-        """Transfers done this round (finished in round ``f``, released at the end of round
-        ``max(f, f + release_rounds - 1)``), their blocks freed."""
+        """Transfers done this round (:func:`policykit.kernel.kv_back` for the next round:
+        finished in round ``f``, released at the end of round ``max(f, f + release_rounds -
+        1)``), their blocks freed."""
         node, out = self.node, []
         for req in list(node.held):
             delay = req.release_rounds
             if delay is None or req.finished_round is None:
                 continue
-            if req.finished_round + delay - 1 <= self.round_no:
+            if kernel.kv_back(req.finished_round, delay, self.round_no + 1):
                 node.held.remove(req)
                 node.give_back(req)
                 out.append(req.id)

@@ -23,6 +23,7 @@ from typing import Any
 import z3
 
 import policykit.spec.swa as sw
+from policykit import kernel
 from policykit.config import EngineConfig
 from policykit.ledger import ceil_paged
 from policykit.liveness import idle_capacity, never_completes
@@ -267,18 +268,15 @@ def _swa_pool_inputs(enc: Encoder, inp: Inputs, config: EngineConfig) -> None:
 
 
 def queue_order(model: RoundModel, reqs: list[Req]) -> list[z3.BoolRef]:
-    """Facts that number the requests in the queue's order: by the queue policy's priority,
-    equal priorities in arrival order (the planner's stable sort of an arrival-ordered queue).
+    """Facts that number the requests in the queue's order (``kernel.goes_before``, the order
+    the planner sorts its arrival-ordered queue by).
     No scenario is lost: any one can be renumbered so. A request's priority depends on its own
     facts alone (``QueueView``), so the order is the same in every round."""
     keys = [model.priority(r) for r in reqs]
-    out = []
-    for (a, ka), (b, kb) in itertools.pairwise(zip(reqs, keys, strict=True)):
-        in_arrival = a.arrival.t <= b.arrival.t
-        out.append(
-            in_arrival if ka is None else z3.Or(ka.t < kb.t, z3.And(ka.t == kb.t, in_arrival))
-        )
-    return out
+    return [
+        kernel.goes_before(model.num, ka, kb, a.arrival.t <= b.arrival.t)
+        for (a, ka), (b, kb) in itertools.pairwise(zip(reqs, keys, strict=True))
+    ]
 
 
 @dataclass
@@ -398,7 +396,7 @@ def _release(u: Unrolling, s: NodeState, r: int) -> _Work:
             s.finished[i].t > 0,
             z3.Not(s.released[i]),
             z3.Not(inp.release_never),
-            s.finished[i].t + inp.release_rounds.t <= r,
+            kernel.kv_back(s.finished[i].t, inp.release_rounds.t, r),
         )
         for i in range(len(inp.requests))
     ]

@@ -401,8 +401,8 @@ def _waiting_loop(
 
 
 def _queue_order(u: PUnrolling, s: PState, hits: list[Sym]) -> list[list[Any]]:
-    """``before[j][i]``: waiting request j goes before i. The queue's own order (its key); a
-    sorting queue sorts by the policy's priority first, stably."""
+    """``before[j][i]``: waiting request j goes before i (``kernel.goes_before``): the queue's
+    own order (its key), under a sorting queue after the policy's priority."""
     n, page = len(s.wkey), u.config.page_size
     keyed = [[s.wkey[j].t < s.wkey[i].t for i in range(n)] for j in range(n)]
     queue = u.combo.queue
@@ -422,10 +422,7 @@ def _queue_order(u: PUnrolling, s: PState, hits: list[Sym]) -> list[list[Any]]:
         )
         prio.append(rank)
     return [
-        [
-            z3.Or(prio[j].t < prio[i].t, z3.And(prio[j].t == prio[i].t, keyed[j][i]))
-            for i in range(n)
-        ]
+        [kernel.goes_before(u.terms, prio[j], prio[i], keyed[j][i]) for i in range(n)]
         for j in range(n)
     ]
 
@@ -452,7 +449,7 @@ def _compute(u: PUnrolling, s: PState, w: _Step, r: int) -> PState:
             finished.t > 0,
             z3.Not(s.released[i]),
             z3.Not(inp.release_never),
-            (finished + inp.release_rounds - 1).t <= r,
+            kernel.kv_back(finished.t, inp.release_rounds.t, r + 1),
         )
         free = free + ite(rel, q.blocks, 0)
         nxt.running.append(

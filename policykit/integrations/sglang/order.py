@@ -38,6 +38,7 @@ import itertools
 from functools import cache
 from typing import Any
 
+from policykit import kernel
 from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.integrations.sglang import hooks
 from policykit.integrations.sglang.guard import FALLBACK, ask_rank
@@ -83,7 +84,9 @@ def order_queue(original: Any, schedule: Any, waiting_queue: list, *args: Any, *
     ranks = _ranks(policy, schedule.tree_cache, waiting_queue)
     if ranks is None:
         return original(schedule, waiting_queue, *args, **kw)
-    waiting_queue.sort(key=lambda req: ranks[id(req)])  # stable: ties keep arrival order
+    # (ties keep arrival order)
+    ranked = [ranks[id(req)] for req in waiting_queue]
+    waiting_queue[:] = kernel.in_queue_order(kernel.Ints(combo), waiting_queue, ranked)
     return None
 
 

@@ -366,7 +366,7 @@ class PolicyDecisions:
         page = self._page
 
         def order() -> list[Any]:
-            ranks = {}
+            ranks = []
             for request, stamp in zip(waiting, arrival_stamps(waiting), strict=True):
                 view = QueueView(
                     prompt_tokens=request.num_tokens,
@@ -376,8 +376,8 @@ class PolicyDecisions:
                     priority=request.priority,
                     arrival=stamp,
                 )
-                ranks[request] = kernel.queue_rank(policy, view, request.request_id)
-            return sorted(waiting, key=ranks.__getitem__)
+                ranks.append(kernel.queue_rank(policy, view, request.request_id))
+            return kernel.in_queue_order(self._num, waiting, ranks)
 
         ranked = self.guard.ask("queue", "priority", order)
         return None if ranked is FALLBACK else ranked
