@@ -16,7 +16,8 @@ import torch
 from policykit.harness.model import Decoder, LayerKV
 from policykit.harness.workloads import Workload, WorkloadError
 from policykit.node import PrefillNode
-from policykit.pool import TokenPool, pages_for
+from policykit.pages import pages_for
+from policykit.pool import TokenPool
 from policykit.request import Request, State
 
 

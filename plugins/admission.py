@@ -7,7 +7,7 @@ The difference between them is one question: when a request is truncated, who pa
 from __future__ import annotations
 
 from policykit.hookspecs import hookimpl
-from policykit.ledger import ceil_paged
+from policykit.pages import ceil_paged
 from policykit.policy import AdmissionPolicy, AdmitView, TailView
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from policykit.config import EngineConfig
 from policykit.hookspecs import hookimpl
-from policykit.ledger import ceil_paged
+from policykit.pages import ceil_paged
 from policykit.policy import (
     AdmissionPolicy,
     AdmitView,

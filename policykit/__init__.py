@@ -6,7 +6,8 @@ The public surface for plugin authors is small: the policy base classes and view
 
 from policykit.config import EngineConfig
 from policykit.hookspecs import hookimpl
-from policykit.ledger import Budget, ceil_paged
+from policykit.ledger import Budget
+from policykit.pages import ceil_paged
 from policykit.policy import (
     AdmissionPolicy,
     AdmitView,

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from policykit.ledger import ceil_paged
-from policykit.swa_cache import prefix_window
+from policykit.pages import ceil_paged
 from policykit.tokens import TokenRuns
 
 Tokens = Sequence[int]
@@ -137,21 +135,6 @@ class HostTier:
 
     def __len__(self) -> int:
         return self._count
-
-
-def swa_host_hit(loaded: Any, window: int | None, page: int) -> Any:
-    """SGLang 0.5.23's ``swa_host_hit_length`` for a host hit that loads back ``loaded``
-    tokens (hybrid SWA): the sliding-window KV that comes back with it, which takes
-    sliding-window slots at admission. 0.5.23 derives it in its tree walk
-    (``SWAComponent.finalize_match_result_in_tree_core``): from the end of the hit towards the
-    root, it counts the host-only nodes' sliding-window KV until a window is covered. A host
-    run is backed up as its insert left it on the device: a leaf cut where its last window of
-    whole pages begins, the part above it a tombstone for the window (the KV out of a
-    request's window is freed as it runs). So the walk ends at that last part: the hit's last
-    window in whole pages, or the whole hit if shorter. Ints and the checker's terms alike."""
-    if window is None:
-        return loaded
-    return prefix_window(loaded, window, page)
 
 
 def _slot(tokens: Tokens, start: int) -> tuple[int, int | None]:

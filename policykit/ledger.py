@@ -27,6 +27,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from policykit.pages import ceil_paged
+
 
 class Budget(enum.Enum):
     """Verdict after each admission: may the planner look at the next request?"""
@@ -34,11 +36,6 @@ class Budget(enum.Enum):
     NO_TOKEN = "NO_TOKEN"  # memory exhausted: the batch is full
     OTHER = "OTHER"  # compute exhausted
     CONTINUE = "CONTINUE"
-
-
-def ceil_paged(tokens: int, page_size: int) -> int:
-    """Round ``tokens`` up to whole pages (works on ints and symbolic integers alike)."""
-    return -(-tokens // page_size) * page_size
 
 
 def minimum(a: Any, b: Any) -> Any:

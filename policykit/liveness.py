@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from policykit.ledger import Ledger
+from policykit.pages import extend_pages, pages_for
 from policykit.policy import AdmitView, ChunkView
-from policykit.pool import extend_pages, pages_for
 
 
 def idle_capacity(pool_total: Any, pinned: Any) -> Any:

@@ -10,21 +10,19 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 
 from policykit.config import EngineConfig
 from policykit.errors import LoadBackError, PlanError, PrefillOutOfMemory
-from policykit.host_tier import HostEntry, HostTier, swa_host_hit
+from policykit.host_tier import HostEntry, HostTier
+from policykit.kernel.swa import swa_host_hit
+from policykit.pages import cached_on_release, extend_pages, pages_for
 from policykit.plan import Entry, EntryKind, Plan
-from policykit.pool import TokenPool, extend_pages, pages_for
+from policykit.pool import TokenPool
 from policykit.prefix_cache import Node, PrefixCache, Tokens
 from policykit.request import NO_PAGES, Request, State
 from policykit.swa_cache import SWAPrefixCache, kept_from
-
-#: KV a prefill node keeps per request for generated tokens: the first token only
-FIRST_TOKENS = 1
 
 
 @dataclass
@@ -63,13 +61,6 @@ def eviction_demand(extend_tokens: int, requests: int, page_size: int) -> int:
     with it too.
     """
     return extend_tokens + (requests * page_size if page_size > 1 else 0)
-
-
-def cached_on_release(tokens: Any, page_size: int) -> Any:
-    """The tokens of a released request's KV that the prefix cache keeps: its whole pages (the
-    partly filled last page goes back to the free list). Plain arithmetic: the checker's
-    release caches the same."""
-    return tokens // page_size * page_size
 
 
 @dataclass
@@ -481,7 +472,7 @@ class PrefillNode:
     def _load_back_swa(self, s: _Staged, undo: list[Callable[[], None]]) -> None:
         """A load-back under hybrid SWA, as 0.5.23's ``init_load_back``: evict for it in both
         pools, take its full pages and the pages of the sliding-window KV the host holds of it
-        (its last window, :func:`~policykit.host_tier.swa_host_hit`), and put it into the tree
+        (its last window, :func:`~policykit.kernel.swa.swa_host_hit`), and put it into the tree
         (that window live, the part above a tombstone); the request's lock moves to the node
         that ends it."""
         req, n, start = s.req, s.entry.load_back, s.entry.cached

@@ -27,9 +27,9 @@ from policykit.kernel import Ints, Offer, describe
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import idle_capacity
 from policykit.node import PrefillNode
+from policykit.pages import pages_for
 from policykit.plan import NEVER, Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.policy import QueueView
-from policykit.pool import pages_for
 from policykit.prefix_cache import Node
 from policykit.registry import Combo
 from policykit.request import Request

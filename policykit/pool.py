@@ -22,20 +22,6 @@ import torch
 from policykit.errors import PrefillOutOfMemory
 
 
-def pages_for(tokens: int, page_size: int) -> int:
-    """Pages needed to hold ``tokens`` slots (ceiling division)."""
-    return -(-tokens // page_size)
-
-
-def extend_pages(seq_len: int, prefix_len: int, page_size: int) -> int:
-    """Pages ``alloc_extend`` takes to grow a sequence from ``prefix_len`` to ``seq_len``.
-
-    The partly filled last page of the prefix is reused, so this is
-    ``ceil(seq/page) - ceil(prefix/page)``, never more than ``ceil((seq-prefix)/page)``.
-    """
-    return pages_for(seq_len, page_size) - pages_for(prefix_len, page_size)
-
-
 @dataclass(frozen=True)
 class KVLayout:
     """Shape of the KV the pool stores per token slot (one entry per attention layer)."""

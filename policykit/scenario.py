@@ -20,10 +20,12 @@ import torch
 
 from policykit.config import EngineConfig
 from policykit.errors import ScenarioError, quote
+from policykit.kernel.swa import prefix_window
 from policykit.node import PrefillNode
-from policykit.pool import TokenPool, pages_for
+from policykit.pages import pages_for
+from policykit.pool import TokenPool
 from policykit.request import Request, State
-from policykit.swa_cache import SWAPrefixCache, prefix_window, window_start
+from policykit.swa_cache import SWAPrefixCache, window_start
 from policykit.tokens import TokenRuns
 
 #: request ``i``'s token ids start at ``(i + 1) * _ID_STRIDE``: no two requests share a token

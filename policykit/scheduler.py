@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policykit.errors import ComboError, PolicyError, PrefillOutOfMemory, RequestFault
+from policykit.kernel.queue import WAITING_PREFIX_REFRESH_INTERVAL, WAITING_PREFIX_REFRESH_MAX
 from policykit.ledger import Ledger
 from policykit.liveness import never_completes, owed_tokens
 from policykit.node import PrefillNode
@@ -21,12 +22,6 @@ from policykit.planner import Observer, Planner, describe
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
 from policykit.request import State
-
-#: SGLang 0.5.23's ``WAITING_PREFIX_REFRESH_INTERVAL``: sorts of a non-empty queue between two
-#: refreshes of the waiting requests' prefixes (:meth:`Scheduler._refresh_waiting_prefixes`)
-WAITING_PREFIX_REFRESH_INTERVAL = 32
-#: SGLang 0.5.23's ``WAITING_QUEUE_PREFIX_MATCH_MAX``: a refresh touches this many, from the head
-WAITING_PREFIX_REFRESH_MAX = 128
 
 #: called after a plan is committed, with the plan and the node: the harness runs the model here
 Forward = Callable[[Plan, PrefillNode], None]

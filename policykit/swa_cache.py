@@ -32,8 +32,9 @@ from typing import Any
 
 import torch
 
-from policykit.ledger import maximum, minimum
-from policykit.pool import TokenPool, pages_for
+from policykit.ledger import maximum
+from policykit.pages import pages_for
+from policykit.pool import TokenPool
 from policykit.prefix_cache import Node, PrefixCache, Tokens
 
 
@@ -46,14 +47,6 @@ def window_start(tokens: int, window: int | None, page: int) -> int:
     if window is None or tokens <= window:
         return 0
     return (tokens - window) // page * page
-
-
-def prefix_window(tokens: Any, window: int, page: int) -> Any:
-    """The live sliding-window KV of a cached page-aligned prefix of ``tokens`` laid out by
-    :func:`window_start`: its last window in whole pages, or all of it when shorter. Plain
-    arithmetic (``tokens - window_start(tokens)`` for page multiples): the checker's round
-    model lays a scenario's prefixes out with it too."""
-    return minimum(tokens, pages_for(window, page) * page)
 
 
 def kept_from(last: Any, evicted: Any, window: int, page: int) -> Any:

@@ -25,11 +25,11 @@ import z3
 import policykit.spec.swa as sw
 from policykit import kernel
 from policykit.config import EngineConfig
-from policykit.ledger import ceil_paged
+from policykit.kernel.queue import WAITING_PREFIX_REFRESH_INTERVAL
+from policykit.kernel.swa import prefix_window
 from policykit.liveness import idle_capacity, never_completes
-from policykit.node import cached_on_release
+from policykit.pages import cached_on_release, ceil_paged
 from policykit.registry import Combo
-from policykit.scheduler import WAITING_PREFIX_REFRESH_INTERVAL
 from policykit.spec.cache import (
     Unit,
     checkpoint_tick,
@@ -64,7 +64,6 @@ from policykit.spec.model import (
     t,
 )
 from policykit.spec.symbolic import Sym, num
-from policykit.swa_cache import prefix_window
 
 #: the properties, in the order they are reported
 PROPERTIES = (

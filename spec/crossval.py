@@ -41,7 +41,7 @@ from z3.z3util import get_vars
 
 from policykit import kernel
 from policykit.config import EngineConfig
-from policykit.node import FIRST_TOKENS
+from policykit.kernel.domain import FIRST_TOKENS
 from policykit.policy import (
     DECISION_KINDS,
     AdmitView,

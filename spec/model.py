@@ -32,9 +32,9 @@ from policykit.kernel import Attempt, Offer
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import owed_tokens
 from policykit.node import eviction_demand
+from policykit.pages import extend_pages, pages_for
 from policykit.plan import NEVER
 from policykit.policy import AdmitView, QueueView
-from policykit.pool import extend_pages, pages_for
 from policykit.registry import Combo
 from policykit.spec.lifted import evaluate
 from policykit.spec.symbolic import (

@@ -20,8 +20,7 @@ from dataclasses import dataclass, replace
 
 import z3
 
-from policykit.ledger import ceil_paged
-from policykit.pool import pages_for
+from policykit.pages import ceil_paged, pages_for
 from policykit.spec.cache import Unit
 from policykit.spec.model import Encoder, ite
 from policykit.spec.symbolic import Sym, num

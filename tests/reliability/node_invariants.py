@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from policykit.node import PrefillNode
+from policykit.pages import pages_for
 from policykit.plan import Plan
-from policykit.pool import pages_for
 from policykit.request import State
 from policykit.swa_cache import SWAPrefixCache
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from policykit.hookspecs import hookimpl
-from policykit.ledger import ceil_paged
+from policykit.pages import ceil_paged
 from policykit.plugins.chunking import SGLangChunking
 from policykit.policy import AdmissionPolicy, AdmitView, ChunkView, TailView
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from policykit.cli import main
 from policykit.config import EngineConfig
 from policykit.errors import PluginError
-from policykit.ledger import ceil_paged
+from policykit.pages import ceil_paged
 from policykit.plugin_manager import PluginSource, make_plugin_manager
 from policykit.policy import AdmissionPolicy, AdmitView
 from policykit.registry import PolicyRegistry
@@ -198,7 +198,7 @@ def test_a_refusal_inside_a_helper_is_reported_at_the_policy_line(registry) -> N
         crossval.check_policies(combo, EngineConfig(64, 4096))
     text = " ".join(str(err.value).split())
     first = text.index("test_idioms.py:")
-    assert "inside ceil_paged() at" in text and first < text.index("ledger.py:"), text
+    assert "inside ceil_paged() at" in text and first < text.index("pages.py:"), text
 
 
 class AnswersInWords(AdmissionPolicy):

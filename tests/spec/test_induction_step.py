@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from policykit.config import EngineConfig
 from policykit.ledger import Ledger
 from policykit.liveness import owed_tokens
+from policykit.pages import extend_pages
 from policykit.plan import EntryKind
-from policykit.pool import extend_pages
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
 from policykit.spec.induction import Mid, Obligations

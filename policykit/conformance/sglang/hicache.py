@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from policykit.pool import pages_for
+from policykit.pages import pages_for
 from policykit.swa_cache import window_start
 
 #: write-through never fires (SGLang's unit fixtures use the same value)

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from policykit.conformance.sglang import hicache
-from policykit.pool import pages_for
+from policykit.pages import pages_for
 from policykit.request import Request
 from policykit.scenario import Scenario, pool_tokens, swa_pool_tokens
 from policykit.swa_cache import window_start

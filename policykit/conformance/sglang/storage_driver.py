@@ -24,8 +24,8 @@ import torch
 
 from policykit.conformance.sglang.driver import UpstreamDriver, UpstreamRun, load
 from policykit.conformance.sglang.storage import OWNER_FILLER, Storage
+from policykit.pages import extend_pages, pages_for
 from policykit.plan import Plan
-from policykit.pool import extend_pages, pages_for
 from policykit.request import Request
 from policykit.scenario import _ID_STRIDE, Scenario, build_node
 from policykit.swa_cache import window_start

@@ -1,0 +1,95 @@
+"""The round's decisions, written once over a number domain (:mod:`policykit.kernel.domain`).
+
+The planner decides a round on ints; the checker decides the same round on z3 terms. Both ask
+the same policies the same questions, charge the same ledger and refuse the same broken
+answers, so those decisions live here, one topic a module. The package is pure: it loads
+neither torch nor the tensor node, so the checker can import it without them. The public
+names are re-exported here, so callers write ``kernel.admission(...)``.
+"""
+
+from policykit.kernel.admission import (
+    Attempt,
+    Offer,
+    admission,
+    admits,
+    afresh,
+    attempt,
+    load_back_swa,
+)
+from policykit.kernel.blame import ask, describe
+from policykit.kernel.chunking import Resumed, chunk, place, resume, truncate
+from policykit.kernel.domain import FIRST_TOKENS, Ints, Numbers, is_int
+from policykit.kernel.idle import IdleAnswers, idle_answers
+from policykit.kernel.preempting import (
+    aligned_end,
+    blocks_to_allocate,
+    preempting_admit_view,
+    preempting_admits,
+    preempting_chunk,
+    preempting_chunk_view,
+    preempting_victim,
+    victim,
+)
+from policykit.kernel.queue import (
+    WAITING_PREFIX_REFRESH_INTERVAL,
+    WAITING_PREFIX_REFRESH_MAX,
+    goes_before,
+    in_queue_order,
+    queue_order,
+    queue_rank,
+)
+from policykit.kernel.release import kv_back
+from policykit.kernel.swa import (
+    lower_swa,
+    prefix_window,
+    swa_host_charge,
+    swa_host_hit,
+    swa_loaded,
+)
+from policykit.kernel.views import admit_view, chunk_view, view_swa_facts
+
+__all__ = [
+    "FIRST_TOKENS",
+    "WAITING_PREFIX_REFRESH_INTERVAL",
+    "WAITING_PREFIX_REFRESH_MAX",
+    "Attempt",
+    "IdleAnswers",
+    "Ints",
+    "Numbers",
+    "Offer",
+    "Resumed",
+    "admission",
+    "admit_view",
+    "admits",
+    "afresh",
+    "aligned_end",
+    "ask",
+    "attempt",
+    "blocks_to_allocate",
+    "chunk",
+    "chunk_view",
+    "describe",
+    "goes_before",
+    "idle_answers",
+    "in_queue_order",
+    "is_int",
+    "kv_back",
+    "load_back_swa",
+    "lower_swa",
+    "place",
+    "preempting_admit_view",
+    "preempting_admits",
+    "preempting_chunk",
+    "preempting_chunk_view",
+    "preempting_victim",
+    "prefix_window",
+    "queue_order",
+    "queue_rank",
+    "resume",
+    "swa_host_charge",
+    "swa_host_hit",
+    "swa_loaded",
+    "truncate",
+    "victim",
+    "view_swa_facts",
+]
