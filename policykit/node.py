@@ -16,6 +16,7 @@ import torch
 from policykit.config import EngineConfig
 from policykit.errors import LoadBackError, PlanError, PrefillOutOfMemory
 from policykit.host_tier import HostEntry, HostTier
+from policykit.kernel.between import kv_back
 from policykit.kernel.swa import swa_host_hit
 from policykit.pages import cached_on_release, extend_pages, pages_for
 from policykit.plan import Entry, EntryKind, Plan
@@ -591,7 +592,7 @@ class PrefillNode:
         released = []
         while (
             self.held
-            and self.held[0].finished_round + delay <= round_no
+            and kv_back(self.held[0].finished_round, delay, round_no)
             and self.transfer_done(self.held[0])
         ):
             req = self.held.popleft()

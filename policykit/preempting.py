@@ -222,7 +222,10 @@ class PreemptingScheduler:
         """Nothing can change any more: nothing ran, was preempted or freed this round, nothing
         arrives later and no KV is due back."""
         node = self.node
-        due = any(r.release_rounds is not None for r in node.held)
+        due = any(
+            kernel.kv_due(self.num, r.finished_round, [], r.release_rounds is None)
+            for r in node.held
+        )
         moved = step.scheduled or step.preempted or step.released
         return not moved and not node.future and not due
 

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from policykit import kernel
 from policykit.errors import ComboError, PolicyError, PrefillOutOfMemory, RequestFault
-from policykit.kernel.queue import WAITING_PREFIX_REFRESH_INTERVAL, WAITING_PREFIX_REFRESH_MAX
+from policykit.kernel import WAITING_PREFIX_REFRESH_MAX
 from policykit.ledger import Ledger
 from policykit.liveness import never_completes, owed_tokens
 from policykit.node import PrefillNode
@@ -21,7 +22,7 @@ from policykit.plan import NEVER, Entry, EntryKind, Plan, Rejection
 from policykit.planner import Observer, Planner, describe
 from policykit.plugin_manager import PolicykitPluginManager
 from policykit.registry import Combo
-from policykit.request import State
+from policykit.request import Request, State
 
 #: called after a plan is committed, with the plan and the node: the harness runs the model here
 Forward = Callable[[Plan, PrefillNode], None]
@@ -302,7 +303,7 @@ class Scheduler:
         A queue that is not sorted this round (one that keeps arrival order, or one over its
         ``sort_limit``, where upstream's ``lpm`` becomes ``fcfs``) matches no prefix while it
         sorts, so on its first sort
-        of a non-empty queue, and on every :data:`WAITING_PREFIX_REFRESH_INTERVAL`-th after,
+        of a non-empty queue, and on every 32nd after (:func:`policykit.kernel.refresh_due`),
         the engine touches the waiting requests' cached prefixes, the head last: they become
         the most recently used, so eviction takes idle cache before a waiting request's prefix
         (and the tail's before the head's). A sorting queue touches them as it matches.
@@ -310,7 +311,7 @@ class Scheduler:
         waiting = self.node.waiting
         if self.combo.queue.sorts(len(waiting)) or not waiting:
             return
-        refresh = self._queue_sorts % WAITING_PREFIX_REFRESH_INTERVAL == 0
+        refresh = kernel.refresh_due(self.planner.num, self._queue_sorts, self.round_no)
         self._queue_sorts += 1
         if refresh:
             # in the queue's own order: a queue over its sort limit keeps its last sort's
@@ -349,9 +350,12 @@ class Scheduler:
         the same ledger and defers it again, forever, while its KV blocks everyone behind it.
         Failing it frees that KV for them; the run reports it as never completing.
         """
-        req = self.node.chunked
-        if req is None or plan.batch or self.node.pending_releases() or not self.fail_stuck:
+        req, num = self.node.chunked, self.planner.num
+        if not self.fail_stuck or not kernel.stuck(
+            num, bool(plan.batch), self.node.pending_releases(), [req is not None]
+        ):
             return
+        assert req is not None  # (one of the valve's facts)
         chunking = self.combo.chunking
         message = (
             f"{describe(chunking)} deferred it on a node with nothing else running and no held "
@@ -367,17 +371,19 @@ class Scheduler:
         """The most the node can ever have free again: free + evictable now, plus the KV of
         held requests whose release is still to come (own pages and unpinned locked prefix).
         New admissions only borrow from this, so nothing can ever raise it."""
-        node = self.node
-        out = node.baseline
-        if node.config.kv_release_rounds is None:
-            return out
-        page = node.config.page_size
-        for q in node.held:
-            # its locked prefix: the matched one, and under hybrid SWA its checkpointed chunks
-            locked = q.prefix_pages.numel() * page
-            pinned = node.cache.pinned_prefix(q.tokens[:locked])
-            out += q.own_pages.numel() * page + locked - pinned
-        return out
+        node, num = self.node, self.planner.num
+        never = node.config.kv_release_rounds is None
+        due = [kernel.kv_due(num, q.finished_round, [], never) for q in node.held]
+        return kernel.reclaimable(num, node.baseline, due, [self._gives(q) for q in node.held])
+
+    def _gives(self, held: Request) -> int:
+        """What a held request gives back when its KV is released: its own pages and the part
+        of its locked prefix (the matched one, and under hybrid SWA its checkpointed chunks)
+        that is not pinned."""
+        page = self.node.config.page_size
+        locked = held.prefix_pages.numel() * page
+        pinned = self.node.cache.pinned_prefix(held.tokens[:locked])
+        return held.own_pages.numel() * page + locked - pinned
 
     def _check_completable(self, round_no: int) -> None:
         """Record the in-progress request if it owes more than the node can ever free again."""
@@ -405,18 +411,15 @@ class Scheduler:
         """A round on a drained node (nothing in progress, no KV held) that placed nothing
         while a request an idle node would admit waits: the queue stopped in front of it, and
         with nothing running nothing changes before the next round looks at it again."""
-        node = self.node
-        if (
-            self.result.starvation is not None
-            or record.plan.batch
-            or node.chunked is not None
-            or node.held
-            or not node.waiting
-        ):
+        node, num = self.node, self.planner.num
+        if self.result.starvation is not None or not node.waiting:
             return
-        queue = self.planner.queue()
-        for req in queue:
-            if self.planner.never_fits(req) is None:
+        idle = kernel.drained(num, [node.chunked is not None], [True for _ in node.held])
+        if not idle:
+            return
+        placed = [bool(record.plan.batch)]
+        for req in self.planner.queue():
+            if kernel.starves(num, idle, [self.planner.never_fits(req) is None], placed):
                 refused = record.plan.rejected
                 head = refused[-1].request_id if refused else None
                 self.result.starvation = Starvation(

@@ -25,7 +25,6 @@ import z3
 import policykit.spec.swa as sw
 from policykit import kernel
 from policykit.config import EngineConfig
-from policykit.kernel.queue import WAITING_PREFIX_REFRESH_INTERVAL
 from policykit.kernel.swa import prefix_window
 from policykit.liveness import idle_capacity, never_completes
 from policykit.pages import cached_on_release, ceil_paged
@@ -53,6 +52,7 @@ from policykit.spec.model import (
     Req,
     RoundModel,
     RoundState,
+    Terms,
     eviction_share,
     full_need,
     ite,
@@ -509,7 +509,7 @@ def _admit_queue(u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, 
     queue, cache and request fields."""
     enc, inp, r = u.enc, u.inputs, w.r
     cache = inp.unpinned
-    w.units, nxt.sorts = _refresh_waiting(u, s, w.units, r, cache)
+    w.units, nxt.sorts = _refresh_waiting(u, model.num, s, w.units, r, cache)
     nxt.left, nxt.rejected, nxt.cached = list(s.left), list(s.rejected), list(w.cached)
     admitted = s.admitted
     idle = _idle(u)
@@ -681,7 +681,9 @@ def _commit(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> None:
     w.swa_after = enc.bind("swa_free_after", swa_after)
 
 
-def _stuck_valve(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> list[z3.BoolRef]:
+def _stuck_valve(
+    u: Unrolling, terms: Terms, s: NodeState, nxt: NodeState, w: _Work
+) -> list[z3.BoolRef]:
     """The scheduler fails an in-progress request deferred on an otherwise idle node
     (nothing computed, no held KV due back): no memory can ever come back for it, and its
     pages go back. Returns, per request, whether it failed so; updates ``nxt`` and ``w``'s
@@ -689,12 +691,7 @@ def _stuck_valve(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> list[z
     enc, inp, page = u.enc, u.inputs, u.config.page_size
     n, cache = len(inp.requests), inp.unpinned
     w.due = [
-        z3.And(
-            nxt.finished[i].t > 0,
-            z3.Not(s.released[i]),
-            z3.Not(w.released[i]),
-            z3.Not(inp.release_never),
-        )
+        kernel.kv_due(terms, nxt.finished[i], [s.released[i], w.released[i]], inp.release_never)
         for i in range(n)
     ]
     batch = z3.Or(*(placed_kind(e.kind) for e in w.entries))
@@ -702,13 +699,8 @@ def _stuck_valve(u: Unrolling, s: NodeState, nxt: NodeState, w: _Work) -> list[z
     w.freed = Sym(num(0))  # what the valve gives back
     stuck_now: list[z3.BoolRef] = []
     for i, q in enumerate(inp.requests):
-        stuck = z3.And(
-            z3.Not(batch),
-            z3.Not(held),
-            nxt.left[i],
-            nxt.finished[i].t == 0,
-            z3.Not(nxt.rejected[i]),
-        )
+        going = [nxt.left[i], nxt.finished[i].t == 0, z3.Not(nxt.rejected[i])]
+        stuck = kernel.stuck(terms, batch, held, going)
         stuck_now.append(stuck)
         if cache:
             own = own_pages(nxt.seq[i], nxt.cached[i], page)
@@ -738,7 +730,7 @@ def _settle(
     enc, inp, page = u.enc, u.inputs, u.config.page_size
     reqs, cache = inp.requests, inp.unpinned
     assert w.state is not None
-    stuck_now = _stuck_valve(u, s, nxt, w)
+    stuck_now = _stuck_valve(u, model.num, s, nxt, w)
     # what the in-progress request (if any) still needs after this round
     owed_after = Sym(num(0))
     for i, q in enumerate(reqs):
@@ -752,9 +744,7 @@ def _settle(
         else owed(q.prompt, q.device, page)
         for i, q in enumerate(reqs)
     ]
-    reclaimable = w.baseline_after + sum(
-        (ite(w.due[i], gives[i], 0) for i in range(len(reqs))), Sym(num(0))
-    )
+    reclaimable = kernel.reclaimable(model.num, w.baseline_after, w.due, gives)
     reclaimable = enc.bind("reclaimable_after", reclaimable)
     violations = _violations(u, model, s, w, owed_after, reclaimable, stuck_now)
     u.rounds.append(
@@ -798,19 +788,17 @@ def _violations(
     alive, bad_contract = s.alive, w.state.bad_contract
     oom = z3.Or(w.oom_full, w.oom_swa)
     # a drained node: nothing in progress, no KV held by finished requests (due back or not)
-    drained = z3.And(
-        z3.Not(w.has),
-        *(
-            z3.Not(z3.And(s.finished[i].t > 0, z3.Not(s.released[i]), z3.Not(w.released[i])))
-            for i in range(len(inp.requests))
-        ),
-    )
+    holding = [
+        z3.And(s.finished[i].t > 0, z3.Not(s.released[i]), z3.Not(w.released[i]))
+        for i in range(len(inp.requests))
+    ]
+    drained = kernel.drained(model.num, [w.has], holding)
     idle = _idle(u)
     admissible = [
         z3.And(z3.Not(s.left[j]), q.arrival.t <= r, model.fits_idle(q, idle))
         for j, q in enumerate(inp.requests)
     ]
-    starves = z3.And(drained, z3.Or(*admissible), z3.Not(z3.Or(*w.placed_any)))
+    starves = kernel.starves(model.num, drained, admissible, w.placed_any)
     never = t(never_completes(owed_after, reclaimable))
     violations = {
         "no-oom": z3.And(alive, z3.Not(bad_contract), w.oom_full),
@@ -831,11 +819,11 @@ def _violations(
 
 
 def _refresh_waiting(
-    u: Unrolling, s: NodeState, units: list[Unit], r: int, cache: bool
+    u: Unrolling, terms: Terms, s: NodeState, units: list[Unit], r: int, cache: bool
 ) -> tuple[list[Unit], Sym]:
-    """``Scheduler._refresh_waiting_prefixes``: on the first sort of a non-empty queue and on
-    every ``WAITING_PREFIX_REFRESH_INTERVAL``-th after, each waiting request's prefix is
-    touched, the head last. Modelled where the cache is (queues in arrival order)."""
+    """``Scheduler._refresh_waiting_prefixes``: where :func:`policykit.kernel.refresh_due` says
+    so, each waiting request's prefix is touched, the head last. Modelled where the cache is
+    (queues in arrival order)."""
     enc, reqs = u.enc, u.inputs.requests
     if not cache:
         return units, s.sorts
@@ -844,8 +832,7 @@ def _refresh_waiting(
         for j, q in enumerate(reqs)
     ]
     nonempty = z3.Or(*waiting)
-    due = z3.Or(*(s.sorts.t == k for k in range(0, r, WAITING_PREFIX_REFRESH_INTERVAL)))
-    refresh = z3.And(nonempty, due)
+    refresh = z3.And(nonempty, kernel.refresh_due(terms, s.sorts, r))
     out = list(units)
     for j, unit in enumerate(units[: len(reqs)]):
         touched = z3.And(refresh, waiting[j], unit.top.t > 0)

@@ -473,11 +473,12 @@ def _compute(u: PUnrolling, s: PState, w: _Step, r: int) -> PState:
 
 
 # -- the properties ---------------------------------------------------------------------------
-def _due(inp: PInputs, s: PState) -> z3.BoolRef:
+def _due(u: PUnrolling, s: PState) -> z3.BoolRef:
     """Held KV that will still come back."""
-    return z3.Or(
+    never = u.inputs.release_never
+    return u.terms.any(
         *(
-            z3.And(f.t > 0, z3.Not(rel), z3.Not(inp.release_never))
+            kernel.kv_due(u.terms, f, [rel], never)
             for f, rel in zip(s.finished, s.released, strict=True)
         )
     )
@@ -522,11 +523,11 @@ def _violations(
     loops = [
         z3.And(_same(u.states[j - 1], nxt), *(q.arrival.t <= j for q in reqs)) for j in range(1, r)
     ]
-    never = z3.And(nxt.alive, z3.Not(_due(inp, nxt)), stuck, z3.Or(*loops) if loops else False)
+    never = z3.And(nxt.alive, z3.Not(_due(u, nxt)), stuck, z3.Or(*loops) if loops else False)
     held = [z3.And(f.t > 0, z3.Not(rel)) for f, rel in zip(s.finished, s.released, strict=True)]
-    drained = z3.And(*(z3.Not(x) for x in s.running), *(z3.Not(h) for h in held))
+    drained = kernel.drained(u.terms, s.running, held)
     would_start = [z3.And(wt, q.fits_idle) for wt, q in zip(waiting, reqs, strict=True)]
-    starves = z3.And(nxt.alive, drained, z3.Or(*would_start), z3.Not(z3.Or(*w.admitted)))
+    starves = z3.And(nxt.alive, kernel.starves(u.terms, drained, would_start, w.admitted))
     u.culprits.append({"admitted-completes": unfinished, "no-starvation": would_start})
     return {"admitted-completes": never, "no-starvation": starves}
 

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -29,6 +29,7 @@ from policykit.scenario import Scenario, load_scenario, resolve_scenario_path
 
 if TYPE_CHECKING:
     from policykit.conformance.sglang.compare import Verdict
+    from policykit.conformance.vllm.compare import Verdict as VllmVerdict
 
 EXIT_DIFFERENT = 1
 
@@ -271,12 +272,13 @@ def vllm(
             advance()
     different = [v for v in verdicts if v.differences]
     covered = coverage(runs, verdicts)
+    engine = f"vllm=={VLLM_VERSION}"
     if as_json:
         echo_json(
             {
                 "schema": "policykit.conformance.vllm/1",
                 "created": datetime.now(UTC).isoformat(timespec="seconds"),
-                "engine": f"vllm=={VLLM_VERSION}",
+                "engine": engine,
                 "seed": seed if random_count else None,
                 "settings": chosen,
                 "scenarios": [v.to_dict() for v in verdicts],
@@ -286,30 +288,38 @@ def vllm(
             }
         )
     else:
-        for v in verdicts:
-            if v.differences:
-                click.echo(f"{v.scenario} ({v.combo}): {len(v.differences)} difference(s)")
-                for line in v.differences:
-                    click.echo(f"  {line}")
-            else:
-                click.echo(f"{v.scenario} ({v.combo}): identical ({v.rounds} rounds)")
-        click.echo(
-            f"{len(verdicts)} scenario(s) against vllm=={VLLM_VERSION}: "
-            f"{len(verdicts) - len(different)} identical, {len(different)} different"
-        )
-        click.echo(
-            "with preemptions {preemption}, with the long-prefill threshold "
-            "{long_prefill_threshold}, with full-sequence reservation off {reserve_full_isl_off}, "
-            "with priority scheduling {priority}, with device prefixes {device_prefix}".format(
-                **covered
-            )
-        )
-        sizes = ", ".join(f"{n} x {size}" for size, n in covered["block_size"].items())
-        click.echo(
-            "layout: with cached filler {filler}, with several device prefixes warmed under the "
-            "threshold {prefixes_under_threshold} (without reservation "
-            "{prefixes_without_reservation}), with a request in progress {in_progress}; "
-            "block sizes: {sizes}".format(sizes=sizes, **covered)
-        )
+        _print_vllm(verdicts, different, covered, engine)
     if different:
         sys.exit(EXIT_DIFFERENT)
+
+
+def _print_vllm(
+    verdicts: list[VllmVerdict], different: list[VllmVerdict], covered: dict[str, Any], engine: str
+) -> None:
+    """``conformance vllm``'s text report: each scenario's verdict, the totals, and what the
+    runs covered (so a reader sees whether a zero covers preemptions at all)."""
+    for v in verdicts:
+        if v.differences:
+            click.echo(f"{v.scenario} ({v.combo}): {len(v.differences)} difference(s)")
+            for line in v.differences:
+                click.echo(f"  {line}")
+        else:
+            click.echo(f"{v.scenario} ({v.combo}): identical ({v.rounds} rounds)")
+    click.echo(
+        f"{len(verdicts)} scenario(s) against {engine}: "
+        f"{len(verdicts) - len(different)} identical, {len(different)} different"
+    )
+    click.echo(
+        "with preemptions {preemption}, with the long-prefill threshold "
+        "{long_prefill_threshold}, with full-sequence reservation off {reserve_full_isl_off}, "
+        "with priority scheduling {priority}, with device prefixes {device_prefix}".format(
+            **covered
+        )
+    )
+    sizes = ", ".join(f"{n} x {size}" for size, n in covered["block_size"].items())
+    click.echo(
+        "layout: with cached filler {filler}, with several device prefixes warmed under the "
+        "threshold {prefixes_under_threshold} (without reservation "
+        "{prefixes_without_reservation}), with a request in progress {in_progress}; "
+        "block sizes: {sizes}".format(sizes=sizes, **covered)
+    )

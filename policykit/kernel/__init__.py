@@ -16,12 +16,30 @@ from policykit.kernel.admission import (
     attempt,
     load_back_swa,
 )
+from policykit.kernel.between import (
+    WAITING_PREFIX_REFRESH_INTERVAL,
+    WAITING_PREFIX_REFRESH_MAX,
+    drained,
+    kv_back,
+    kv_due,
+    reclaimable,
+    refresh_due,
+    starves,
+    stuck,
+)
 from policykit.kernel.blame import ask, describe
-from policykit.kernel.chunking import Resumed, chunk, place, resume, truncate
+from policykit.kernel.chunking import (
+    Resumed,
+    aligned_end,
+    chunk,
+    place,
+    resume,
+    tail_reserve,
+    truncate,
+)
 from policykit.kernel.domain import FIRST_TOKENS, Ints, Numbers, is_int
 from policykit.kernel.idle import IdleAnswers, idle_answers
 from policykit.kernel.preempting import (
-    aligned_end,
     blocks_to_allocate,
     preempting_admit_view,
     preempting_admits,
@@ -31,14 +49,11 @@ from policykit.kernel.preempting import (
     victim,
 )
 from policykit.kernel.queue import (
-    WAITING_PREFIX_REFRESH_INTERVAL,
-    WAITING_PREFIX_REFRESH_MAX,
     goes_before,
     in_queue_order,
     queue_order,
     queue_rank,
 )
-from policykit.kernel.release import kv_back
 from policykit.kernel.swa import (
     lower_swa,
     prefix_window,
@@ -69,11 +84,13 @@ __all__ = [
     "chunk",
     "chunk_view",
     "describe",
+    "drained",
     "goes_before",
     "idle_answers",
     "in_queue_order",
     "is_int",
     "kv_back",
+    "kv_due",
     "load_back_swa",
     "lower_swa",
     "place",
@@ -85,10 +102,15 @@ __all__ = [
     "prefix_window",
     "queue_order",
     "queue_rank",
+    "reclaimable",
+    "refresh_due",
     "resume",
+    "starves",
+    "stuck",
     "swa_host_charge",
     "swa_host_hit",
     "swa_loaded",
+    "tail_reserve",
     "truncate",
     "victim",
     "view_swa_facts",

@@ -34,18 +34,16 @@ def chunk(
     )
 
 
-def truncate(
-    domain: Numbers, ledger: Ledger, start: Any, end: Any, prompt: Any, request_id: str
+def aligned_end(
+    domain: Numbers, start: Any, end: Any, page_size: int, request_id: str
 ) -> tuple[Any, Any]:
-    """Place the non-final chunk ``[start, end)`` of a ``prompt``-token request on
-    ``ledger``: the alignment policy moves its end, the chunk is charged, and the admission
-    policy reserves the tail still to come. Returns the aligned end and whether a policy
-    broke the contract."""
-    page = ledger.page_size
-    aligned, bad_align = domain.decide(
+    """The alignment policy's end for the non-final chunk ``[start, end)``, which must be in
+    ``(start, end]``; and whether it is not. Both nodes, both models and the SGLang plugin ask
+    it here."""
+    return domain.decide(
         "alignment",
         "align_end",
-        AlignView(start=start, end=end, page_size=page),
+        AlignView(start=start, end=end, page_size=page_size),
         request_id,
         label="aligned",
         bad=lambda a: domain.not_(domain.all(start < a, a <= end)),
@@ -54,12 +52,17 @@ def truncate(
             f"{a!r}; an aligned end must be an int in ({start}, {end}]."
         ),
     )
-    ledger.charge_chunk(aligned - start, first_tokens=0)
-    tail = prompt - aligned
-    reserve, bad_reserve = domain.decide(
+
+
+def tail_reserve(
+    domain: Numbers, tail: Any, first_tokens: Any, page_size: int, request_id: str
+) -> tuple[Any, Any]:
+    """The admission policy's reservation for the ``tail`` tokens a truncated request still
+    has to come (and its ``first_tokens``), which must not be negative; and whether it is."""
+    return domain.decide(
         "admission",
         "tail_reserve",
-        TailView(tail_tokens=tail, first_tokens=FIRST_TOKENS, page_size=page),
+        TailView(tail_tokens=tail, first_tokens=first_tokens, page_size=page_size),
         request_id,
         label="reserve",
         bad=lambda r: r < 0,
@@ -68,6 +71,19 @@ def truncate(
             "reservation is a non-negative int."
         ),
     )
+
+
+def truncate(
+    domain: Numbers, ledger: Ledger, start: Any, end: Any, prompt: Any, request_id: str
+) -> tuple[Any, Any]:
+    """Place the non-final chunk ``[start, end)`` of a ``prompt``-token request on
+    ``ledger``: the alignment policy moves its end, the chunk is charged, and the admission
+    policy reserves the tail still to come. Returns the aligned end and whether a policy
+    broke the contract."""
+    page = ledger.page_size
+    aligned, bad_align = aligned_end(domain, start, end, page, request_id)
+    ledger.charge_chunk(aligned - start, first_tokens=0)
+    reserve, bad_reserve = tail_reserve(domain, prompt - aligned, FIRST_TOKENS, page, request_id)
     ledger.reserve(reserve)
     return aligned, domain.any(bad_align, bad_reserve)
 

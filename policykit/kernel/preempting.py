@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from policykit.kernel.chunking import chunk
+from policykit.kernel.chunking import aligned_end, chunk
 from policykit.kernel.domain import FIRST_TOKENS, Numbers
-from policykit.policy import AdmitView, AlignView, ChunkView, PreemptView
+from policykit.policy import AdmitView, ChunkView, PreemptView
 
 
 def blocks_to_allocate(tokens: Any, held_blocks: Any, page_size: int) -> Any:
@@ -48,25 +48,6 @@ def preempting_admit_view(
         page_size=page_size,
         rem_total_tokens=free_tokens,
         cur_rem_tokens=free_tokens,
-    )
-
-
-def aligned_end(
-    domain: Numbers, start: Any, end: Any, page_size: int, request_id: str
-) -> tuple[Any, Any]:
-    """The alignment policy's end for the non-final chunk ``[start, end)``, which must be in
-    ``(start, end]``; and whether it is not."""
-    return domain.decide(
-        "alignment",
-        "align_end",
-        AlignView(start=start, end=end, page_size=page_size),
-        request_id,
-        label="aligned",
-        bad=lambda a: domain.not_(domain.all(start < a, a <= end)),
-        complaint=lambda a: (
-            f"moved the end of the chunk [{start}, {end}) of request {request_id!r} to "
-            f"{a!r}; an aligned end must be an int in ({start}, {end}]."
-        ),
     )
 
 

@@ -1,7 +1,6 @@
-"""The waiting queue's order: the queue policy's priority, checked to be an int; the order
-every node and model looks at the queue in; and how often SGLang 0.5.23 refreshes the waiting
-requests' prefixes (the scheduler does it, the checker models it; both read the constants
-here)."""
+"""The waiting queue's order: the queue policy's priority, checked to be an int, and the order
+every node and model looks at the queue in (when SGLang 0.5.23 refreshes the waiting requests'
+prefixes is :mod:`policykit.kernel.between`'s)."""
 
 from __future__ import annotations
 
@@ -13,12 +12,6 @@ from policykit.errors import PolicyError
 from policykit.kernel.blame import ask, describe
 from policykit.kernel.domain import Numbers
 from policykit.policy import Policy, QueueView
-
-#: SGLang 0.5.23's ``WAITING_PREFIX_REFRESH_INTERVAL``: sorts of a non-empty queue between two
-#: refreshes of the waiting requests' prefixes (``Scheduler._refresh_waiting_prefixes``)
-WAITING_PREFIX_REFRESH_INTERVAL = 32
-#: SGLang 0.5.23's ``WAITING_QUEUE_PREFIX_MATCH_MAX``: a refresh touches this many, from the head
-WAITING_PREFIX_REFRESH_MAX = 128
 
 
 def queue_rank(policy: Policy, view: QueueView, request_id: str) -> int:

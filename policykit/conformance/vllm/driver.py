@@ -26,6 +26,7 @@ from policykit.conformance.vllm.engine import SchedulerKnobs, build_scheduler
 from policykit.conformance.vllm.mapping import pool_blocks, refuse_unmappable
 from policykit.conformance.vllm.record import StepRecord, Trace
 from policykit.errors import ScenarioError
+from policykit.kernel import kv_back
 from policykit.preempting_layout import layout
 from policykit.scenario import Scenario
 
@@ -115,8 +116,11 @@ def _step(run: _Run, round_no: int) -> StepRecord:
     delay = run.release_delay
     release: list[str] = []
     if delay is not None:
-        release = [rid for rid in run.held if run.finished_round[rid] + delay - 1 <= round_no]
-        release += [rid for rid in done if delay <= 1]
+        # the transfers policykit's nodes complete by the next round (:func:`kv_back`): the
+        # release timing is the scenario's, handed to vLLM as a KV connector would
+        nxt = round_no + 1
+        release = [rid for rid in run.held if kv_back(run.finished_round[rid], delay, nxt)]
+        release += [rid for rid in done if kv_back(round_no, delay, nxt)]
     sched.update_from_output(out, _runner_output(sched, ids, done, release))
     completed = [
         rid for rid in done if rid not in sched.requests or sched.requests[rid].is_finished()

@@ -1,24 +1,25 @@
 """Asking a policy inside the engine: a wrong answer costs one decision, never the engine.
 
-In the simulator a policy that raises fails its request (:class:`~policykit.errors.PolicyError`).
-Inside SGLang there is no such exit: an exception escaping ``PrefillAdder`` ends the scheduler
-loop and with it every request being served. So each question goes through :func:`ask_verdict`,
-:func:`ask_count` or :func:`ask_rank`, which check the answer's type and range; on an exception
-or a nonsense answer they log one line naming the policy, its distribution and the request, and
-return :data:`FALLBACK`. The caller then lets upstream's own rule make that decision (see
-``hooks``).
-
-They run on every decision of every planning round, so the check is inline, and the request's
-id and the ``expected`` wording are only worked out when a line is logged.
+The questions and their contracts are :mod:`policykit.kernel`'s, on ints
+(:class:`~policykit.kernel.Ints`), exactly as in ``policykit simulate`` and in the vLLM
+plugin: a policy that raises, or answers something that is not a decision, raises
+:class:`~policykit.errors.PolicyError` there, which names the policy, its distribution, the
+method's file and line and the request. ``policykit simulate`` fails the request; inside SGLang
+an exception escaping ``PrefillAdder`` would end the scheduler loop and with it every request
+being served. So each question goes through one of the functions here: on a ``PolicyError``
+it logs the error and returns :data:`FALLBACK`, and the caller lets upstream's own rule make
+that decision (see ``hooks``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from policykit.planner import describe
-from policykit.policy import Policy
+from policykit import kernel
+from policykit.errors import PolicyError
+from policykit.policy import AdmitView, ChunkView, Policy, QueueView
 
 logger = logging.getLogger("policykit.sglang")
 
@@ -26,46 +27,35 @@ logger = logging.getLogger("policykit.sglang")
 FALLBACK = object()
 
 
-def ask_verdict(policy: Policy, question: str, view: Any, request: Any) -> Any:
-    """``policy.<question>(view)`` if it returns ``True`` or ``False``, else :data:`FALLBACK`."""
-    try:
-        answer = getattr(policy, question)(view)
-    except Exception as exc:  # any policy failure falls back, by design
-        return _raised(policy, question, request, exc)
-    if answer is True or answer is False:
-        return answer
-    return _refused(policy, question, request, answer, "True or False")
+def admits(num: kernel.Ints, view: AdmitView, request: Any) -> Any:
+    """The admission policy's verdict (``True`` or ``False``), else :data:`FALLBACK`."""
+    return _ask(num.admits, view, request_id(request))
 
 
-def ask_count(
-    policy: Policy, question: str, view: Any, request: Any, lo: int, hi: int | None
-) -> Any:
-    """``policy.<question>(view)`` if it returns an int in ``[lo, hi]`` (``hi`` None: no upper
-    bound), else :data:`FALLBACK`. A ``bool`` is not a count, as in the planner."""
-    try:
-        answer = getattr(policy, question)(view)
-    except Exception as exc:  # any policy failure falls back, by design
-        return _raised(policy, question, request, exc)
-    if (
-        isinstance(answer, int)
-        and not isinstance(answer, bool)
-        and lo <= answer
-        and (hi is None or answer <= hi)
-    ):
-        return answer
-    expected = f"an int >= {lo}" if hi is None else f"an int in [{lo}, {hi}]"
-    return _refused(policy, question, request, answer, expected)
+def chunk(num: kernel.Ints, method: str, view: ChunkView, request: Any) -> Any:
+    """The chunking policy's ``method`` (``new_chunk`` or ``resume_chunk``): a length in
+    ``[0, remaining]``, else :data:`FALLBACK`."""
+    answer = _ask(kernel.chunk, num, method, view, request_id(request), label=method)
+    return answer if answer is FALLBACK else answer[0]
 
 
-def ask_rank(policy: Policy, view: Any, request: Any) -> Any:
-    """``policy.priority(view)`` if it returns an int (any value), else :data:`FALLBACK`."""
-    try:
-        answer = policy.priority(view)
-    except Exception as exc:  # any policy failure falls back, by design
-        return _raised(policy, "priority", request, exc)
-    if isinstance(answer, int) and not isinstance(answer, bool):
-        return answer
-    return _refused(policy, "priority", request, answer, "an int")
+def aligned_end(num: kernel.Ints, start: int, end: int, page: int, request: Any) -> Any:
+    """The alignment policy's end for the chunk ``[start, end)``, in ``(start, end]``, else
+    :data:`FALLBACK`."""
+    answer = _ask(kernel.aligned_end, num, start, end, page, request_id(request))
+    return answer if answer is FALLBACK else answer[0]
+
+
+def tail_reserve(num: kernel.Ints, tail: int, first: int, page: int, request: Any) -> Any:
+    """The admission policy's reservation for a ``tail``-token tail (``first`` generated
+    tokens), not negative, else :data:`FALLBACK`."""
+    answer = _ask(kernel.tail_reserve, num, tail, first, page, request_id(request))
+    return answer if answer is FALLBACK else answer[0]
+
+
+def rank(policy: Policy, view: QueueView, request: Any) -> Any:
+    """The queue policy's priority (any int), else :data:`FALLBACK`."""
+    return _ask(kernel.queue_rank, policy, view, request_id(request))
 
 
 def request_id(request: Any) -> str:
@@ -73,25 +63,11 @@ def request_id(request: Any) -> str:
     return str(getattr(request, "rid", "?"))
 
 
-def _raised(policy: Policy, question: str, request: Any, exc: Exception) -> Any:
-    logger.error(
-        "%s raised %s: %s in %s() for request %r; upstream SGLang decides instead.",
-        describe(policy),
-        type(exc).__name__,
-        exc,
-        question,
-        request_id(request),
-    )
-    return FALLBACK
-
-
-def _refused(policy: Policy, question: str, request: Any, answer: Any, expected: str) -> Any:
-    logger.error(
-        "%s answered %r to %s() for request %r (%s expected); upstream SGLang decides instead.",
-        describe(policy),
-        answer,
-        question,
-        request_id(request),
-        expected,
-    )
-    return FALLBACK
+def _ask(question: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``question(*args, **kwargs)``, or :data:`FALLBACK` (logged) where a policy broke its
+    contract in it."""
+    try:
+        return question(*args, **kwargs)
+    except PolicyError as exc:
+        logger.error("%s Upstream SGLang decides instead.", exc)
+        return FALLBACK

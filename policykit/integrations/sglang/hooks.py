@@ -35,8 +35,10 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from policykit.integrations.sglang.guard import FALLBACK, ask_count, ask_verdict
-from policykit.integrations.sglang.views import admit_view, align_view, chunk_view, tail_view
+from policykit.integrations.sglang import guard
+from policykit.integrations.sglang.guard import FALLBACK
+from policykit.integrations.sglang.views import admit_view, chunk_view
+from policykit.kernel import Ints
 from policykit.registry import Combo
 
 ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
@@ -53,14 +55,15 @@ FACTS = "policykit_facts"
 #: upstream's schedule policy that never truncates beside an in-progress request
 SPF = "shortest-prefill-first"
 
-_active: dict[str, Combo] = {}
+#: the combo the hooks ask, and its int domain (:class:`~policykit.kernel.Ints`)
+_active: dict[str, Any] = {}
 
 
 def activate(combo: Combo | None) -> None:
     """Make ``combo`` the one the hooks ask (``None``: the hooks pass every call through)."""
     _active.clear()
     if combo is not None:
-        _active["combo"] = combo
+        _active["combo"], _active["num"] = combo, Ints(combo)
 
 
 def active() -> Combo | None:
@@ -132,22 +135,20 @@ def _chunk_view(adder: Any, remaining: int, rem_total: float) -> Any:
     )
 
 
-def _align(combo: Combo, adder: Any, req: Any, start: int, end: int) -> Any:
-    view = align_view(start=start, end=end, page_size=adder.page_size)
-    return ask_count(combo.alignment, "align_end", view, req, start + 1, end)
+def _align(num: Ints, adder: Any, req: Any, start: int, end: int) -> Any:
+    return guard.aligned_end(num, start, end, adder.page_size, req)
 
 
-def _reserve_tail(combo: Combo, adder: Any, req: Any, tail: int) -> None:
-    view = tail_view(tail_tokens=tail, first_tokens=_max_new(req), page_size=adder.page_size)
-    reserve = ask_count(combo.admission, "tail_reserve", view, req, 0, None)
+def _reserve_tail(num: Ints, adder: Any, req: Any, tail: int) -> None:
+    reserve = guard.tail_reserve(num, tail, _max_new(req), adder.page_size, req)
     if reserve is not FALLBACK:
         adder.memory_budget.total_offset += reserve
 
 
 def select_admission(original: Any, adder: Any, req: Any, **kwargs: Any) -> Any:
     """AROUND ``_select_prefill_admission``: the policies choose a waiting request's shape."""
-    combo = _active.get("combo")
-    if combo is None:
+    num = _active.get("num")
+    if num is None:
         return original(adder, req, **kwargs)
     is_plain, replays, tiles = adder.__dict__.get(FACTS) or _facts(adder)
     prefix_len = req.prefix_len + kwargs["host_hit_length"]
@@ -157,11 +158,11 @@ def select_admission(original: Any, adder: Any, req: Any, **kwargs: Any) -> Any:
         or (replays and adder._replay_len(req, prefix_len))
     ):
         return original(adder, req, **kwargs)
-    decision = _shape(combo, adder, req, prefix_len, tiles, kwargs)
+    decision = _shape(num, adder, req, prefix_len, tiles, kwargs)
     return original(adder, req, **kwargs) if decision is FALLBACK else decision
 
 
-def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, tiles: bool, kwargs: dict) -> Any:
+def _shape(num: Ints, adder: Any, req: Any, prefix_len: int, tiles: bool, kwargs: dict) -> Any:
     sp, page = _upstream(), adder.page_size
     prompt = len(req.full_untruncated_fill_ids)
     remaining = prompt - req.prefix_len
@@ -183,7 +184,7 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, tiles: bool, kwa
         rem_total_tokens=math.ceil(rem_total),
         cur_rem_tokens=math.ceil(cur_rem),
     )
-    verdict = ask_verdict(combo.admission, "admit", view, req)
+    verdict = guard.admits(num, view, req)
     if verdict is FALLBACK:
         return FALLBACK
     if not verdict:
@@ -191,7 +192,7 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, tiles: bool, kwa
     extend = prompt - prefix_len
     rem_total = int(rem_total)
     view = chunk_view(extend, adder.rem_chunk_tokens, rem_total, rem_total, page, False)
-    chunk = ask_count(combo.chunking, "new_chunk", view, req, 0, extend)
+    chunk = guard.chunk(num, "new_chunk", view, req)
     if chunk is FALLBACK:
         return FALLBACK
     if chunk == 0:
@@ -209,7 +210,7 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, tiles: bool, kwa
             return refused
         max_new = min(req.sampling_params.max_new_tokens, sp.CLIP_MAX_NEW_TOKENS)
         return sp._PrefillAdmission(prefix_len, extend, max_new, False, 0)
-    end = _align(combo, adder, req, prefix_len, prefix_len + chunk)
+    end = _align(num, adder, req, prefix_len, prefix_len + chunk)
     if end is FALLBACK:
         return FALLBACK
     if tiles and (refused := adder._check_prefill_tile_budget(end - prefix_len)) is not None:
@@ -221,21 +222,21 @@ def commit_admission(result: Any, adder: Any, req: Any, admission: Any, *args: A
     """AFTER ``_commit_prefill_admission``: a truncated new request's tail reservation."""
     if not admission.is_chunked:
         return  # admitted whole: no tail (the common case, so asked first)
-    combo = _active.get("combo")
-    if combo is None or not plain(adder):
+    num = _active.get("num")
+    if num is None or not plain(adder):
         return
     tail = len(req.full_untruncated_fill_ids) - (admission.prefix_len + admission.extend_len)
-    _reserve_tail(combo, adder, req, tail)
+    _reserve_tail(num, adder, req, tail)
 
 
 def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
     """AROUND ``add_chunked_req``: the in-progress request's resume length, or its deferral."""
-    combo = _active.get("combo")
-    if combo is None or not plain(adder):
+    num = _active.get("num")
+    if num is None or not plain(adder):
         return original(adder, req)
     remaining = len(req.full_untruncated_fill_ids) - req.prefix_len
     view = _chunk_view(adder, remaining, adder.rem_total_tokens)
-    chunk = ask_count(combo.chunking, "resume_chunk", view, req, 0, remaining)
+    chunk = guard.chunk(num, "resume_chunk", view, req)
     if chunk is FALLBACK:
         return _holding(adder, original(adder, req))
     if chunk == 0:
@@ -243,7 +244,7 @@ def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
         req.extend_end = req.prefix_len
         return _holding(adder, req)
     if chunk < remaining:
-        end = _align(combo, adder, req, req.prefix_len, req.prefix_len + chunk)
+        end = _align(num, adder, req, req.prefix_len, req.prefix_len + chunk)
         if end is FALLBACK:
             return _holding(adder, original(adder, req))
         chunk = end - req.prefix_len
@@ -254,7 +255,7 @@ def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
     finally:
         adder.chunked_req_limit = saved
     if result is req and adder.can_run_list and adder.can_run_list[-1] is req:
-        _reserve_tail(combo, adder, req, len(req.full_untruncated_fill_ids) - req.extend_end)
+        _reserve_tail(num, adder, req, len(req.full_untruncated_fill_ids) - req.extend_end)
     return _holding(adder, result)
 
 

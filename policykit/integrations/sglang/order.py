@@ -40,8 +40,8 @@ from typing import Any
 
 from policykit import kernel
 from policykit.host_tier import LOAD_BACK_THRESHOLD
-from policykit.integrations.sglang import hooks
-from policykit.integrations.sglang.guard import FALLBACK, ask_rank
+from policykit.integrations.sglang import guard, hooks
+from policykit.integrations.sglang.guard import FALLBACK
 from policykit.integrations.sglang.views import queue_view
 
 SCHEDULE_POLICY = "sglang.srt.managers.schedule_policy.SchedulePolicy"
@@ -122,7 +122,7 @@ def _ranks(policy: Any, cache_: Any, waiting_queue: list) -> dict[int, int] | No
             host_prefix_tokens=host if host >= threshold else 0,
             page_size=page,
         )
-        rank = ask_rank(policy, view, req)
+        rank = guard.rank(policy, view, req)
         if rank is FALLBACK:
             return None
         ranks[id(req)] = rank

@@ -1,9 +1,10 @@
 """The policies' views, built for the hot path: the same public classes, a cheaper constructor.
 
 A policy inside SGLang must receive exactly what it receives in ``policykit simulate``: an
-instance of :class:`~policykit.policy.AdmitView`, :class:`~policykit.policy.ChunkView`,
-:class:`~policykit.policy.AlignView`, :class:`~policykit.policy.TailView` or
-:class:`~policykit.policy.QueueView`. Those are frozen
+instance of :class:`~policykit.policy.AdmitView`, :class:`~policykit.policy.ChunkView` or
+:class:`~policykit.policy.QueueView`, the views asked on every decision (a truncation's
+:class:`~policykit.policy.AlignView` and :class:`~policykit.policy.TailView`, asked at most
+once a round, are built by :mod:`policykit.kernel` with their own constructors). Those are frozen
 dataclasses, and a frozen dataclass's generated ``__init__`` stores every field through
 ``object.__setattr__``, one call per field. Per decision that was the largest cost the plugin
 added to SGLang's planning round (about 4 µs for a 7-field ``AdmitView`` on the 2-core CI
@@ -18,7 +19,7 @@ field added to a view fails there rather than inside an engine.
 
 from __future__ import annotations
 
-from policykit.policy import AdmitView, AlignView, ChunkView, QueueView, TailView
+from policykit.policy import AdmitView, ChunkView, QueueView
 
 _new = object.__new__
 _install = object.__setattr__
@@ -92,22 +93,6 @@ def chunk_view(
     return view
 
 
-def align_view(start: int, end: int, page_size: int) -> AlignView:
-    view = _new(AlignView)
-    _install(view, "__dict__", {"start": start, "end": end, "page_size": page_size})
-    return view
-
-
-def tail_view(tail_tokens: int, first_tokens: int, page_size: int) -> TailView:
-    view = _new(TailView)
-    _install(
-        view,
-        "__dict__",
-        {"tail_tokens": tail_tokens, "first_tokens": first_tokens, "page_size": page_size},
-    )
-    return view
-
-
 def queue_view(
     prompt_tokens: int,
     prefix_tokens: int,
@@ -138,7 +123,5 @@ def queue_view(
 BUILDERS = (
     (admit_view, AdmitView),
     (chunk_view, ChunkView),
-    (align_view, AlignView),
-    (tail_view, TailView),
     (queue_view, QueueView),
 )
