@@ -12,7 +12,7 @@ from typing import Any
 from policykit.errors import PolicyError
 from policykit.kernel.blame import ask, describe
 from policykit.kernel.domain import Numbers
-from policykit.policy import Policy, QueueView
+from policykit.policy import QueuePolicy, QueueView
 
 #: SGLang 0.5.23's ``WAITING_PREFIX_REFRESH_INTERVAL``: sorts of a non-empty queue between two
 #: refreshes of the waiting requests' prefixes (``Scheduler._refresh_waiting_prefixes``)
@@ -21,7 +21,7 @@ WAITING_PREFIX_REFRESH_INTERVAL = 32
 WAITING_PREFIX_REFRESH_MAX = 128
 
 
-def queue_rank(policy: Policy, view: QueueView, request_id: str) -> int:
+def queue_rank(policy: QueuePolicy, view: QueueView, request_id: str) -> int:
     """The queue policy's priority of a waiting request (lower goes first), checked to be an
     int: a sort on anything else would order the queue by accident, not by the policy."""
     rank = ask(policy, policy.priority, view, request_id)
@@ -60,7 +60,7 @@ def in_queue_order(domain: Numbers, items: list[Any], ranks: list[int]) -> list[
 
 def queue_order(
     domain: Numbers,
-    policy: Policy,
+    policy: QueuePolicy,
     waiting: list[Any],
     rank: Callable[[Any], int],
     kept: dict[str, int] | None,

@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from policykit.planner import describe
-from policykit.policy import Policy
+from policykit.policy import Policy, QueuePolicy
 
 logger = logging.getLogger("policykit.sglang")
 
@@ -57,7 +57,7 @@ def ask_count(
     return _refused(policy, question, request, answer, expected)
 
 
-def ask_rank(policy: Policy, view: Any, request: Any) -> Any:
+def ask_rank(policy: QueuePolicy, view: Any, request: Any) -> Any:
     """``policy.priority(view)`` if it returns an int (any value), else :data:`FALLBACK`."""
     try:
         answer = policy.priority(view)
