@@ -190,8 +190,8 @@ def _shape(combo: Combo, adder: Any, req: Any, prefix_len: int, tiles: bool, kwa
         return sp.AddReqResult.NO_TOKEN
     extend = prompt - prefix_len
     rem_total = int(rem_total)
-    view = chunk_view(extend, adder.rem_chunk_tokens, rem_total, rem_total, page, False)
-    chunk = ask_count(combo.chunking, "new_chunk", view, req, 0, extend)
+    chunking = chunk_view(extend, adder.rem_chunk_tokens, rem_total, rem_total, page, False)
+    chunk = ask_count(combo.chunking, "new_chunk", chunking, req, 0, extend)
     if chunk is FALLBACK:
         return FALLBACK
     if chunk == 0:
