@@ -92,7 +92,7 @@ class AllocatorModel:
 
     def empty_cache(self) -> None:
         if self.expandable:
-            live = set()
+            live: set[int] = set()
             for b in self._live.values():
                 live.update(self._handles(b))
             self._mapped = live

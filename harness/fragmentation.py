@@ -125,11 +125,12 @@ def run_device(w: Workload, policy_name: str) -> dict[str, Any]:
     from policykit.memory.allocator_settings import expandable_enabled
     from policykit.memory.oom_chain import watermark_on_cuda_oom
     from policykit.memory.watermark import read_watermark
-    from policykit.registry import registry_from
+    from policykit.policy import AllocatorPhasePolicy
+    from policykit.registry import of_kind, registry_from
 
     facade = torch_allocator()
     registry = registry_from()
-    policy = registry.make("allocator-phase", policy_name)
+    policy = of_kind(registry.make("allocator-phase", policy_name), AllocatorPhasePolicy)
     policy.on_init()
     dev = torch.device("cuda")
     static_buffers = [torch.empty(int(w.static_gib * GIB), dtype=torch.uint8, device=dev)]

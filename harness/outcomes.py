@@ -39,7 +39,7 @@ def recomputed_tokens(result: RunResult, requests: Mapping[str, Request], page_s
     two requests sharing a system prompt share page identities. Work on a page seen before is
     work a prefix cache could have saved (it was evicted, not yet published, or never cached).
     """
-    page_ids: dict[tuple[int, tuple[int, ...]], int] = {}  #: (previous page, tokens) -> id
+    page_ids: dict[tuple[int, Sequence[int]], int] = {}  #: (previous page, tokens) -> id
     seen: set[int] = set()
     chains: dict[str, list[int]] = {}
     recomputed = 0

@@ -180,7 +180,7 @@ def run_paged(
         marks["planned"] = time.perf_counter()
         by_id = {r.id: r for r in node.running}
         placed = [by_id[e.request_id] for e in plan.batch]
-        pages = [(r.tokens, torch.tensor(r.blocks, dtype=torch.int64)) for r in placed]
+        pages = [(_tokens(r), torch.tensor(r.blocks, dtype=torch.int64)) for r in placed]
         forward.run(plan, node.pool.kv, pages)
 
     sched = make(combo, model, model_forward)
@@ -266,3 +266,9 @@ def _summarise(out: PagedRun, node: PreemptingNode, max_rounds: int) -> None:
     result.pending = [rid for rid in out.requests if rid not in done]
     if result.stopped_by != "policy-fault" and result.pending and len(result.rounds) >= max_rounds:
         result.stopped_by = "max_rounds"
+
+
+def _tokens(req: PagedRequest) -> Sequence[int]:
+    """The prompt's token ids: a bench lays every request out with them (``make``)."""
+    assert req.tokens is not None, f"request {req.id!r} was laid out without its tokens"
+    return req.tokens

@@ -336,7 +336,7 @@ def merge_repeats(rows: list[dict[str, Any]]) -> dict[str, Any]:
     measured times as medians with their range under ``wall``."""
     row = dict(rows[0])
     row["outcomes_repeatable"] = all(r["outcomes"] == rows[0]["outcomes"] for r in rows)
-    wall = {
+    wall: dict[str, Any] = {
         "repeats": len(rows),
         "wall_seconds": spread([r["wall_seconds"] for r in rows]),
         "prompt_tokens_per_s": spread([r["prompt_tokens_per_s"] for r in rows]),

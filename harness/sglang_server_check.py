@@ -51,9 +51,9 @@ def build_model(directory: Path, seed: int = 0) -> Path:
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=8192,
-        torch_dtype="bfloat16",
+        dtype="bfloat16",
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]  # transformers types its wrapped .to() as taking the model
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory, safe_serialization=True)
     return directory

@@ -43,7 +43,7 @@ class BlockHostStore(HostTier):
         written through to the host."""
         self.blocks.update(blocks[: end // self.block_tokens])
 
-    def lookup(self, tokens: Sequence[int], start: int) -> BlockRun | None:  # type: ignore[override]
+    def lookup(self, tokens: Sequence[int], start: int) -> BlockRun | None:  # type: ignore[override]  # a HostEntry's start, end and kv
         """The stored blocks that continue ``tokens[:start]``, as one run."""
         if not isinstance(tokens, BlockTokens):
             return None

@@ -276,7 +276,7 @@ def replay_shadowed(
         for req in clock.due():
             blocks[req.id] = req.blocks
             tally.arrived(req, round_no, clock.now)
-            node.add(Request(req.id, trace.tokens(req), arrival_round=round_no))  # type: ignore[arg-type]
+            node.add(Request(req.id, trace.tokens(req), arrival_round=round_no))
 
     def on_round(record: RoundRecord) -> None:
         beside.after_round(record)

@@ -69,7 +69,7 @@ class Shadows:
             self.compare(round_no, made)
             return made
 
-        scheduler.planner.plan = plan  # type: ignore[method-assign]
+        scheduler.planner.plan = plan  # type: ignore[method-assign]  # the shadow compares each plan
 
     def compare(self, round_no: int, made: Plan) -> None:
         for name, (_, planner) in list(self.planners.items()):

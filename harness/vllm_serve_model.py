@@ -61,7 +61,7 @@ def write_config(directory: Path, max_positions: int = 4096) -> None:
         max_position_embeddings=max_positions,
         bos_token_id=None,
         eos_token_id=SPECIALS.index("</s>"),
-        torch_dtype="bfloat16",
+        dtype="bfloat16",
     )
     config.save_pretrained(directory)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
@@ -29,8 +29,15 @@ from policykit.integrations.vllm.startup import route_logs
 
 logger = logging.getLogger("policykit.vllm.serve_steplog")
 
+# A mixin over vLLM's ``Scheduler`` (it extends its methods through super()): a ``Scheduler``
+# to the type checker, a plain mixin at run time (each class below picks its base).
+if TYPE_CHECKING:
+    _SchedulerMixin = Scheduler
+else:
+    _SchedulerMixin = object
 
-class StepLog:
+
+class StepLog(_SchedulerMixin):
     """Logs each step's tokens per request, keyed by prompt length (ids are random per run);
     holds the first step until the expected requests are in."""
 

@@ -96,9 +96,13 @@ def run_side(args: argparse.Namespace, model: Path) -> dict[str, Any]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the scheduler in this process
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
+    from vllm.v1.engine.core_client import InprocClient
 
     llm = LLM(**engine_args(args, model, args.side))
-    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    client = llm.llm_engine.engine_core
+    assert isinstance(client, InprocClient)  # no multiprocessing (above): the core is in here
+    #: Any: its ``schedule`` is replaced below by one that records each step
+    scheduler: Any = client.engine_core.scheduler
     steps: list[dict[str, Any]] = []
     schedule = scheduler.schedule
 

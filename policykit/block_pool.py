@@ -120,7 +120,8 @@ class BlockPool:
     def free(self, blocks: Iterable[int]) -> None:
         """Drop one holder of each block, in eviction order (vLLM frees a request's blocks last
         first): unreferenced cached blocks go to the back of the queue, others to the front."""
-        first, last = [], []
+        first: list[int] = []
+        last: list[int] = []
         for b in blocks:
             self._refs[b] -= 1
             if self._refs[b] < 0:

@@ -38,6 +38,12 @@ class HostEntry:
             self.held_from = len(self.head)
 
     @property
+    def kv_from(self) -> int:
+        """``held_from`` once set: ``__post_init__`` fills it in where it was not given."""
+        assert self.held_from is not None
+        return self.held_from
+
+    @property
     def start(self) -> int:
         """Where the run begins: a node boundary of the engine's tree (a load-back that
         crosses it caches the KV as two nodes, as SGLang's host nodes come back)."""
@@ -90,7 +96,7 @@ class HostTier:
         best: HostEntry | None = None
         for key in dict.fromkeys(((start, None), _slot(tokens, start), _slot(tokens, 0))):
             for entry in self._index.get(key, ()):
-                if entry.end > len(tokens) or entry.held_from > start:  # type: ignore[operator]
+                if entry.end > len(tokens) or entry.kv_from > start:
                     continue
                 if entry.end <= start and entry.start != start:
                     continue

@@ -119,7 +119,7 @@ class PrefillNode:
         if cache is None:
             window = config.sliding_window
             swa = swa_pool
-            cache = PrefixCache(pool) if swa is None else SWAPrefixCache(pool, swa, window)
+            cache = PrefixCache(pool) if swa is None else SWAPrefixCache(pool, swa, window)  # type: ignore[arg-type]  # a sliding-window pool comes with its window
         self.cache = cache
         self.host = host or HostTier()
         if isinstance(cache, SWAPrefixCache):
@@ -345,7 +345,7 @@ class PrefillNode:
     def copy_from_host(self, host: HostEntry, pages: torch.Tensor, start: int, n: int) -> None:
         """Copy KV positions ``[start, start + n)`` of ``host`` into the slots of ``pages``."""
         slots = self.pool.slots(pages, start, start + n)
-        offset = start - host.held_from  # type: ignore[operator]
+        offset = start - host.kv_from
         assert host.kv is not None
         for layer, (k, v) in enumerate(host.kv):
             self.pool.k[layer][slots] = k[offset : offset + n].to(slots.device)

@@ -36,7 +36,7 @@ def cached_on_release(tokens: Any, page_size: int) -> Any:
     return floor_paged(tokens, page_size)
 
 
-def extend_pages(seq_len: int, prefix_len: int, page_size: int) -> int:
+def extend_pages(seq_len: Any, prefix_len: Any, page_size: int) -> Any:
     """Pages ``alloc_extend`` takes to grow a sequence from ``prefix_len`` to ``seq_len``.
 
     The partly filled last page of the prefix is reused, so this is

@@ -30,6 +30,7 @@ import itertools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from policykit.config import EngineConfig
 from policykit.errors import ComboError, PluginError, UnfitPolicyError, quote
@@ -38,9 +39,17 @@ from policykit.policy import (
     DECISION_KINDS,
     KINDS,
     POLICY_BASES,
+    AdmissionPolicy,
+    AlignmentPolicy,
+    AllocatorPhasePolicy,
+    ChunkingPolicy,
     Policy,
+    PreemptionPolicy,
+    QueuePolicy,
     incomplete,
 )
+
+_P = TypeVar("_P", bound=Policy)
 
 DEFAULT_COMBO: dict[str, str] = {
     "admission": "reserve-tail",
@@ -94,12 +103,12 @@ class PolicyEntry:
 class Combo:
     """One policy of each kind."""
 
-    admission: Policy
-    chunking: Policy
-    alignment: Policy
-    allocator_phase: Policy
-    queue: Policy
-    preemption: Policy
+    admission: AdmissionPolicy
+    chunking: ChunkingPolicy
+    alignment: AlignmentPolicy
+    allocator_phase: AllocatorPhasePolicy
+    queue: QueuePolicy
+    preemption: PreemptionPolicy
 
     @property
     def preempts(self) -> bool:
@@ -323,12 +332,12 @@ class PolicyRegistry:
             chosen.update(mapping)
         made = {kind: self.make(kind, spec, config) for kind, spec in chosen.items()}
         combo = Combo(
-            admission=made["admission"],
-            chunking=made["chunking"],
-            alignment=made["alignment"],
-            allocator_phase=made["allocator-phase"],
-            queue=made["queue"],
-            preemption=made["preemption"],
+            admission=of_kind(made["admission"], AdmissionPolicy),
+            chunking=of_kind(made["chunking"], ChunkingPolicy),
+            alignment=of_kind(made["alignment"], AlignmentPolicy),
+            allocator_phase=of_kind(made["allocator-phase"], AllocatorPhasePolicy),
+            queue=of_kind(made["queue"], QueuePolicy),
+            preemption=of_kind(made["preemption"], PreemptionPolicy),
         )
         refuse_mixed(combo)
         return combo
@@ -350,7 +359,8 @@ class PolicyRegistry:
                 if param is None or not param.required:
                     specs.append(e.name)
                 else:
-                    samples = SAMPLE_ARGS.get((kind, e.name)) or getattr(e.cls, "samples", ())
+                    declared: tuple[str, ...] = getattr(e.cls, "samples", ())
+                    samples = SAMPLE_ARGS.get((kind, e.name)) or declared
                     specs.extend(f"{e.name}:{s}" for s in samples)
             choices.append(specs)
         for picked in itertools.product(*choices):
@@ -358,6 +368,13 @@ class PolicyRegistry:
                 yield self.resolve(dict(zip(kinds, picked, strict=True)), config=config)
             except ComboError:
                 continue
+
+
+def of_kind(policy: Policy, base: type[_P]) -> _P:
+    """``policy`` typed as its kind's base class: :meth:`PolicyRegistry.add` records a class only
+    when it subclasses ``POLICY_BASES[kind]``, so :meth:`PolicyRegistry.make` of a kind returns
+    that base's instance. A cast, not a check: nothing is asked at run time."""
+    return cast(_P, policy)
 
 
 def refuse_mixed(combo: Combo) -> None:

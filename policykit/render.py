@@ -79,8 +79,8 @@ class _FoldedTable(Table):
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         words = {i: w for i, c in enumerate(self.columns) if (w := _widest_word(c)) is not None}
         kept = [c.min_width for c in self.columns]
-        for i, width in words.items():
-            self.columns[i].min_width = max(kept[i] or 0, width)
+        for i, widest in words.items():
+            self.columns[i].min_width = max(kept[i] or 0, widest)
         if self.__rich_measure__(console, options).minimum > options.max_width:
             for column, width in zip(self.columns, kept, strict=True):
                 column.min_width = width

@@ -234,7 +234,8 @@ class SWAPrefixCache(PrefixCache):
         """Give the tombstones of ``path`` past ``protected`` the incoming sliding-window KV
         from ``swa_from`` on (cut where it starts); returns the indices into ``swa_pages`` of
         the pages they took."""
-        page, start, taken = self.page_size, 0, []
+        page, start = self.page_size, 0
+        taken: list[int] = []
         for n in path:
             end = start + len(n)
             live = max(start, swa_from)
@@ -370,8 +371,10 @@ class SWAPrefixCache(PrefixCache):
                 self._drop(n)
                 undo.append(partial(self.unevict, n))
             else:
-                undo.append(partial(self._revive, n, n.swa))
-                self.swa_pool.free(n.swa)
+                swa = n.swa
+                assert swa is not None  # ``order`` holds only nodes with sliding-window KV
+                undo.append(partial(self._revive, n, swa))
+                self.swa_pool.free(swa)
                 self.swa_evictable_tokens -= len(n)
                 n.swa = None
         return freed

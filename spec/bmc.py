@@ -63,7 +63,7 @@ from policykit.spec.model import (
     swa_need,
     t,
 )
-from policykit.spec.symbolic import Sym, num
+from policykit.spec.symbolic import Sym, num, term_of
 
 #: the properties, in the order they are reported
 PROPERTIES = (
@@ -230,7 +230,7 @@ def make_inputs(
             r.host.t >= 0,
             (r.device + r.unpinned + r.host if unpinned else r.device + r.host).t < r.prompt.t,
             # arrive() refuses what can never fit the pool; such requests are not interesting
-            ceil_paged(r.prompt, page).t <= total.t,  # type: ignore[union-attr]
+            ceil_paged(r.prompt, page).t <= total.t,
             r.arrival.t >= 1,
             r.arrival.t <= rounds,
         ]
@@ -407,7 +407,7 @@ def _release(u: Unrolling, s: NodeState, r: int) -> _Work:
         rel, unit = released_now[i], units[i]
         # its sliding-window KV: the partly filled last page back to the free list, the rest
         # left in the tree as evictable cache (with no cache modelled, free as well)
-        last_page = ceil_paged(q.prompt, page) - cached_on_release(q.prompt, page)  # type: ignore[operator]
+        last_page = ceil_paged(q.prompt, page) - cached_on_release(q.prompt, page)
         freed_swa = last_page if cache else win.hold[i]
         swa_free = swa_free + ite(rel, freed_swa, 0)
         unit = dataclasses.replace(unit, swa=ite(rel, unit.swa + win.hold[i] - freed_swa, unit.swa))
@@ -420,7 +420,7 @@ def _release(u: Unrolling, s: NodeState, r: int) -> _Work:
         # its whole pages are cached (a leaf over its prefix node, if that is still cached);
         # the partly filled last page, and its own copy of a prefix it did not lock, are freed
         aligned = cached_on_release(q.prompt, page)
-        partial = ceil_paged(q.prompt, page) - aligned  # type: ignore[operator]
+        partial = ceil_paged(q.prompt, page) - aligned
         # (its prefix: before the release, ``top`` and ``bottom`` hold it, the hybrid-SWA
         # prefix's live leaf and the tombstone above it)
         prefix = unit.top + unit.bottom
@@ -493,7 +493,7 @@ def _resume(u: Unrolling, model: RoundModel, s: NodeState, w: _Work) -> None:
     e = model.resume(w.state, w.has, c_prompt, c_seq)
     room = z3.And(
         w.baseline.t >= owed(c_prompt, c_seq, page).t + page,
-        w.state.ledger.swa_baseline.t >= (c_prompt - c_seq).t + 2 * page  # type: ignore[union-attr]
+        term_of(w.state.ledger.swa_baseline) >= (c_prompt - c_seq).t + 2 * page
         if u.config.hybrid_swa
         else z3.BoolVal(True),
     )
@@ -844,7 +844,7 @@ def own_pages(seq: Sym, cached: Sym, page: int) -> Sym:
     """The slots a request admitted with ``cached`` device tokens holds once ``seq`` tokens are
     computed: ``owed(seq, cached)``, written without dividing ``cached`` (a page multiple), so
     that the solver gets no quotient for it."""
-    return ceil_paged(seq, page) - cached  # type: ignore[operator,return-value]
+    return ceil_paged(seq, page) - cached
 
 
 def _combine(old: Entry, new: Entry, use_new: z3.BoolRef) -> Entry:

@@ -11,6 +11,7 @@ Verdicts are honest about their reach:
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -81,7 +82,7 @@ class Verdict:
     #: words, for the text table as much as for ``--json``
     shortfall: str = ""
 
-    @property
+    @builtins.property  # the field ``property`` above shadows the builtin in this body
     def label(self) -> str:
         """``proved (unbounded)``, ``proved to K`` / ``violated`` / ``unknown``."""
         if self.verdict == PROVED:

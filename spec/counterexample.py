@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import z3
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -293,7 +294,7 @@ def trace_table(cx: dict[str, Any], title: str) -> Table:
         table.caption = f"Replayed by the scheduler: {cx['failure']['summary']}"
         table.caption_justify = "left"
     # two-line headers and unbroken cells: the table fits 80 columns without splitting words
-    for col, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("round", "right"),
         ("request", "left"),
         ("chunk\n[start,end)", "right"),
@@ -303,8 +304,9 @@ def trace_table(cx: dict[str, Any], title: str) -> Table:
         ("rem_\ntotal", "right"),
         ("cur_\nrem", "right"),
         ("free\nafter", "right"),
-    ):
-        table.add_column(col, justify=justify, no_wrap=col != "request")  # type: ignore[arg-type]
+    )
+    for col, justify in columns:
+        table.add_column(col, justify=justify, no_wrap=col != "request")
     for r in cx["rounds"]:
         oom = r["oom"]
         after: Text | str = Text(f"OOM ({oom})", style="bold red") if oom else str(r["free_after"])

@@ -30,6 +30,7 @@ its effect would not show in a few hundred calls.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import random
 from collections.abc import Callable, Iterator
@@ -56,7 +57,7 @@ from policykit.policy import (
 from policykit.registry import Combo
 from policykit.spec.guard import Breach, Guard, changed
 from policykit.spec.lifted import Lifted, entries, forget_stale, lift, scratch_context
-from policykit.spec.symbolic import LIMIT, Sym, SymbolicEvaluationError, Unsupported
+from policykit.spec.symbolic import LIMIT, Sym, SymbolicEvaluationError, Unsupported, as_int
 from policykit.spec.terms import compile_terms
 
 #: random views per method, on top of the path witnesses and boundary views
@@ -81,8 +82,20 @@ class Method:
     valid: Callable[[dict[str, Any], EngineConfig], list[Any]]
 
 
-def _sym(name: str) -> Sym:
-    return Sym(z3.Int(name))
+def _sym(name: str) -> int:
+    """A free symbolic integer for the view field ``name`` (an ``int`` to the view's type)."""
+    return as_int(Sym(z3.Int(name)))
+
+
+def _preempt_template(c: EngineConfig, requester: bool) -> PreemptView:
+    return PreemptView(
+        _sym("position"),
+        _sym("prompt_tokens"),
+        _sym("computed_tokens"),
+        _sym("held_blocks"),
+        requester,
+        c.page_size,
+    )
 
 
 METHODS: tuple[Method, ...] = (
@@ -91,13 +104,13 @@ METHODS: tuple[Method, ...] = (
         "admit",
         bool,
         lambda c: AdmitView(
-            _sym("prompt_tokens"),  # type: ignore[arg-type]
-            _sym("remaining_tokens"),  # type: ignore[arg-type]
-            _sym("host_prefix_tokens"),  # type: ignore[arg-type]
+            _sym("prompt_tokens"),
+            _sym("remaining_tokens"),
+            _sym("host_prefix_tokens"),
             FIRST_TOKENS,
             c.page_size,
-            _sym("rem_total_tokens"),  # type: ignore[arg-type]
-            _sym("cur_rem_tokens"),  # type: ignore[arg-type]
+            _sym("rem_total_tokens"),
+            _sym("cur_rem_tokens"),
         ),
         lambda x, _: [
             x["remaining_tokens"] >= 1,
@@ -110,7 +123,7 @@ METHODS: tuple[Method, ...] = (
         "admission",
         "tail_reserve",
         int,
-        lambda c: TailView(_sym("tail_tokens"), FIRST_TOKENS, c.page_size),  # type: ignore[arg-type]
+        lambda c: TailView(_sym("tail_tokens"), FIRST_TOKENS, c.page_size),
         lambda x, _: [x["tail_tokens"] >= 1],
     ),
     *(
@@ -119,10 +132,10 @@ METHODS: tuple[Method, ...] = (
             name,
             int,
             lambda c: ChunkView(
-                _sym("remaining_tokens"),  # type: ignore[arg-type]
-                _sym("rem_chunk_tokens"),  # type: ignore[arg-type]
-                _sym("rem_total_tokens"),  # type: ignore[arg-type]
-                _sym("rem_swa_tokens"),  # type: ignore[arg-type]
+                _sym("remaining_tokens"),
+                _sym("rem_chunk_tokens"),
+                _sym("rem_total_tokens"),
+                _sym("rem_swa_tokens"),
                 c.page_size,
                 c.hybrid_swa,
             ),
@@ -138,7 +151,7 @@ METHODS: tuple[Method, ...] = (
         "alignment",
         "align_end",
         int,
-        lambda c: AlignView(_sym("start"), _sym("end"), c.page_size),  # type: ignore[arg-type]
+        lambda c: AlignView(_sym("start"), _sym("end"), c.page_size),
         lambda x, _: [x["start"] >= 0, x["end"] > x["start"]],
     ),
     Method(
@@ -146,9 +159,9 @@ METHODS: tuple[Method, ...] = (
         "priority",
         int,
         lambda c: QueueView(
-            _sym("prompt_tokens"),  # type: ignore[arg-type]
-            _sym("prefix_tokens"),  # type: ignore[arg-type]
-            _sym("host_prefix_tokens"),  # type: ignore[arg-type]
+            _sym("prompt_tokens"),
+            _sym("prefix_tokens"),
+            _sym("host_prefix_tokens"),
             c.page_size,
         ),
         lambda x, _: [
@@ -206,14 +219,7 @@ PREEMPTING_METHODS: tuple[Method, ...] = (
             "preemption",
             "victim_rank",
             int,
-            lambda c, requester=requester: PreemptView(
-                _sym("position"),  # type: ignore[arg-type]
-                _sym("prompt_tokens"),  # type: ignore[arg-type]
-                _sym("computed_tokens"),  # type: ignore[arg-type]
-                _sym("held_blocks"),  # type: ignore[arg-type]
-                requester,
-                c.page_size,
-            ),
+            functools.partial(_preempt_template, requester=requester),
             lambda x, _: [
                 x["position"] >= 0,
                 x["prompt_tokens"] >= 1,

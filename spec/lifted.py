@@ -44,7 +44,7 @@ Shape = tuple[tuple[str, Any], ...]
 
 def _shape(view: Any) -> Shape:
     """For each field: ``("sym", None)`` or ``("int", value)`` / ``("bool", value)``."""
-    out = []
+    out: list[tuple[str, Any]] = []
     for f in dataclasses.fields(view):
         value = getattr(view, f.name)
         if isinstance(value, Sym):

@@ -42,6 +42,8 @@ from policykit.spec.symbolic import (
     DivisionSink,
     Sym,
     SymBool,
+    as_int,
+    as_sym,
     collect_divisions,
     decide_all,
     in_range,
@@ -95,7 +97,7 @@ def loadable_host(host: Sym, page: int) -> Sym:
 def make_request(
     enc: Encoder,
     name: str,
-    inputs: tuple[Sym, Sym, Sym, Sym],
+    inputs: tuple[Sym, ...],
     page: int,
     host_paged: bool,
     unpinned: Sym | None = None,
@@ -222,7 +224,7 @@ class Terms:
             return None
         if isinstance(a, Ledger):
             return _pick_ledger(_truth(cond), a, b)
-        if dataclasses.is_dataclass(a):
+        if dataclasses.is_dataclass(a) and not isinstance(a, type):
             picked = {
                 f.name: self.choose(cond, getattr(a, f.name), getattr(b, f.name))
                 for f in dataclasses.fields(a)
@@ -318,7 +320,7 @@ class Hit(Offer):
 
 
 def _slots(host: Sym, page: int) -> Sym:
-    return pages_for(host, page) * page  # type: ignore[arg-type,return-value]
+    return pages_for(host, page) * page
 
 
 def _is_zero(x: Sym) -> bool:
@@ -402,16 +404,16 @@ class RoundModel:
         cfg = self.config
         return Ledger(
             page_size=cfg.page_size,
-            baseline=baseline,
-            rem_chunk_tokens=Sym(num(cfg.chunked_prefill_size)),
+            baseline=as_int(baseline),
+            rem_chunk_tokens=as_int(Sym(num(cfg.chunked_prefill_size))),
             rem_input_tokens=None
             if cfg.max_prefill_tokens is None
-            else Sym(num(cfg.max_prefill_tokens)),
-            swa_baseline=swa_free if cfg.hybrid_swa else None,
+            else as_int(Sym(num(cfg.max_prefill_tokens))),
+            swa_baseline=as_int(swa_free) if cfg.hybrid_swa and swa_free is not None else None,
             sliding_window=cfg.sliding_window,
-            rem_total_token_offset=Sym(num(0)),
-            cur_rem_token_offset=Sym(num(0)),
-            rem_swa_token_offset=Sym(num(0)),
+            rem_total_token_offset=as_int(Sym(num(0))),
+            cur_rem_token_offset=as_int(Sym(num(0))),
+            rem_swa_token_offset=as_int(Sym(num(0))),
         )
 
     def merge_ledger(self, guard: Any, new: Ledger, old: Ledger) -> Ledger:
@@ -427,7 +429,7 @@ class RoundModel:
         return decide_all(ledger.budget_state)
 
     def _mark(self, state: RoundState, ledger: Ledger, placed: z3.BoolRef) -> tuple[Sym, Sym]:
-        rem_total, cur_rem = ledger.rem_total_tokens, ledger.cur_rem_tokens
+        rem_total, cur_rem = as_sym(ledger.rem_total_tokens), as_sym(ledger.cur_rem_tokens)
         state.bad_ledger = z3.Or(state.bad_ledger, z3.And(placed, cur_rem.t < rem_total.t))
         return rem_total, cur_rem
 
@@ -576,7 +578,9 @@ class RoundModel:
         order (the queue policy's ``arrival_order``)."""
         if self.combo.queue.arrival_order:
             return None
-        view = QueueView(req.prompt, req.device, req.loadable, self.config.page_size)  # type: ignore[arg-type]
+        view = QueueView(
+            as_int(req.prompt), as_int(req.device), as_int(req.loadable), self.config.page_size
+        )
         return self.enc.bind("priority", self.num.ask("queue", "priority", view))
 
 
@@ -606,7 +610,7 @@ def _fields(ledger: Ledger) -> tuple[str, ...]:
 def full_need(entry: Entry, page: int) -> Sym:
     """Slots ``commit`` takes for an entry: its load-back pages and ``alloc_extend`` pages."""
     computes = entry.end.t > entry.start.t
-    ext = extend_pages(entry.end, entry.start, page) * page  # type: ignore[arg-type]
+    ext = extend_pages(entry.end, entry.start, page) * page
     return entry.load_back_slots + ite(computes, ext, 0)
 
 
@@ -614,14 +618,14 @@ def swa_need(entry: Entry, page: int) -> Sym:
     """Sliding-window slots the commit's ``alloc_paged_token_slots_extend`` takes for an
     entry: its extend's whole new pages, as in the full pool (SGLang 0.5.23 pairs every full
     page with a sliding-window one; ``PrefillNode._alloc_extend_swa``)."""
-    ext = extend_pages(entry.end, entry.start, page) * page  # type: ignore[arg-type]
+    ext = extend_pages(entry.end, entry.start, page) * page
     return ite(entry.end.t > entry.start.t, ext, 0)
 
 
 def eviction_share(entry: Entry, page: int) -> Sym:
     """An entry's share of what the commit evicts for (``eviction_demand`` of one
     request), when it computes."""
-    return ite(entry.end.t > entry.start.t, eviction_demand(entry.tokens, 1, page), 0)
+    return ite(entry.end.t > entry.start.t, eviction_demand(as_int(entry.tokens), 1, page), 0)
 
 
 def owed(prompt: Sym, seq: Sym, page: int) -> Sym:

@@ -39,7 +39,7 @@ from policykit.config import EngineConfig
 from policykit.policy import PreemptView, QueueView
 from policykit.registry import Combo
 from policykit.spec.model import Encoder, Terms, ite, t
-from policykit.spec.symbolic import Sym, num
+from policykit.spec.symbolic import Sym, as_int, num
 
 #: the properties of a node that preempts, in the order they are reported
 PREEMPTING_PROPERTIES = ("admitted-completes", "no-starvation")
@@ -307,10 +307,10 @@ def _victim(u: PUnrolling, w: _Step, turn: int, short: z3.BoolRef) -> Sym:
     n, page = len(w.present), u.config.page_size
     views = [
         PreemptView(
-            position=_sum([ite(w.present[q], 1, 0) for q in range(p)]),  # type: ignore[arg-type]
-            prompt_tokens=w.prompt[p],  # type: ignore[arg-type]
-            computed_tokens=w.computed[p],  # type: ignore[arg-type]
-            held_blocks=w.held[p],  # type: ignore[arg-type]
+            position=as_int(_sum([ite(w.present[q], 1, 0) for q in range(p)])),
+            prompt_tokens=as_int(w.prompt[p]),
+            computed_tokens=as_int(w.computed[p]),
+            held_blocks=as_int(w.held[p]),
             is_requester=p == turn,
             page_size=page,
         )
@@ -410,7 +410,7 @@ def _queue_order(u: PUnrolling, s: PState, hits: list[Sym]) -> list[list[Any]]:
         return keyed
     prio = []
     for i, q in enumerate(u.inputs.requests):
-        view = QueueView(q.prompt, hits[i] * page, _sym(0), page)  # type: ignore[arg-type]
+        view = QueueView(as_int(q.prompt), as_int(hits[i] * page), as_int(_sym(0)), page)
         rank, _ = u.terms.decide(
             "queue",
             "priority",

@@ -88,7 +88,7 @@ def replay(
         ends.append({r.id: r.computed for r in requests})
         return out
 
-    sched.step = recorded  # type: ignore[method-assign]
+    sched.step = recorded  # type: ignore[method-assign]  # this run's steps, recorded
     steps = run(sched, len(sc.requests), REPLAY_ROUNDS)
     finished = {r.id for r in sched.node.finished}
     scheduled = {rid for s in steps for rid in s.scheduled}

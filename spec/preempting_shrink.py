@@ -93,7 +93,9 @@ class _Search:
             return False
         self.replays += 1
         scenario = scenario_of(self.u, self.read(values), self.prop, 0)
-        failure, _ = replay(scenario, self.u.combo, self.prop, [self.blamed.request])
+        blamed = self.blamed.request
+        assert blamed is not None  # a failure of a node that preempts names its request
+        failure, _ = replay(scenario, self.u.combo, self.prop, [blamed])
         if failure is None or failure.kind != self.blamed.kind:
             return False
         if self.prop == "no-starvation" and not self.starts_alone(scenario):

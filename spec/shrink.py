@@ -59,7 +59,7 @@ class _Search:
     def __post_init__(self) -> None:
         self._bounds.add(*self.u.inputs.facts)
 
-    def read(self, values: dict[int, int]) -> object:
+    def read(self, values: dict[int, int]) -> Callable[[object], object]:
         def read(x: object) -> object:
             term = t(x)
             if term.eq(self.u.inputs.release_never):

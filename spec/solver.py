@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import z3
 
@@ -109,7 +110,7 @@ class Outcome:
     reason: str
     spent: int
 
-    def __iter__(self) -> Iterator[object]:
+    def __iter__(self) -> Iterator[Any]:
         """``result, model, reason = solve(...)``: the three a caller usually needs."""
         return iter((self.result, self.model, self.reason))
 

@@ -189,10 +189,10 @@ def admitted(
     its match stopped at, longer than what it matched (SGLang's ``swa_branching_seqlen``;
     0: none)."""
     zero = Sym(num(0))
-    held, last = held
+    lock, last = held
     win.branch[i] = ite(placed, branch, win.branch[i])
     win.last[i] = enc.bind("swa_last", ite(placed, last, win.last[i]))
-    win.wl[i] = enc.bind("swa_wl", ite(placed, held, win.wl[i]))
+    win.wl[i] = enc.bind("swa_wl", ite(placed, lock, win.wl[i]))
     win.start[i] = enc.bind("swa_start", ite(placed, start, win.start[i]))
     win.evicted[i] = ite(placed, zero, win.evicted[i])
-    win.hold[i] = enc.bind("swa_hold", ite(placed, held, win.hold[i]))
+    win.hold[i] = enc.bind("swa_hold", ite(placed, lock, win.hold[i]))

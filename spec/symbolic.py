@@ -38,7 +38,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, cast
 
 import z3
 
@@ -70,7 +71,7 @@ class Unsupported(BaseException):
 
 
 def _first_untrusted_frame() -> Any:
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and trusted(frame.f_code):
         frame = frame.f_back
     return frame
@@ -192,6 +193,29 @@ def quotient(x: z3.ArithRef, d: int) -> z3.ArithRef:
     return x / d if sink is None else sink.quotient(x, d)
 
 
+def as_int(x: Sym) -> int:
+    """``x`` where code shared with the scheduler is annotated ``int`` (a view's fields, the
+    ledger's budgets, the kernel's arguments): the checker runs that very code on symbols, and a
+    :class:`Sym` does what an int does there or refuses (module docstring). Only the annotation
+    differs, so this is a cast: nothing happens at run time."""
+    return cast(int, x)
+
+
+def as_sym(x: int) -> Sym:
+    """The reverse of :func:`as_int`: a value the model put in as a :class:`Sym`, read back
+    through an ``int`` annotation (the budgets of a ledger the model opened). A cast too."""
+    return cast(Sym, x)
+
+
+def term_of(x: int | None) -> z3.ArithRef:
+    """The z3 term of a value the model put in as a :class:`Sym` and reads back through an
+    ``int`` annotation (a ledger budget: :func:`as_sym`). ``None`` is the sliding-window
+    baseline of a configuration without a window, which nothing reads: a bug if it is."""
+    if x is None:
+        raise AssertionError("a sliding-window budget read where there is no sliding window")
+    return as_sym(x).t
+
+
 class Sym:
     """A symbolic integer. Python semantics are kept: ``//`` and ``%`` by a positive int floor
     like Python's (z3's integer ``div``/``mod`` agree for positive divisors)."""
@@ -268,12 +292,12 @@ class Sym:
     def __ge__(self, o: IntLike) -> Any:
         return _compare(self.t >= _term(o))
 
-    def __eq__(self, o: object) -> Any:  # type: ignore[override]
+    def __eq__(self, o: object) -> Any:
         if o is None:
             return False  # an int never equals None
         return _compare(self.t == _term(o))
 
-    def __ne__(self, o: object) -> Any:  # type: ignore[override]
+    def __ne__(self, o: object) -> Any:
         if o is None:
             return True
         return _compare(self.t != _term(o))
@@ -450,7 +474,7 @@ class Ratio:
             "math.floor(a / b) of ints; use '//'"
         )
 
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = __refused__  # type: ignore[assignment]
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = __refused__
     __int__ = __float__ = __index__ = __round__ = __trunc__ = __str__ = __format__ = __refused__
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __neg__ = __pos__ = __refused__
     __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __abs__ = __refused__
@@ -543,12 +567,12 @@ class SymBool:
     def __invert__(self) -> Sym:
         return Sym(-_term(self) - 1)  # a bool is an int: ~True == -2, ~False == -1
 
-    def __eq__(self, o: object) -> Any:  # type: ignore[override]
+    def __eq__(self, o: object) -> Any:
         if isinstance(o, SymBool | bool):
             return _compare(self.t == _bool_term(o))
         return _compare(_term(self) == _term(o))
 
-    def __ne__(self, o: object) -> Any:  # type: ignore[override]
+    def __ne__(self, o: object) -> Any:
         if isinstance(o, SymBool | bool):
             return _compare(self.t != _bool_term(o))
         return _compare(_term(self) != _term(o))

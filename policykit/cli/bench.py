@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
+from rich.console import Console, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -64,7 +64,7 @@ def results_table(result: dict[str, Any]) -> Table:
     )
     table.add_column("admission/chunking/alignment")
     table.add_column("status")
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("done/rej/fail/def/pend", "right"),
         ("rounds", "right"),
         ("prompt tok/s", "right"),
@@ -72,8 +72,9 @@ def results_table(result: dict[str, Any]) -> Table:
         ("TTFT p99 ms", "right"),
         ("peak KV", "right"),
         ("plan share", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    )
+    for name, justify in columns:
+        table.add_column(name, justify=justify)
     # a node that preempts: how often, and what it computed again (only when a row preempts)
     preempting = any("preemptions" in row for row in result["combos"])
     if preempting:
@@ -89,7 +90,7 @@ def results_table(result: dict[str, Any]) -> Table:
             status = Text("completed", style="green")
         else:
             status = Text(row["status"], style="yellow")
-        cells = [
+        cells: list[RenderableType] = [
             format_combo(row["policies"]),
             status,
             f"{req['completed']}/{req['rejected']}/{req.get('failed', 0)}/{req['deferred']}"
@@ -239,7 +240,12 @@ def bench(
     if dev.type == "cpu":
         torch.set_num_threads(cpu_threads)
     texts = combo_texts(combos, combo_list, check_all)
-    run = {"executor": executor, "workers": workers, "ray_address": ray_address, "as_json": as_json}
+    run: dict[str, Any] = {
+        "executor": executor,
+        "workers": workers,
+        "ray_address": ray_address,
+        "as_json": as_json,
+    }
     trace_args = TraceArgs(time_scale, gpu, host_tier, requests, forward_requests)
     if is_trace(workload):
         args = (workload, texts, shape, priced, dev, seed, pool_tokens, max_rounds, trace_args)

@@ -76,7 +76,8 @@ def _combos(
         return combos, []
     resolved: list[Combo] = []
     unfit: list[tuple[str, str]] = []
-    for text in texts or [None]:
+    wanted: list[str | None] = [*texts] if texts else [None]
+    for text in wanted:
         try:
             resolved.append(registry.resolve(text, config=engine))
         except UnfitPolicyError as exc:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 from click.core import ParameterSource
@@ -179,9 +179,10 @@ def _progress(total: int) -> Iterator[Callable[[], None]]:
         yield lambda: progress.advance(task)
 
 
-def _given(**options: tuple[str, object]) -> dict[str, object]:
+def _given(**options: tuple[str, Any]) -> dict[str, Any]:
     """The vLLM settings given on the command line (option name -> (knob, value)): they hold
-    for the random scenarios too, in place of the drawn ones."""
+    for the random scenarios too, in place of the drawn ones. Values of several types, one per
+    knob, so ``Any``: ``dataclasses.replace`` checks the names."""
     ctx = click.get_current_context()
     return {
         knob: value
@@ -230,7 +231,7 @@ def vllm(
     seed: int,
     threshold: int,
     reserve_full_isl: bool,
-    scheduling_policy: str,
+    scheduling_policy: Literal["fcfs", "priority"],
     as_json: bool,
 ) -> None:
     """Diff SCENARIO... (files or bundled names) against vLLM 0.33.0's real v1 Scheduler, run

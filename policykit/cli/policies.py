@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table
 from rich.text import Text
@@ -23,7 +25,7 @@ def policies(verbose: bool, as_json: bool) -> None:
     queue defaults to fcfs, as in SGLang).
     """
     _, registry = load_registry()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for kind in KINDS:
         for entry in registry.entries(kind):
             param = entry.cls.parameter

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -173,7 +174,7 @@ def _outcome(r: UnitResult) -> str:
         return f"[red]failed: {r.error}[/]"
     if r.status is Status.MISSING:
         return "[yellow]missing[/]"
-    res = r.result
+    res = _result(r)
     if res["oom"] is not None:
         return f"[red]OOM in round {res['oom']['round']}[/]"
     done = len(res["completed"])
@@ -183,4 +184,10 @@ def _outcome(r: UnitResult) -> str:
 
 
 def _rounds(r: UnitResult) -> str:
-    return str(r.result["rounds"]) if r.status is Status.OK else "-"
+    return str(_result(r)["rounds"]) if r.status is Status.OK else "-"
+
+
+def _result(r: UnitResult) -> dict[str, Any]:
+    """The result of a unit that did not fail and is not missing: the executor records one."""
+    assert r.result is not None
+    return r.result

@@ -89,7 +89,11 @@ def replay_all(registry: PolicyRegistry, combos: list[str]) -> list[ScenarioRepl
 def _trajectories(replays: ScenarioReplays) -> list[plots.Trajectory]:
     """One trajectory per distinct run; combinations that behave alike share it."""
     runs = [
-        (short_label(combo), run.pool_use_by_round, run.result.oom and run.result.oom.round)
+        (
+            short_label(combo),
+            run.pool_use_by_round,
+            None if run.result.oom is None else run.result.oom.round,
+        )
         for combo, run in replays.runs.items()
         if isinstance(run, Replay)
     ]

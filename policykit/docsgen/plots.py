@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -24,7 +25,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
-_RC = {"svg.hashsalt": "policykit", "svg.fonttype": "none", "font.size": 9}
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+_RC: dict[RcKeyType, Any] = {"svg.hashsalt": "policykit", "svg.fonttype": "none", "font.size": 9}
 CRASHED = "#c62828"
 FINE = "#1565c0"
 SECOND = "#90caf9"
@@ -67,7 +71,7 @@ def _save(fig: Figure, path: Path) -> Layout:
     size = {k: float(v) for k, v in re.findall(r'\b(width|height)="([\d.]+)pt"', head)[:2]}
     renderer = canvas.get_renderer()
     axes = [ax for ax in fig.axes if ax.get_visible()]
-    legends = [ax.get_legend() for ax in axes if ax.get_legend() is not None]
+    legends = [legend for ax in axes if (legend := ax.get_legend()) is not None]
     legends += list(fig.legends)
     return Layout(
         path,

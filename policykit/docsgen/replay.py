@@ -157,14 +157,15 @@ def round_table(run: Replay, *, failing_round: int | None = None) -> str:
     return table(headers, rows, right=(0, 2, 3, 5, 6, 7, 8, 9))
 
 
-def _free_after(record: RoundRecord, result: RunResult, hybrid: bool) -> list[object]:
+def _free_after(record: RoundRecord, result: RunResult, hybrid: bool) -> list[str | int | None]:
     """The free slots after a round, per pool; ``**OOM**`` for the pool that ran out (the
     other pool's cell is left empty: the round never happened)."""
     oom = result.oom
     pools = ("full", "swa") if hybrid else ("full",)
     if oom is not None and oom.round == record.plan.round:
         return ["**OOM**" if pool == oom.pool else "" for pool in pools]
-    return [record.free_tokens_after, record.swa_free_tokens_after][: len(pools)]
+    free: list[str | int | None] = [record.free_tokens_after, record.swa_free_tokens_after]
+    return free[: len(pools)]
 
 
 def shows_failure(run: Replay) -> bool:

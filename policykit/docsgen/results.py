@@ -9,13 +9,14 @@ adapter, not the pages.
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from policykit.config import current_keys
 from policykit.docsgen.markdown import Provenance
@@ -74,7 +75,7 @@ class Verdict:
     #: a verdict that reached less than was asked, in words (``proved to round 2 of 4: ...``)
     shortfall: str = ""
 
-    @property
+    @builtins.property  # the field ``property`` above shadows the builtin in this body
     def unbounded(self) -> bool:
         return self.verdict == "proved" and self.bound is None
 
@@ -340,9 +341,14 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
                 request=str(told.get("request") or "") if isinstance(told, dict) else "",
             )
         )
-    config = top.get("config") if isinstance(top.get("config"), dict) else {}
+    config = found if isinstance(found := top.get("config"), dict) else {}
     config = current_keys(config)  # an older document's ``swa_window`` is ``sliding_window``
     return [CheckResults(provenance_of(top, "check"), tuple(verdicts), path, config)]
+
+
+def _fractions(values: list[Any]) -> TypeGuard[list[float]]:
+    """Whether every value is an int or a float (a bool is neither here)."""
+    return all(isinstance(x, int | float) and not isinstance(x, bool) for x in values)
 
 
 def _series(value: Any, at: str) -> tuple[float, ...]:
@@ -351,7 +357,7 @@ def _series(value: Any, at: str) -> tuple[float, ...]:
         return ()
     if isinstance(value, list):
         out = [v.get("used") if isinstance(v, dict) else v for v in value]
-        if all(isinstance(x, int | float) and not isinstance(x, bool) for x in out):
+        if _fractions(out):
             return tuple(out)
     raise ResultsError(f"{at}: 'pool_use_by_round' must be a list of fractions.")
 
@@ -438,7 +444,7 @@ def parse_trace_bench(top: Mapping[str, Any], path: Path) -> list[TraceBenchResu
         produced_by=f"`policykit bench --workload {trace.get('name', '?')}`"
         + provenance.produced_by.removeprefix("`policykit bench`"),
     )
-    coverage = top.get("provenance") if isinstance(top.get("provenance"), dict) else {}
+    coverage = found if isinstance(found := top.get("provenance"), dict) else {}
     return [
         TraceBenchResults(
             provenance, trace, replay, tuple(rows), tuple(groups), dict(coverage), path

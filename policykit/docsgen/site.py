@@ -259,11 +259,11 @@ def run_producers(
             beat.advance()
         failed = proc.returncode not in producer.ok_codes and not _complete(proc, producer)
         why = proc.stderr.strip()[-800:] or proc.stdout.strip()[-800:]
-        if failed and (producer.fallback is None or registry is None):
-            raise DocsError(
-                f"`policykit {' '.join(args)}` exited with code {proc.returncode}: {why}"
-            )
         if failed:
+            if producer.fallback is None or registry is None:
+                raise DocsError(
+                    f"`policykit {' '.join(args)}` exited with code {proc.returncode}: {why}"
+                )
             report.notes.append(
                 f"`policykit {' '.join(args)}` failed (exit {proc.returncode}: {why}); its "
                 "results were made one combination at a time instead, refusing any that could "

@@ -217,11 +217,11 @@ def matrix(check: CheckResults, combos: Sequence[str], properties: Sequence[str]
     for (admission, queue, chunking), cells in keyed.items():
         row = [f"`{admission}`", f"`{queue}`", f"`{chunking}`"]
         for alignment in alignments:
-            combo = cells.get(alignment)
-            if combo is None:
+            cell = cells.get(alignment)
+            if cell is None:
                 row.append("")
                 continue
-            marks = "".join(mark_html(by.get((combo, p)), p) for p in properties)
+            marks = "".join(mark_html(by.get((cell, p)), p) for p in properties)
             row.append(f'<span class="pk-cell">{marks}</span>')
         rows.append(row)
     headers = ["admission", "queue", "chunking", *(f"`{a}`" for a in alignments)]

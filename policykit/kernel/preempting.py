@@ -4,6 +4,7 @@ The node and the vLLM plugin ask them on ints, the checker on terms."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from policykit.kernel.chunking import aligned_end, chunk
@@ -82,7 +83,7 @@ def preempting_chunk(
 
 
 def preempting_admits(
-    domain: Numbers, prompt: int, start: int, free_tokens: int, page_size: int, request_id: str
+    domain: Numbers, prompt: Any, start: Any, free_tokens: Any, page_size: int, request_id: str
 ) -> Any:
     """The admission policy's verdict on a waiting request of a node that preempts, ``start``
     tokens of its ``prompt`` hit in the prefix cache, ``free_tokens`` free once the hit is
@@ -152,9 +153,7 @@ def victim(
             rid,
             label=f"victim_rank_{place}",
             bad=lambda r: False,
-            complaint=lambda r, rid=rid: (
-                f"ranked running request {rid!r} {r!r}; a victim rank is an int."
-            ),
+            complaint=_rank_complaint(rid),
         )
         broken = domain.any(broken, domain.all(here, bad))
         take = domain.all(here, domain.any(domain.not_(found), rank >= best_rank))
@@ -162,3 +161,8 @@ def victim(
         best_rank = domain.choose(take, rank, best_rank)
         found = domain.any(found, here)
     return best, broken
+
+
+def _rank_complaint(request_id: str) -> Callable[[Any], str]:
+    """What is wrong with the victim rank ``r`` of running request ``request_id``."""
+    return lambda r: f"ranked running request {request_id!r} {r!r}; a victim rank is an int."

@@ -11,10 +11,10 @@ from typing import Any
 from policykit.errors import PolicyError
 from policykit.kernel.blame import ask, describe
 from policykit.kernel.domain import Numbers
-from policykit.policy import Policy, QueueView
+from policykit.policy import QueuePolicy, QueueView
 
 
-def queue_rank(policy: Policy, view: QueueView, request_id: str) -> int:
+def queue_rank(policy: QueuePolicy, view: QueueView, request_id: str) -> int:
     """The queue policy's priority of a waiting request (lower goes first), checked to be an
     int: a sort on anything else would order the queue by accident, not by the policy."""
     rank = ask(policy, policy.priority, view, request_id)
@@ -53,7 +53,7 @@ def in_queue_order(domain: Numbers, items: list[Any], ranks: list[int]) -> list[
 
 def queue_order(
     domain: Numbers,
-    policy: Policy,
+    policy: QueuePolicy,
     waiting: list[Any],
     rank: Callable[[Any], int],
     kept: dict[str, int] | None,

@@ -149,9 +149,11 @@ def diff(
             )
             break
         a, b = _round_view(ours.rounds[i].plan), _round_view(theirs.rounds[i].plan)
-        if storage is not None and theirs.rounds[i].storage is not None and i < len(storage):
+        upstream_storage = theirs.rounds[i].storage
+        keys: tuple[str, ...]
+        if storage is not None and upstream_storage is not None and i < len(storage):
             a.update(storage[i])
-            b.update(theirs.rounds[i].storage)
+            b.update(upstream_storage)
             keys = ROUND_FIELDS + STORAGE_FIELDS
         else:
             keys = ROUND_FIELDS

@@ -167,7 +167,10 @@ def _storage_classes(up: dict[str, Any]) -> dict[str, type]:
 def _counting_allocators(up: dict[str, Any]) -> dict[str, type]:
     """Upstream's allocator interfaces over a policykit node's pools (counts only)."""
 
-    class CountingAllocator(up["allocator_base"].BaseTokenToKVPoolAllocator):
+    #: upstream's class, imported at run time (SGLang has no types)
+    base: Any = up["allocator_base"].BaseTokenToKVPoolAllocator
+
+    class CountingAllocator(base):
         """The full KV pool as a free-token count (``PrefillBudget`` reads nothing else)."""
 
         def __init__(self, node: PrefillNode) -> None:
@@ -214,7 +217,9 @@ def _counting_prefix_cache(up: dict[str, Any]) -> type:
     """Upstream's prefix-cache interface over a policykit node's cache and host tier."""
     bpc = up["base_prefix_cache"]
 
-    class CountingPrefixCache(bpc.BasePrefixCache):
+    base: Any = bpc.BasePrefixCache  # upstream's class, imported at run time
+
+    class CountingPrefixCache(base):
         """The policykit node's prefix cache behind upstream's prefix-cache interface."""
 
         #: prefix caching is on (upstream's schedule policies turn cache-aware orders off

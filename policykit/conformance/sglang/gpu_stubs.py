@@ -97,6 +97,8 @@ def _ignore(self: object, *args: Any, **kwargs: Any) -> None:
 
 
 class _StubModule(types.ModuleType):
+    __version__: str
+
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
@@ -132,7 +134,7 @@ def _probing() -> bool:
     Libraries probe for optional GPU packages (torch for triton, transformers for torchvision)
     and then use them in earnest; to a probe the packages are absent, as they are on this machine.
     """
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None:
         if frame.f_code is _UTIL_FIND_SPEC:
             return True

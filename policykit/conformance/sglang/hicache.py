@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import atexit
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -148,7 +148,7 @@ def attach(tree: Any, params: Any, host_tokens: int, device_tokens: int) -> None
     tree.write_through_threshold = WRITE_THROUGH_OFF
 
 
-def lay_out_host_run(storage: Any, tokens: tuple[int, ...], device: int, host: int) -> None:
+def lay_out_host_run(storage: Any, tokens: Sequence[int], device: int, host: int) -> None:
     """Make ``tokens[device:device + host]`` a host-only node whose parent ``tokens[:device]``
     is backed up too: insert both on the device, back them up parent first (as HiCache's
     backups go; a backed-up child under a parent that is not panics the tree core on

@@ -31,6 +31,7 @@ What is a stand-in, and why (docs/conformance.md lists the same):
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -153,7 +154,7 @@ class Storage:
         self.allocator = self._allocator(scenario)
         longest = max((r.prompt_tokens for r in requests), default=1)
         self.req_to_token = s["ReqToTokenPool"](len(requests) + 1, longest + page, "cpu", False)
-        components = (s["ComponentType"].FULL,)
+        components: tuple[Any, ...] = (s["ComponentType"].FULL,)
         if self.window is not None:
             components += (s["ComponentType"].SWA,)
         params = s["CacheInitParams"](
@@ -237,7 +238,7 @@ class Storage:
             prefix_lens, prefix_lens, seq_lens, seq_lens, last, tokens
         )
 
-    def _insert(self, tokens: tuple[int, ...], swa_from: int = 0) -> Any:
+    def _insert(self, tokens: Sequence[int], swa_from: int = 0) -> Any:
         """Put ``tokens`` into the tree on fresh slots, their sliding-window KV only from
         ``swa_from`` on (what lies before is a tombstone, as a request's out-of-window KV
         is); returns the node that ends them."""
@@ -265,7 +266,7 @@ class Storage:
             # no request matches the filler: its sliding-window KV is gone
             self._insert(tuple(range(filler)), filler)
 
-    def note(self, slots: torch.Tensor, tokens: tuple[int, ...] | list[int]) -> None:
+    def note(self, slots: torch.Tensor, tokens: Sequence[int]) -> None:
         """Record which token's KV each of ``slots`` holds."""
         for slot, token in zip(slots.tolist(), tokens, strict=True):
             self.token_of[slot] = token

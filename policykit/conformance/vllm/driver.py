@@ -93,7 +93,9 @@ def _runner_output(sched: Any, ids: list[str], finished: list[str], release: lis
         # vLLM frees finished transfers in the order it iterates them: a worker's set, whose
         # order varies from process to process. Handed over in finish order (a set's view that
         # keeps it), the frees, and so which cached blocks are evicted first, are reproducible.
-        kv_connector_output=KVConnectorOutput(finished_sending=dict.fromkeys(release).keys()),
+        kv_connector_output=KVConnectorOutput(
+            finished_sending=dict.fromkeys(release).keys()  # type: ignore[arg-type]  # an ordered set view on purpose (above); vLLM only iterates it
+        ),
     )
 
 

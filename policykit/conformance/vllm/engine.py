@@ -15,7 +15,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 #: the vLLM release this oracle was written against and is tested with
 VLLM_VERSION = "0.33.0"
@@ -40,6 +40,10 @@ class VllmUnavailable(RuntimeError):
     """vLLM 0.33.0's scheduler cannot be imported here (the ``vllm`` extra is not installed)."""
 
 
+#: the values of vLLM's ``--scheduling-policy`` (its ``SchedulerConfig.policy``)
+SchedulingPolicyName = Literal["fcfs", "priority"]
+
+
 @dataclass(frozen=True)
 class SchedulerKnobs:
     """The vLLM settings a scenario has no field for: vLLM's own defaults unless overridden."""
@@ -50,7 +54,7 @@ class SchedulerKnobs:
     max_num_seqs: int | None = None
     enable_prefix_caching: bool = True
     #: vLLM's ``--scheduling-policy``: ``fcfs`` or ``priority`` (every request's priority 0)
-    scheduling_policy: str = "fcfs"
+    scheduling_policy: SchedulingPolicyName = "fcfs"
 
 
 def load() -> Any:

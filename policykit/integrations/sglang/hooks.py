@@ -191,8 +191,8 @@ def _shape(num: Ints, adder: Any, req: Any, prefix_len: int, tiles: bool, kwargs
         return sp.AddReqResult.NO_TOKEN
     extend = prompt - prefix_len
     rem_total = int(rem_total)
-    view = chunk_view(extend, adder.rem_chunk_tokens, rem_total, rem_total, page, False)
-    chunk = guard.chunk(num, "new_chunk", view, req)
+    chunking = chunk_view(extend, adder.rem_chunk_tokens, rem_total, rem_total, page, False)
+    chunk = guard.chunk(num, "new_chunk", chunking, req)
     if chunk is FALLBACK:
         return FALLBACK
     if chunk == 0:

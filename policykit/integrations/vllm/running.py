@@ -22,7 +22,7 @@ two agree; vLLM's victim is taken either way.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, SupportsIndex
 
 #: given the running list, the request to preempt
 Chooser = Callable[[list[Any]], Any]
@@ -62,7 +62,7 @@ class RunningList(list):
             return self._victim
         return super().__getitem__(index)
 
-    def pop(self, index: int = -1) -> Any:
+    def pop(self, index: SupportsIndex = -1) -> Any:
         victim = self._victim
         if victim is None or index != -1:
             return super().pop(index)

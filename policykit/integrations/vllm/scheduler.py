@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
@@ -53,14 +53,25 @@ from policykit.policy import QueueView
 
 logger = logging.getLogger("policykit.vllm")
 
+# The mixin reads and overrides vLLM's ``Scheduler`` (its configuration, its containers, the
+# methods it calls super() of); at run time it comes before ``Scheduler`` or ``AsyncScheduler``
+# in the class that uses it, so to the type checker it is a ``Scheduler``, and at run time it
+# stays a plain mixin (the classes below pick their own base).
+if TYPE_CHECKING:
+    _SchedulerMixin = Scheduler
+else:
+    _SchedulerMixin = object
 
-class PolicyDecisions:
+
+class PolicyDecisions(_SchedulerMixin):
     """The decision points, mixed in before vLLM's ``Scheduler`` (or ``AsyncScheduler``)."""
 
     #: what vLLM's constructor set ``scheduler_reserve_full_isl`` to (the fallback's rule)
     _configured_reserve = True
     #: the admission rule of the waiting request being allocated: None, vLLM's configured one
     _reserve_now: bool | None = None
+    #: vLLM's waiting queue, replaced in ``__init__`` by one that the queue policy orders
+    waiting: PolicyQueue
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
