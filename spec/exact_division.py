@@ -60,11 +60,10 @@ def _branches(x: z3.ArithRef) -> list[tuple[Guard, Linear]] | None:
         c, a, b = x.children()
         out = []
         for taken, side in ((True, a), (False, b)):
-            # [None] cannot be unpacked: a side of too many branches raises TypeError here
-            # rather than returning None (left as it is; the types say so)
-            for side_guard, side_lin in _branches(side) or [None]:  # type: ignore[list-item]  # see above
-                if side_guard is None:
-                    return None
+            sides = _branches(side)
+            if not sides:  # too many branches (or none left): no exact quotient
+                return None
+            for side_guard, side_lin in sides:
                 joined = _join([{c.get_id(): (c, taken)}, side_guard])
                 if joined is not None:
                     out.append((joined, side_lin))

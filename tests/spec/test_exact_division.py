@@ -58,3 +58,12 @@ def test_a_divisible_branching_term_divides_each_branch():
     got = exact_quotient(4 * a + z3.If(c, 8 * b, -4), 4)
     assert got is not None
     assert _same_everywhere(got, a + z3.If(c, 2 * b, -1), [])
+
+
+def test_a_side_of_too_many_branches_keeps_its_quotient():
+    """An ``If`` one of whose sides splits into more than ``MAX_BRANCHES`` branches gives no
+    exact quotient (it used to raise ``TypeError`` while unpacking that side)."""
+    a, b = z3.Int("a"), z3.Int("b")
+    cs = z3.Bools("c0 c1 c2 c3")
+    many = sum((z3.If(c, 2 * a, 2 * b) for c in cs), z3.IntVal(0))  # 16 branches
+    assert exact_quotient(z3.If(z3.Bool("d"), many, 2 * a), 2) is None
