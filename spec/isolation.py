@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from policykit.interpreter import python_argv
+
 if TYPE_CHECKING:
     from policykit.config import EngineConfig
     from policykit.registry import PolicyRegistry
@@ -72,7 +74,7 @@ def check_isolated(
 def _spawn(tasks: list[Task], jobs: int, folder: Path) -> subprocess.Popen:
     request = pickle.dumps({"tasks": tasks, "jobs": jobs, "folder": str(folder), "path": sys.path})
     zygote = subprocess.Popen(
-        [sys.executable, "-c", "from policykit.spec.isolation import serve; serve()"],
+        python_argv("-c", "from policykit.spec.isolation import serve; serve()"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         # string hashing seeded alike in every zygote: set and dict orders the same everywhere
