@@ -54,7 +54,7 @@ class PluginSource:
     def __str__(self) -> str:
         if self.distribution is None:
             return "built-in"
-        return f"{self.distribution} {self.version}"
+        return f"{self.distribution} {self.version}" if self.version else self.distribution
 
 
 class PolicykitPluginManager(pluggy.PluginManager):

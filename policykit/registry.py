@@ -28,7 +28,7 @@ import functools
 import inspect
 import itertools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from policykit.config import EngineConfig
@@ -39,6 +39,7 @@ from policykit.policy import (
     KINDS,
     POLICY_BASES,
     Policy,
+    defined_at,
     incomplete,
 )
 
@@ -296,7 +297,8 @@ class PolicyRegistry:
             policy = entry.cls(arg)
         except Exception as exc:
             raise UnfitPolicyError(
-                f"The {kind} policy {quote(spec)} ({entry.source}) could not be created: {exc}"
+                f"{_who(kind, spec, entry, entry.cls.__init__)} could not create it: "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
         policy.source = str(entry.source)
         if config is not None:
@@ -305,6 +307,11 @@ class PolicyRegistry:
             except ValueError as exc:
                 raise UnfitPolicyError(
                     f"The {kind} policy {quote(spec)} ({entry.source}) cannot run here: {exc}."
+                ) from None
+            except Exception as exc:  # a broken validate: that combo's row, not the list's end
+                raise UnfitPolicyError(
+                    f"{_who(kind, spec, entry, policy.validate)} raised {type(exc).__name__}: "
+                    f"{exc} (a policy refuses a configuration with ValueError)."
                 ) from None
         return policy
 
@@ -358,6 +365,15 @@ class PolicyRegistry:
                 yield self.resolve(dict(zip(kinds, picked, strict=True)), config=config)
             except ComboError:
                 continue
+
+
+def _who(kind: str, spec: str, entry: PolicyEntry, method: Callable[..., object]) -> str:
+    """The policy, its distribution, its module and where ``method`` is defined: a policy that
+    fails while it is being made sends its author to their own line, not to this file."""
+    return (
+        f"The {kind} policy {quote(spec)} ({entry.source}), module {entry.cls.__module__}, "
+        f"{method.__name__}() at {defined_at(method)},"
+    )
 
 
 def refuse_mixed(combo: Combo) -> None:
