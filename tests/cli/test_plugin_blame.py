@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from policykit.cli.simulate import EXIT_POLICY_FAULT
+from policykit.cli.simulate_outcome import EXIT_POLICY_FAULT
 
 PLUGIN = '''
 import policykit
