@@ -10,6 +10,7 @@ the logits-equivalence test relies on.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -97,9 +98,18 @@ def build_workload_node(
     ``with_kv=False`` skips computing the resident prefixes' KV: the layout and every decision
     are the same, only the values are not (for timing the planner and the forward alone).
     """
-    model = store.model
+    node = lay_out_workload(workload, store.model.device, store.model.layout)
+    if with_kv:
+        fill_kv(node, store)
+    return node
+
+
+def lay_out_workload(workload: Workload, device: Any = "cpu", layout: Any = None) -> PrefillNode:
+    """``workload`` on a fresh node with no model: the pool (KV buffers only where ``layout``
+    is given), the resident prefixes and the host tier laid out, every request queued. What
+    ``simulate --workload`` runs; :func:`build_workload_node` adds the model's KV."""
     page = workload.config.page_size
-    pool = TokenPool(workload.pool_tokens, page, device=model.device, layout=model.layout)
+    pool = TokenPool(workload.pool_tokens, page, device=device, layout=layout)
     node = PrefillNode(workload.config, pool)
     tokens = workload.tokens()
     for spec in workload.requests:
@@ -124,6 +134,4 @@ def build_workload_node(
             if node.host.lookup(toks[:end], device) is None:
                 node.host.put(toks[:end], device)
         node.add(Request(spec.id, toks, arrival_round=spec.arrival_round))
-    if with_kv:
-        fill_kv(node, store)
     return node

@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from policykit.interpreter import python_argv
+
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -184,7 +186,7 @@ def summary(samples: list[dict[str, float]]) -> dict[str, float]:
 def run_all(w: Workload, dry_run: bool, out: Path | None) -> dict[str, Any]:
     results: dict[str, Any] = {"workload": asdict(w), "dry_run": dry_run, "policies": {}}
     for name in POLICIES:
-        cmd = [sys.executable, "-m", "policykit.harness.fragmentation", "--child", name]
+        cmd = python_argv("-m", "policykit.harness.fragmentation", "--child", name)
         cmd += ["--workload", json.dumps(asdict(w))]
         if dry_run:
             cmd.append("--dry-run")

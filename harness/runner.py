@@ -23,6 +23,7 @@ from policykit.errors import PolicykitError
 from policykit.harness.build import PrefixKV, attach_kv, build_workload_node, fill_kv
 from policykit.harness.engine import ModelForward
 from policykit.harness.handoff import DecodeHandoff
+from policykit.harness.lookup import WorkloadKind, find_workload
 from policykit.harness.metrics import (
     H200_BF16_DENSE_TFLOPS,
     deferred_requests,
@@ -45,7 +46,6 @@ from policykit.harness.preempting_bench import (
 )
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU, GPUS, predicted_round_seconds
-from policykit.harness.trace_formats import unreadable_workload
 from policykit.harness.workloads import Workload, generate, load_trace
 from policykit.node import PrefillNode
 from policykit.plugin_manager import PolicykitPluginManager
@@ -113,19 +113,15 @@ def from_scenario(path: Path) -> BenchInput:
 
 
 def resolve_input(arg: str, pool_tokens: int, seed: int = 0) -> BenchInput:
-    """``arg`` is a workload name, a ``.jsonl`` trace, or a scenario file / bundled name."""
-    path = Path(arg)
-    if path.suffix == ".jsonl":
-        return from_workload(load_trace(path, pool_tokens))
-    if path.suffix == ".json" or (not path.suffix and path.exists()):
-        return from_scenario(path)
-    from policykit.scenario import bundled_scenarios
-
-    bundled = bundled_scenarios()
-    if arg in bundled:
-        return from_scenario(bundled[arg])
-    if path.is_file():
-        raise unreadable_workload(path)
+    """``arg`` is a workload name, a ``.jsonl`` trace, or a scenario file / bundled name
+    (:func:`~policykit.harness.lookup.find_workload`; a timed trace is not round-based)."""
+    ref = find_workload(arg)
+    if ref.kind is WorkloadKind.TRACE:
+        raise PolicykitError(f"{arg!r} is a timed production trace, not a round-based workload.")
+    if ref.kind is WorkloadKind.TRACE_FILE:
+        return from_workload(load_trace(ref.file, pool_tokens))
+    if ref.kind is WorkloadKind.SCENARIO:
+        return from_scenario(ref.file)
     return from_workload(generate(arg, pool_tokens, seed))
 
 

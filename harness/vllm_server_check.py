@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from policykit.harness.sglang_server_check import build_model
+from policykit.interpreter import python_argv
 
 SCHEMA = "policykit.vllm-server-check/1"
 CLASS_PATH = "policykit.integrations.vllm.PolicyAsyncScheduler"
@@ -134,7 +135,7 @@ def run_side(args: argparse.Namespace, model: Path) -> dict[str, Any]:
 
 
 def _spawn(args: argparse.Namespace, argv: list[str], side: str) -> dict[str, Any]:
-    command = [sys.executable, "-m", "policykit.harness.vllm_server_check", *argv]
+    command = python_argv("-m", "policykit.harness.vllm_server_check", *argv)
     done = subprocess.run([*command, "--side", side], capture_output=True, text=True)
     log = args.workdir / f"{side}.log"
     log.write_text(done.stderr)

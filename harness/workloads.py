@@ -321,18 +321,23 @@ def check_pool(pool_tokens: int, page_size: int = PAGE_SIZE) -> int:
     return pool_tokens // page_size * page_size
 
 
+def unknown_workload(name: str) -> WorkloadError:
+    """The error for a name that is no workload (and no file): every name there is."""
+    return WorkloadError(
+        f"There is no workload named {name!r}. Named workloads: {', '.join(GENERATORS)}; "
+        "production traces: mooncake-conversation, mooncake-synthetic, azure-code, "
+        "azure-conv; or give the path of a trace file (Mooncake .jsonl, Azure .csv, "
+        "policykit-trace .jsonl) or a scenario file (.json)."
+    )
+
+
 def generate(name: str, pool_tokens: int, seed: int = 0) -> Workload:
     """The named workload sized to ``pool_tokens``."""
     pool = check_pool(pool_tokens)
     try:
         make = GENERATORS[name]
     except KeyError:
-        raise WorkloadError(
-            f"There is no workload named {name!r}. Named workloads: {', '.join(GENERATORS)}; "
-            "production traces: mooncake-conversation, mooncake-synthetic, azure-code, "
-            "azure-conv; or give the path of a trace file (Mooncake .jsonl, Azure .csv, "
-            "policykit-trace .jsonl) or a scenario file (.json)."
-        ) from None
+        raise unknown_workload(name) from None
     least = MIN_POOL_TOKENS.get(name, _DEFAULT_MIN_POOL)
     if pool < least:
         raise WorkloadError(

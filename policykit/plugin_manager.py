@@ -25,6 +25,7 @@ import pluggy
 
 from policykit import hookspecs
 from policykit.errors import PluginError
+from policykit.interpreter import shadowed_by
 
 ENTRY_POINT_GROUP = "policykit"
 BLOCK_ENV = "POLICYKIT_BLOCK_PLUGINS"
@@ -53,7 +54,7 @@ class PluginSource:
     def __str__(self) -> str:
         if self.distribution is None:
             return "built-in"
-        return f"{self.distribution} {self.version}"
+        return f"{self.distribution} {self.version}" if self.version else self.distribution
 
 
 class PolicykitPluginManager(pluggy.PluginManager):
@@ -81,7 +82,14 @@ def blocked_names(environ: dict[str, str] | None = None) -> set[str]:
 def make_plugin_manager(
     *, entry_points: bool = True, environ: dict[str, str] | None = None
 ) -> PolicykitPluginManager:
-    """A manager with the built-in policies and (by default) every installed plugin."""
+    """A manager with the built-in policies and (by default) every installed plugin.
+
+    Refuses first where the imported ``policykit`` is a folder that shadows the install
+    (:func:`~policykit.interpreter.shadowed_by`): every entry point loads plugins before it
+    decides anything, and the built-ins would fail on it with a bare ``ImportError``."""
+    shadow = shadowed_by()
+    if shadow is not None:
+        raise PluginError(shadow)
     pm = PolicykitPluginManager()
     blocked = blocked_names(environ)
     for name in blocked:

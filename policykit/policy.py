@@ -21,6 +21,7 @@ the registry parses and validates it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from policykit.config import EngineConfig
+from policykit.errors import PolicyError, PolicykitError
 
 KINDS = ("admission", "chunking", "alignment", "allocator-phase", "queue", "preemption")
 #: the kinds whose decisions plan a round, and so the ones ``policykit check`` evaluates
@@ -189,6 +191,17 @@ class AllocatorPhasePolicy(Policy):
     """
 
     kind = "allocator-phase"
+    #: the phase switches a subclass may define; each is wrapped so that a fault is named
+    _PHASES: ClassVar[tuple[str, ...]] = ("on_init", "on_serving")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Wrap the phase switches the subclass defines: they are called from the scheduler's
+        and the harness's own code, where an exception would otherwise surface as a traceback
+        ending in the plugin, with no word of which policy or distribution it was."""
+        super().__init_subclass__(**kwargs)
+        for name in cls._PHASES:
+            if name in cls.__dict__:
+                setattr(cls, name, _named_faults(cls.__dict__[name]))
 
     def on_init(self) -> None:
         """Called once before initialisation allocates anything."""
@@ -326,6 +339,32 @@ def defined_at(obj: Any) -> str:
         return f"{inspect.getsourcefile(obj)}:{line}"
     except (OSError, TypeError):
         return getattr(obj, "__module__", None) or repr(obj)
+
+
+def _named_faults(method: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``method`` raising :class:`~policykit.errors.PolicyError` (a fault that stops the run)
+    naming the policy, its distribution, its module and the line that defines ``method`` and
+    the line that raised, instead of whatever it raised."""
+    where = defined_at(method)
+
+    @functools.wraps(method)
+    def named(self: Any) -> None:
+        try:
+            method(self)
+        except PolicykitError:
+            raise
+        except Exception as exc:
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            raised = "?" if tb is None else f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+            raise PolicyError(
+                f"The {self.kind} policy {self.spec!r} ({self.source}), module "
+                f"{type(self).__module__}, {method.__name__}() at {where}, raised "
+                f"{type(exc).__name__}: {exc} at {raised}."
+            ) from exc
+
+    return named
 
 
 def incomplete(cls: type[Policy]) -> str | None:

@@ -28,7 +28,7 @@ import functools
 import inspect
 import itertools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
@@ -46,6 +46,7 @@ from policykit.policy import (
     Policy,
     PreemptionPolicy,
     QueuePolicy,
+    defined_at,
     incomplete,
 )
 
@@ -305,7 +306,8 @@ class PolicyRegistry:
             policy = entry.cls(arg)
         except Exception as exc:
             raise UnfitPolicyError(
-                f"The {kind} policy {quote(spec)} ({entry.source}) could not be created: {exc}"
+                f"{_who(kind, spec, entry, entry.cls.__init__)} could not create it: "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
         policy.source = str(entry.source)
         if config is not None:
@@ -314,6 +316,11 @@ class PolicyRegistry:
             except ValueError as exc:
                 raise UnfitPolicyError(
                     f"The {kind} policy {quote(spec)} ({entry.source}) cannot run here: {exc}."
+                ) from None
+            except Exception as exc:  # a broken validate: that combo's row, not the list's end
+                raise UnfitPolicyError(
+                    f"{_who(kind, spec, entry, policy.validate)} raised {type(exc).__name__}: "
+                    f"{exc} (a policy refuses a configuration with ValueError)."
                 ) from None
         return policy
 
@@ -375,6 +382,15 @@ def of_kind(policy: Policy, base: type[_P]) -> _P:
     when it subclasses ``POLICY_BASES[kind]``, so :meth:`PolicyRegistry.make` of a kind returns
     that base's instance. A cast, not a check: nothing is asked at run time."""
     return cast(_P, policy)
+
+
+def _who(kind: str, spec: str, entry: PolicyEntry, method: Callable[..., object]) -> str:
+    """The policy, its distribution, its module and where ``method`` is defined: a policy that
+    fails while it is being made sends its author to their own line, not to this file."""
+    return (
+        f"The {kind} policy {quote(spec)} ({entry.source}), module {entry.cls.__module__}, "
+        f"{method.__name__}() at {defined_at(method)},"
+    )
 
 
 def refuse_mixed(combo: Combo) -> None:

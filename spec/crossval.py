@@ -57,7 +57,14 @@ from policykit.policy import (
 from policykit.registry import Combo
 from policykit.spec.guard import Breach, Guard, changed
 from policykit.spec.lifted import Lifted, entries, forget_stale, lift, scratch_context
-from policykit.spec.symbolic import LIMIT, Sym, SymbolicEvaluationError, Unsupported, as_int
+from policykit.spec.symbolic import (
+    LIMIT,
+    Sym,
+    SymbolicEvaluationError,
+    Unsupported,
+    as_int,
+    refused_who,
+)
 from policykit.spec.terms import compile_terms
 
 #: random views per method, on top of the path witnesses and boundary views
@@ -254,8 +261,8 @@ def check_policies(
         reason = incomplete(type(policy))
         if reason is not None:
             raise PolicyRefused(
-                f"The {kind} policy {policy.spec!r} ({sources.get(kind, policy.source)}) cannot "
-                f"be checked: {reason}"
+                f"{refused_who(policy, sources.get(kind, policy.source))} cannot be checked: "
+                f"{reason}"
             )
     _check_declarations(combo.queue, sources.get("queue", combo.queue.source))
     for m in methods:
@@ -289,7 +296,7 @@ def _refuse_unmodelled(policy: Policy, m: Method, engine: EngineConfig, source: 
         read = [n for n in names if str(lifted.inputs[n]) in seen]
     if read:
         raise PolicyRefused(
-            f"The {m.kind} policy {policy.spec!r} ({source}) cannot be checked: its {m.name}() "
+            f"{refused_who(policy, source, m.name)} cannot be checked: its {m.name}() "
             f"reads the request's {' and '.join(read)}, and the checker's model has none (its "
             "scenarios carry no priorities or arrival times, as policykit's nodes do not), so "
             "a verdict would be about another order than the one an engine with priorities "
@@ -308,7 +315,7 @@ def _check_declarations(policy: Policy, source: str) -> None:
         value = inspect.getattr_static(policy, name)
         if type(value) is not bool:
             raise PolicyRefused(
-                f"The queue policy {policy.spec!r} ({source}) cannot be checked: its "
+                f"{refused_who(policy, source)} cannot be checked: its "
                 f"{name} is {type(value).__name__}, not a plain True or False class attribute, "
                 "so the planner and the checker could read it differently."
             )
@@ -355,7 +362,7 @@ def validate(
     if lifted.validated:
         return
     views = list(_views(lifted, template, m, engine))
-    who = f"The {policy.kind} policy {policy.spec!r} ({source})"
+    who = refused_who(policy, source, m.name)
     fn = getattr(type(policy), m.name)
     where = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
     expect = _pointwise(lifted)
@@ -420,7 +427,7 @@ def _unchanged(policy: Policy, method: str, lifted: Lifted, source: str) -> None
     stale = changed(lifted.reads)
     if stale is not None:
         raise PolicyRefused(
-            f"The {policy.kind} policy {policy.spec!r} ({source}) cannot be checked: {stale} "
+            f"{refused_who(policy, source, method)} cannot be checked: {stale} "
             f"during the check ({method}()), so the scheduler may run another policy than the "
             "one checked. Keep module-level constants constant."
         )

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from policykit.errors import PolicykitError
+from policykit.interpreter import python_argv
+
 if TYPE_CHECKING:
     from policykit.config import EngineConfig
     from policykit.registry import PolicyRegistry
@@ -58,7 +61,7 @@ def check_isolated(
     folder = Path(tempfile.mkdtemp(prefix="policykit-check-"))
     if registry is None:
         zygote = _spawn(tasks, jobs, folder)
-        return _results(len(tasks), zygote.pid, zygote.stdout, folder, zygote.wait)
+        return _results(tasks, zygote.pid, zygote.stdout, folder, zygote.wait)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the forked zygote
@@ -66,13 +69,13 @@ def check_isolated(
         _zygote_main(tasks, jobs, folder, write_end, registry)
     os.close(write_end)
     reader = os.fdopen(read_end, "rb")
-    return _results(len(tasks), pid, reader, folder, lambda: os.waitpid(pid, 0))
+    return _results(tasks, pid, reader, folder, lambda: os.waitpid(pid, 0))
 
 
 def _spawn(tasks: list[Task], jobs: int, folder: Path) -> subprocess.Popen:
     request = pickle.dumps({"tasks": tasks, "jobs": jobs, "folder": str(folder), "path": sys.path})
     zygote = subprocess.Popen(
-        [sys.executable, "-c", "from policykit.spec.isolation import serve; serve()"],
+        python_argv("-c", "from policykit.spec.isolation import serve; serve()"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         # string hashing seeded alike in every zygote: set and dict orders the same everywhere
@@ -142,12 +145,10 @@ def _child(task: Task, registry: PolicyRegistry, path: Path) -> int:  # pragma: 
         combo = registry.resolve(task.combo, config=config)
         verdicts = check_or_refuse(combo, config, task.options, registry.sources(combo))
         result: Any = [v.to_dict() for v in verdicts]
-    except Exception as exc:  # reported as the combo's failure, never as a pass
-        result = exc
-    try:
-        data = pickle.dumps(result)
-    except Exception as exc:  # an exception that does not pickle
-        data = pickle.dumps(RuntimeError(f"{type(result).__name__}: {exc}"))
+    except Exception as exc:  # this combo's failure, never a pass; the others go on
+        said = str(exc) if isinstance(exc, PolicykitError) else f"{type(exc).__name__}: {exc}"
+        result = refused_rows(task, f"The check of this combo failed: {said}")
+    data = pickle.dumps(result)
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
@@ -155,15 +156,16 @@ def _child(task: Task, registry: PolicyRegistry, path: Path) -> int:  # pragma: 
 
 
 def _results(
-    count: int, pid: int, reader: Any, folder: Path, wait: Any
+    tasks: list[Task], pid: int, reader: Any, folder: Path, wait: Any
 ) -> Iterator[tuple[int, Rows]]:
+    count = len(tasks)
     finished = 0
     try:
         with reader:
             for line in reader:
                 i = int(line)
                 finished += 1
-                yield i, _load(folder / f"{i}.pkl")
+                yield i, _load(folder / f"{i}.pkl", tasks[i])
         if finished < count:
             raise RuntimeError(
                 f"the checker's zygote process stopped after {finished} of {count} combos"
@@ -176,11 +178,27 @@ def _results(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _load(path: Path) -> Rows:
+def _load(path: Path, task: Task) -> Rows:
+    """The rows a child wrote; where it died first (a policy that exits the process, a crash in
+    a native library), the combo's ``refused`` row saying so."""
     try:
-        result = pickle.loads(path.read_bytes())
+        return pickle.loads(path.read_bytes())
     except OSError:
-        raise RuntimeError("the process checking this combo died without a result") from None
-    if isinstance(result, BaseException):
-        raise result
-    return result
+        return refused_rows(
+            task,
+            "The process checking this combo died without a result (its policies may exit the "
+            "process or crash the interpreter); the other combos were checked.",
+        )
+
+
+def refused_rows(task: Task, reason: str) -> Rows:
+    """One ``refused`` row for a combo whose check could not finish: a failing member of a
+    list gets its own row, with the reason, instead of aborting the whole list."""
+    from policykit.registry import format_combo
+    from policykit.spec.checkable import REFUSED
+    from policykit.spec.checker import Verdict, config_dict
+
+    scope = config_dict(task.config)
+    label = format_combo(task.combo)
+    note = " ".join(reason.split())
+    return [Verdict(label, "*", REFUSED, "-", 0.0, note=note, config=scope).to_dict()]

@@ -35,6 +35,7 @@ from policykit.spec.symbolic import (
     Unsupported,
     collect_divisions,
     explore,
+    refused_who,
     reset_divisions,
     run_guarded,
 )
@@ -128,7 +129,7 @@ def lift(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Li
     stale = changed(lifted.reads)
     if stale is not None:
         raise SymbolicEvaluationError(
-            f"The {policy.kind} policy {policy.spec!r} ({source}) cannot be checked: {stale} "
+            f"{refused_who(policy, source, method)} cannot be checked: {stale} "
             f"during the check ({method}()), so the scheduler may run another policy than the "
             "one checked. Keep module-level constants constant."
         )
@@ -167,7 +168,7 @@ def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -
         return explore(lambda: getattr(policy, method)(view)).merged()
     except (Unsupported, NonDeterministic, Exception) as exc:
         raise SymbolicEvaluationError(
-            f"The {policy.kind} policy {policy.spec!r} ({source}) answered differently on the "
+            f"{refused_who(policy, source, method)} answered differently on the "
             f"model's terms than on fresh variables ({type(exc).__name__}: {exc}); a pure "
             "function cannot."
         ) from None

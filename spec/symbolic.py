@@ -738,6 +738,17 @@ def _merged(outcome: Outcomes, fn: Any, who: str, method: str) -> Any:
         _GUARD.reset(token)
 
 
+def refused_who(policy: Any, source: str, method: str | None = None) -> str:
+    """Who a refusal is about: the policy, its distribution (``source``), its module, and with
+    ``method`` the file and line that define it, so a third-party plugin's author is sent to
+    their own code whichever check refused it (the construct's own line follows in the
+    reason where there is one)."""
+    who = f"The {policy.kind} policy {policy.spec!r} ({source}), module {type(policy).__module__}"
+    if method is None:
+        return who
+    return f"{who}, {method}() at {defined_at(getattr(policy, method))},"
+
+
 def run_guarded(
     policy: Any, method: str, view: Any, *, source: str = "built-in"
 ) -> tuple[Any, list[z3.BoolRef], Guard]:
@@ -748,7 +759,7 @@ def run_guarded(
     ``source`` names where the policy came from (a plugin distribution), for the error.
     """
     fn = getattr(policy, method)
-    who = f"The {policy.kind} policy {policy.spec!r} ({source})"
+    who = refused_who(policy, source, method)
     guard = Guard(owner=policy, symbolic=True)
     token = _GUARD.set(guard)
     try:

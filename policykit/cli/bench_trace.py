@@ -107,9 +107,10 @@ class TraceArgs:
 
 
 def is_trace(workload: str) -> bool:
-    from policykit.harness.trace_formats import is_trace_workload
+    """Whether ``workload`` is a timed production trace (the lookup ``simulate`` shares)."""
+    from policykit.harness.lookup import WorkloadKind, find_workload
 
-    return is_trace_workload(workload)
+    return find_workload(workload).kind is WorkloadKind.TRACE
 
 
 def bench_trace(
@@ -151,7 +152,7 @@ def bench_trace(
         if not combo_texts
         else [registry.resolve(t, config=engine) for t in combo_texts]
     )
-    _refuse_preempting(chosen, workload)
+    refuse_preempting(chosen, workload)
     warned: set[str] = set()
     for combo in chosen:
         warn_if_uncheckable(combo, engine, as_json=as_json, seen=warned)
@@ -170,7 +171,7 @@ def bench_trace(
     return _inline(trace, chosen, config, source, pm, model, forward)
 
 
-def _refuse_preempting(chosen: list[Combo], workload: str) -> None:
+def refuse_preempting(chosen: list[Combo], workload: str) -> None:
     """A trace replay is built on SGLang's node (its clock prices the ledger's round records,
     its host tier is SGLang's HiCache, its shadows and twins replay the ledger's plans), so a
     combo that preempts is refused here; it benches on a named workload or a scenario."""

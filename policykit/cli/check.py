@@ -5,7 +5,8 @@ violated; 2 bad input, or a combo refused (the checker cannot vouch for one of i
 like bad input, it is the policy code that must change); 3 the solver gave up on something
 (unknown). When several apply, the first in the order violated (1), refused (2), unknown (3)
 wins: a counterexample is the most urgent news, and a refusal does not go away with a longer
-timeout where an unknown may.
+timeout where an unknown may. One failing member of a list is that combo's ``refused`` row
+(:func:`policykit.spec.isolation.refused_rows`), never the end of the list.
 """
 
 from __future__ import annotations
@@ -268,7 +269,12 @@ def check(
 
     Exit code 0: everything proved; 1: a violation; 2: bad input, or a combo refused (the
     checker will not vouch for a policy outside its contract); 3: a timeout or unknown.
-    Precedence when several apply: 1, then 2, then 3.
+    Precedence when several apply: 1, then 2, then 3. A list (--combo ..., --combos, --all)
+    is never cut short by one member: a combo whose policy refuses the configuration, fails
+    while being made or checked, or ends the process checking it gets its own `refused` row
+    with the reason, and the exit code of the mixed result is that of its worst verdict
+    (refused beside proofs: 2; beside a violation: 1). Exit 2 with verdicts printed means
+    refused; bad input prints no verdicts.
     """
     from policykit.spec.report import row_of
 

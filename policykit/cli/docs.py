@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from policykit.cli.common import echo_json, json_option, load_registry, ray_address_option
+from policykit.interpreter import python_argv
 
 if TYPE_CHECKING:
     from policykit.docsgen.cli_reference import CommandLine
@@ -21,7 +21,7 @@ def command_line() -> CommandLine:
     from policykit.cli import EXIT_USAGE, main
     from policykit.docsgen.cli_reference import CommandLine
 
-    argv = (sys.executable, "-c", "from policykit.cli import main; main()")
+    argv = tuple(python_argv("-c", "from policykit.cli import main; main()"))
     return CommandLine(main, EXIT_USAGE, argv)
 
 

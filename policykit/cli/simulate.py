@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from rich.text import Text
@@ -14,21 +15,35 @@ from policykit.cli.common import (
     named_combo,
     warn_if_uncheckable,
 )
-from policykit.errors import PolicyError
+from policykit.cli.simulate_outcome import exit_code, print_faults
+from policykit.errors import PolicyError, PolicykitError
 from policykit.fidelity import Holds, approximations
 from policykit.registry import COMBO_FORM
 from policykit.render import default_console, print_run
 from policykit.run_progress import RunProgress
 from policykit.scenario import build_node, load_scenario, resolve_scenario_path
-from policykit.scheduler import RunResult, Scheduler
-
-EXIT_OOM = 1
-EXIT_NEVER_COMPLETES = 3
-EXIT_POLICY_FAULT = 4
+from policykit.scheduler import Scheduler
 
 
 @click.command()
-@click.argument("scenario")
+@click.argument("scenario", required=False)
+@click.option(
+    "--workload",
+    default=None,
+    metavar="NAME",
+    help="Instead of SCENARIO: what bench --workload takes, looked up the same way: a bundled "
+    "production trace (mooncake-conversation, mooncake-synthetic, azure-code, azure-conv) or a "
+    "Mooncake/Azure trace file, replayed through the roofline clock without the model; a "
+    "generated workload (long-prompts, ...) or a policykit-trace .jsonl, run round by round; "
+    "or a scenario.",
+)
+@click.option(
+    "--pool-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="--workload only: the KV pool in tokens (generated workloads: 8192; production "
+    "traces: what plan-memory gives llama3-8b on an H200).",
+)
 @click.option(
     "--combo",
     "combos",
@@ -48,14 +63,17 @@ EXIT_POLICY_FAULT = 4
 )
 @json_option
 def simulate(
-    scenario: str,
+    scenario: str | None,
+    workload: str | None,
+    pool_tokens: int | None,
     combos: tuple[str, ...],
     max_rounds: int,
     device: str,
     starvation_rounds: int,
     as_json: bool,
 ) -> None:
-    """Replay SCENARIO (a JSON file, or a bundled name such as seed-incident-1keim).
+    """Replay SCENARIO (a JSON file, or a bundled name such as seed-incident-1keim), or the
+    workload --workload names (what bench replays, without the model).
 
     Exit code 0: no OOM and every admitted request can complete (requests that never fit
     are listed as pending); 1: the simulated engine ran out of memory; 2: bad input; 3: no
@@ -68,7 +86,9 @@ def simulate(
     from policykit.devices import resolve_device
 
     combos = tuple(named_combo(text) for text in combos)
-    path = resolve_scenario_path(scenario)
+    run = (max_rounds, starvation_rounds, as_json)
+    path = _scenario_path(scenario, workload, pool_tokens, combos, run)
+    path = path if path is not None else resolve_scenario_path(scenario or "")
     sc = load_scenario(path)
     pm, registry = load_registry()
     chosen = registry.resolve(sc.combo, *combos, config=sc.config)
@@ -96,32 +116,38 @@ def simulate(
     else:
         console = default_console()
         print_run(result, title=f"{sc.name} — {chosen}", console=console)
-        _print_faults(result, console)
+        print_faults(result, console)
         for line in notes:
             console.print(Text(line, style="yellow"))
     sys.exit(exit_code(result))
 
 
-def _print_faults(result: RunResult, console) -> None:
-    """One red line under the summary saying a policy fault failed the run (the reasons are on
-    the ``failed:`` lines above): a CI log shows why ``simulate`` exited non-zero."""
-    if not result.policy_faults:
-        return
-    who = [r for r in result.policy_faults if r != "*"]
-    said = f"a policy failed {', '.join(who)} (reasons above)" if who else ""
-    stopped = result.policy_faults.get("*")
-    if stopped is not None:
-        said += ("; " if said else "") + f"a policy stopped the run: {stopped}"
-    console.print(Text(f"Policy fault (exit {EXIT_POLICY_FAULT}): {said}.", style="bold red"))
+def _scenario_path(
+    scenario: str | None,
+    workload: str | None,
+    pool_tokens: int | None,
+    combos: tuple[str, ...],
+    run: tuple[int, int, bool],
+) -> Path | None:
+    """The scenario file ``--workload`` names, or None for SCENARIO; any other workload is run
+    here and the process exits (:mod:`policykit.cli.simulate_workload`)."""
+    if (scenario is None) == (workload is None):
+        raise PolicykitError(
+            "simulate takes one input: a SCENARIO (a file or a bundled name) or --workload NAME "
+            "(what bench --workload takes), not both and not neither."
+        )
+    if workload is None:
+        if pool_tokens is not None:
+            raise PolicykitError("--pool-tokens applies to --workload; a scenario sets its pool.")
+        return None
+    from policykit.harness.lookup import WorkloadKind, find_workload
 
+    ref = find_workload(workload)
+    if ref.kind is WorkloadKind.SCENARIO and pool_tokens is None:
+        return ref.path
+    if ref.kind is WorkloadKind.SCENARIO:
+        raise PolicykitError(f"--pool-tokens: the scenario {workload!r} sets its own pool.")
+    from policykit.cli.simulate_workload import simulate_workload
 
-def exit_code(result: RunResult) -> int:
-    """1 for an OOM (the worse failure, and the one that ends a run), else 4 for a policy
-    fault (a broken plugin must not pass a CI gate), else 3 for an admitted request that can
-    never complete or a waiting request that starves, else 0."""
-    if result.oom is not None:
-        return EXIT_OOM
-    if result.policy_faults:
-        return EXIT_POLICY_FAULT
-    stuck = result.never_completes is not None or result.starvation is not None
-    return EXIT_NEVER_COMPLETES if stuck else 0
+    simulate_workload(ref, combos, pool_tokens, *run)
+    return None  # pragma: no cover - simulate_workload exits

@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from policykit.docsgen.results import (
 )
 from policykit.docsgen.views import write_plugin_reference
 from policykit.errors import PolicykitError
+from policykit.interpreter import python_argv
 from policykit.progress import ProgressBar
 from policykit.registry import PolicyRegistry
 
@@ -442,8 +442,7 @@ def build_site(config: Path, site: Path) -> None:
     with _step(f"{LABEL}: mkdocs build --strict", 1) as beat:
         proc = subprocess.run(
             [
-                sys.executable,
-                "-m",
+                *python_argv("-m"),
                 "mkdocs",
                 "build",
                 "--strict",

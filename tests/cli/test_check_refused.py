@@ -198,3 +198,59 @@ def test_a_misspelt_combo_in_a_list_is_still_bad_input(cli):
     assert res.exit_code == 2
     assert "There is no admission policy named 'no-such-policy'" in " ".join(res.output.split())
     assert "proved" not in res.output
+
+
+class BrokenMembers:
+    """Third-party policies that break the check of their own combo in ways the checker does
+    not model: a ``validate`` that raises something other than ValueError, and an ``admit``
+    that ends the process checking it."""
+
+    @policykit.hookimpl
+    def policykit_register_policies(self, register):
+        class BadValidate(policykit.AdmissionPolicy):
+            name = "bad-validate"
+
+            def validate(self, config):
+                raise TypeError("compares the config with a str")
+
+            def admit(self, v):
+                return True
+
+            def tail_reserve(self, v):
+                return 0
+
+        class ExitsProcess(BadValidate):
+            name = "exits-process"
+
+            def validate(self, config):
+                return None
+
+            def admit(self, v):
+                raise SystemExit(3)
+
+        register(BadValidate)
+        register(ExitsProcess)
+
+
+@pytest.mark.parametrize(
+    ("member", "said"),
+    [
+        ("bad-validate", "validate() at "),
+        ("exits-process", "died without a result"),
+    ],
+)
+def test_a_failing_member_of_a_list_gets_its_own_refused_row(cli, member, said):
+    """The rest of the list is checked, and the exit code is the worst verdict's: 2 for a
+    refusal beside proofs (1 would win over it, 3 would not)."""
+    pm = make_plugin_manager(entry_points=False)
+    pm.register(BrokenMembers(), name="broken-members")
+    ok = "reserve-tail/sglang/page/default/fcfs-skip"
+    res = cli("check", "--json", "--jobs", "1", "--combos", f"{member}/sglang/page;{ok}", pm=pm)
+    assert res.exit_code == 2, res.output
+    doc = json.loads(res.stdout)
+    assert _verdicts(doc) == {f"{member}/sglang/page": {"refused"}, ok: {"proved"}}
+    (row,) = [v for v in doc["verdicts"] if v["verdict"] == "refused"]
+    assert said in row["note"], row["note"]
+    if member == "bad-validate":
+        assert f"module {__name__}" in row["note"]
+        assert "TypeError: compares the config with a str" in row["note"]

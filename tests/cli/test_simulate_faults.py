@@ -8,7 +8,7 @@ import json
 import pytest
 
 import policykit
-from policykit.cli.simulate import EXIT_POLICY_FAULT
+from policykit.cli.simulate_outcome import EXIT_POLICY_FAULT
 from policykit.plugin_manager import make_plugin_manager
 
 

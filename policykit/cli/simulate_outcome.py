@@ -1,0 +1,40 @@
+"""How a ``simulate`` run ends: its exit code and the red line that says a policy failed it.
+
+Shared by ``simulate SCENARIO`` and ``simulate --workload`` (:mod:`.simulate_workload`), which
+report a run the same way whatever it replayed.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from policykit.scheduler import RunResult
+
+EXIT_OOM = 1
+EXIT_NEVER_COMPLETES = 3
+EXIT_POLICY_FAULT = 4
+
+
+def print_faults(result: RunResult, console) -> None:
+    """One red line under the summary saying a policy fault failed the run (the reasons are on
+    the ``failed:`` lines above): a CI log shows why ``simulate`` exited non-zero."""
+    if not result.policy_faults:
+        return
+    who = [r for r in result.policy_faults if r != "*"]
+    said = f"a policy failed {', '.join(who)} (reasons above)" if who else ""
+    stopped = result.policy_faults.get("*")
+    if stopped is not None:
+        said += ("; " if said else "") + f"a policy stopped the run: {stopped}"
+    console.print(Text(f"Policy fault (exit {EXIT_POLICY_FAULT}): {said}.", style="bold red"))
+
+
+def exit_code(result: RunResult) -> int:
+    """1 for an OOM (the worse failure, and the one that ends a run), else 4 for a policy
+    fault (a broken plugin must not pass a CI gate), else 3 for an admitted request that can
+    never complete or a waiting request that starves, else 0."""
+    if result.oom is not None:
+        return EXIT_OOM
+    if result.policy_faults:
+        return EXIT_POLICY_FAULT
+    stuck = result.never_completes is not None or result.starvation is not None
+    return EXIT_NEVER_COMPLETES if stuck else 0
