@@ -81,13 +81,13 @@ class Planner:
 
     @property
     def combo(self) -> Combo:
-        return self.num.combo
+        return self.domain.combo
 
     @combo.setter
     def combo(self, combo: Combo) -> None:
         """Switching policies between rounds (``Scheduler.use``) must reach the int domain,
         which is what asks them."""
-        self.num = Ints(combo)
+        self.domain = Ints(combo)
 
     def open_ledger(self) -> Ledger:
         node, cfg = self.node, self.node.config
@@ -154,7 +154,7 @@ class Planner:
         (:func:`policykit.kernel.queue_order`: by the queue policy's priority, stably; a queue
         over the policy's ``sort_limit`` in the order this planner last gave it)."""
         order, self._last_order = kernel.queue_order(
-            self.num, self.combo.queue, list(self.node.waiting), self._priority, self._last_order
+            self.domain, self.combo.queue, list(self.node.waiting), self._priority, self._last_order
         )
         return order
 
@@ -172,7 +172,7 @@ class Planner:
     # -- the in-progress request -----------------------------------------------------------
     def _resume(self, req: Request, ledger: Ledger) -> Entry:
         start = req.seq_len
-        r = kernel.resume(self.num, ledger, req.prompt_tokens, start, self._swa_pool, req.id)
+        r = kernel.resume(self.domain, ledger, req.prompt_tokens, start, self._swa_pool, req.id)
         if r.deferred:
             return Entry(req.id, start, start, EntryKind.DEFERRED)
         ledger.become(r.ledger)
@@ -194,7 +194,7 @@ class Planner:
         evictions are foreseen."""
         first = self._admit_with(req, ledger, locked, entries, loads, reuse=True)
         verdict = kernel.afresh(
-            self.num,
+            self.domain,
             first is _LOCK_REFUSED,
             first,
             lambda: self._admit_with(req, ledger, locked, entries, loads, reuse=False),
@@ -246,7 +246,7 @@ class Planner:
             held, window = self._window_after_load(last, offer.host)
             offer = dataclasses.replace(offer, swa_load_lock=held)
         a, refused = kernel.admission(
-            self.num,
+            self.domain,
             ledger,
             req.prompt_tokens,
             offer,
@@ -321,7 +321,7 @@ class Planner:
         capacity = idle_capacity(node.pool.total_tokens, node.cache.pinned_tokens)
         pinned = node.cache.pinned_prefix(req.tokens)
         idle = kernel.idle_answers(
-            self.num,
+            self.domain,
             req.prompt_tokens,
             pinned,
             node.host.loadable(req.tokens, pinned, page),

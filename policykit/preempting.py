@@ -161,7 +161,7 @@ class PreemptingScheduler:
     ) -> None:
         self.node = node
         self.combo = combo
-        self.num = Ints(combo)
+        self.domain = Ints(combo)
         #: the waiting queue's order from the last round that sorted it (``kernel.queue_order``)
         self._kept: dict[str, int] | None = None
         self.pm = pm
@@ -223,7 +223,7 @@ class PreemptingScheduler:
         arrives later and no KV is due back."""
         node = self.node
         due = any(
-            kernel.kv_due(self.num, r.finished_round, [], r.release_rounds is None)
+            kernel.kv_due(self.domain, r.finished_round, [], r.release_rounds is None)
             for r in node.held
         )
         moved = step.scheduled or step.preempted or step.released
@@ -293,7 +293,7 @@ class PreemptingScheduler:
     def _victim(self, requester: PagedRequest) -> PagedRequest:
         running = self.node.running
         place = kernel.preempting_victim(
-            self.num,
+            self.domain,
             [(r.prompt_tokens, r.computed, len(r.blocks)) for r in running],
             next(place for place, r in enumerate(running) if r is requester),
             self.node.config.page_size,
@@ -345,7 +345,7 @@ class PreemptingScheduler:
         a queue over the policy's ``sort_limit`` in the order last given
         (:func:`policykit.kernel.queue_order`, as SGLang's planner)."""
         order, self._kept = kernel.queue_order(
-            self.num, self.combo.queue, list(self.node.waiting), self._priority, self._kept
+            self.domain, self.combo.queue, list(self.node.waiting), self._priority, self._kept
         )
         return order
 
@@ -362,7 +362,7 @@ class PreemptingScheduler:
     def _admits(self, req: PagedRequest, start: int, evictable: int) -> bool:
         page = self.node.config.page_size
         free = (self.node.pool.free_blocks - evictable) * page
-        return kernel.preempting_admits(self.num, req.prompt_tokens, start, free, page, req.id)
+        return kernel.preempting_admits(self.domain, req.prompt_tokens, start, free, page, req.id)
 
     # -- shared ------------------------------------------------------------------------------
     def _chunk(
@@ -378,7 +378,7 @@ class PreemptingScheduler:
         page = self.node.config.page_size
         free = (self.node.pool.free_blocks - evictable) * page
         length, _ = kernel.preempting_chunk(
-            self.num, method, start, req.prompt_tokens, budget, free, eligible, page, req.id
+            self.domain, method, start, req.prompt_tokens, budget, free, eligible, page, req.id
         )
         return length
 

@@ -311,7 +311,7 @@ class Scheduler:
         waiting = self.node.waiting
         if self.combo.queue.sorts(len(waiting)) or not waiting:
             return
-        refresh = kernel.refresh_due(self.planner.num, self._queue_sorts, self.round_no)
+        refresh = kernel.refresh_due(self.planner.domain, self._queue_sorts, self.round_no)
         self._queue_sorts += 1
         if refresh:
             # in the queue's own order: a queue over its sort limit keeps its last sort's
@@ -350,9 +350,9 @@ class Scheduler:
         the same ledger and defers it again, forever, while its KV blocks everyone behind it.
         Failing it frees that KV for them; the run reports it as never completing.
         """
-        req, num = self.node.chunked, self.planner.num
+        req, domain = self.node.chunked, self.planner.domain
         if not self.fail_stuck or not kernel.stuck(
-            num, bool(plan.batch), self.node.pending_releases(), [req is not None]
+            domain, bool(plan.batch), self.node.pending_releases(), [req is not None]
         ):
             return
         assert req is not None  # (one of the valve's facts)
@@ -371,10 +371,10 @@ class Scheduler:
         """The most the node can ever have free again: free + evictable now, plus the KV of
         held requests whose release is still to come (own pages and unpinned locked prefix).
         New admissions only borrow from this, so nothing can ever raise it."""
-        node, num = self.node, self.planner.num
+        node, domain = self.node, self.planner.domain
         never = node.config.kv_release_rounds is None
-        due = [kernel.kv_due(num, q.finished_round, [], never) for q in node.held]
-        return kernel.reclaimable(num, node.baseline, due, [self._gives(q) for q in node.held])
+        due = [kernel.kv_due(domain, q.finished_round, [], never) for q in node.held]
+        return kernel.reclaimable(domain, node.baseline, due, [self._gives(q) for q in node.held])
 
     def _gives(self, held: Request) -> int:
         """What a held request gives back when its KV is released: its own pages and the part
@@ -411,15 +411,15 @@ class Scheduler:
         """A round on a drained node (nothing in progress, no KV held) that placed nothing
         while a request an idle node would admit waits: the queue stopped in front of it, and
         with nothing running nothing changes before the next round looks at it again."""
-        node, num = self.node, self.planner.num
+        node, domain = self.node, self.planner.domain
         if self.result.starvation is not None or not node.waiting:
             return
-        idle = kernel.drained(num, [node.chunked is not None], [True for _ in node.held])
+        idle = kernel.drained(domain, [node.chunked is not None], [True for _ in node.held])
         if not idle:
             return
         placed = [bool(record.plan.batch)]
         for req in self.planner.queue():
-            if kernel.starves(num, idle, [self.planner.never_fits(req) is None], placed):
+            if kernel.starves(domain, idle, [self.planner.never_fits(req) is None], placed):
                 refused = record.plan.rejected
                 head = refused[-1].request_id if refused else None
                 self.result.starvation = Starvation(

@@ -46,7 +46,7 @@ from policykit.spec.model import (
     NONE,
     WHOLE,
     Encoder,
-    Entry,
+    EntryTerms,
     Hit,
     IdleNode,
     Req,
@@ -147,7 +147,7 @@ class RoundTrace:
 
     baseline: Sym
     swa_free: Sym
-    entries: list[Entry]  #: one per request (kind NONE when it did nothing)
+    entries: list[EntryTerms]  #: one per request (kind NONE when it did nothing)
     released: list[z3.BoolRef]
     oom_full: z3.BoolRef
     oom_swa: z3.BoolRef
@@ -273,7 +273,7 @@ def queue_order(model: RoundModel, reqs: list[Req]) -> list[z3.BoolRef]:
     facts alone (``QueueView``), so the order is the same in every round."""
     keys = [model.priority(r) for r in reqs]
     return [
-        kernel.goes_before(model.num, ka, kb, a.arrival.t <= b.arrival.t)
+        kernel.goes_before(model.terms, ka, kb, a.arrival.t <= b.arrival.t)
         for (a, ka), (b, kb) in itertools.pairwise(zip(reqs, keys, strict=True))
     ]
 
@@ -351,7 +351,7 @@ class _Work:
     win: sw.Window  #: hybrid SWA: what each request holds of the sliding-window pool
     cached: list[Sym]  #: per request, ``NodeState.cached`` (a checkpoint may lock more)
     state: RoundState | None = None  #: the planner's, once the round opens
-    entries: list[Entry] = field(default_factory=list)
+    entries: list[EntryTerms] = field(default_factory=list)
     has: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(False))  #: one in progress
     progress_bad: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(False))
     placed_any: list[z3.BoolRef] = field(default_factory=list)
@@ -509,7 +509,7 @@ def _admit_queue(u: Unrolling, model: RoundModel, s: NodeState, nxt: NodeState, 
     queue, cache and request fields."""
     enc, inp, r = u.enc, u.inputs, w.r
     cache = inp.unpinned
-    w.units, nxt.sorts = _refresh_waiting(u, model.num, s, w.units, r, cache)
+    w.units, nxt.sorts = _refresh_waiting(u, model.terms, s, w.units, r, cache)
     nxt.left, nxt.rejected, nxt.cached = list(s.left), list(s.rejected), list(w.cached)
     admitted = s.admitted
     idle = _idle(u)
@@ -586,7 +586,7 @@ def _hit(u: Unrolling, q: Req, unit: Unit) -> Hit:
 
 
 def _window_on_admission(
-    u: Unrolling, w: _Work, j: int, e: Entry, placed: z3.BoolRef, hit: Hit | None
+    u: Unrolling, w: _Work, j: int, e: EntryTerms, placed: z3.BoolRef, hit: Hit | None
 ) -> None:
     """Hybrid SWA: a placed request's window lock takes its prefix's sliding-window KV out of
     the evictable cache; its load-back, if any, evicts for itself in the sliding-window pool,
@@ -730,7 +730,7 @@ def _settle(
     enc, inp, page = u.enc, u.inputs, u.config.page_size
     reqs, cache = inp.requests, inp.unpinned
     assert w.state is not None
-    stuck_now = _stuck_valve(u, model.num, s, nxt, w)
+    stuck_now = _stuck_valve(u, model.terms, s, nxt, w)
     # what the in-progress request (if any) still needs after this round
     owed_after = Sym(num(0))
     for i, q in enumerate(reqs):
@@ -744,7 +744,7 @@ def _settle(
         else owed(q.prompt, q.device, page)
         for i, q in enumerate(reqs)
     ]
-    reclaimable = kernel.reclaimable(model.num, w.baseline_after, w.due, gives)
+    reclaimable = kernel.reclaimable(model.terms, w.baseline_after, w.due, gives)
     reclaimable = enc.bind("reclaimable_after", reclaimable)
     violations = _violations(u, model, s, w, owed_after, reclaimable, stuck_now)
     u.rounds.append(
@@ -792,13 +792,13 @@ def _violations(
         z3.And(s.finished[i].t > 0, z3.Not(s.released[i]), z3.Not(w.released[i]))
         for i in range(len(inp.requests))
     ]
-    drained = kernel.drained(model.num, [w.has], holding)
+    drained = kernel.drained(model.terms, [w.has], holding)
     idle = _idle(u)
     admissible = [
         z3.And(z3.Not(s.left[j]), q.arrival.t <= r, model.fits_idle(q, idle))
         for j, q in enumerate(inp.requests)
     ]
-    starves = kernel.starves(model.num, drained, admissible, w.placed_any)
+    starves = kernel.starves(model.terms, drained, admissible, w.placed_any)
     never = t(never_completes(owed_after, reclaimable))
     violations = {
         "no-oom": z3.And(alive, z3.Not(bad_contract), w.oom_full),
@@ -847,10 +847,10 @@ def own_pages(seq: Sym, cached: Sym, page: int) -> Sym:
     return ceil_paged(seq, page) - cached
 
 
-def _combine(old: Entry, new: Entry, use_new: z3.BoolRef) -> Entry:
+def _combine(old: EntryTerms, new: EntryTerms, use_new: z3.BoolRef) -> EntryTerms:
     """``new`` where ``use_new`` holds, else ``old`` (a request is either in progress or
     waiting, so at most one of its resume and admission entries is not NONE)."""
-    return Entry(
+    return EntryTerms(
         *(
             ite(use_new, getattr(new, k), getattr(old, k))
             for k in (

@@ -58,7 +58,7 @@ from policykit.spec.model import (
     FINAL,
     TRUNCATED,
     Encoder,
-    Entry,
+    EntryTerms,
     Hit,
     IdleNode,
     Req,
@@ -109,7 +109,7 @@ class Obligations:
         #: the two states every obligation starts from, built once per combo (the policies'
         #: symbolic runs are most of an obligation's cost): see :meth:`_resumed`, :meth:`_stepped`
         self._resume: tuple[Encoder, Mid, dict] | None = None
-        self._step_from: tuple[Encoder, Mid, Mid, Entry, Req] | None = None
+        self._step_from: tuple[Encoder, Mid, Mid, EntryTerms, Req] | None = None
 
     # -- states ----------------------------------------------------------------------------
     def _round_start(self, enc: Encoder) -> tuple[Sym, Sym, z3.BoolRef, Sym, Sym]:
@@ -233,7 +233,7 @@ class Obligations:
         hit = Hit.pinned(q, page)
         return q, dataclasses.replace(hit, lock=ite(locks, q.device, 0))
 
-    def _admit_step(self, enc: Encoder, model: RoundModel, mid: Mid) -> tuple[Mid, Entry]:
+    def _admit_step(self, enc: Encoder, model: RoundModel, mid: Mid) -> tuple[Mid, EntryTerms]:
         q, hit = self._offered(enc)
         self._last_request = q
         e, placed, _ = model.admit(mid.state, z3.BoolVal(True), q, hit=hit, reselect=False)
@@ -332,7 +332,7 @@ class Obligations:
         enc, mid, info = self._resume
         return enc.fork(), mid, info
 
-    def _stepped(self) -> tuple[Encoder, Mid, Mid, Entry, Req]:
+    def _stepped(self) -> tuple[Encoder, Mid, Mid, EntryTerms, Req]:
         """An arbitrary mid-round state, and the state after one admission turn of an
         arbitrary request: (facts, before, after, the turn's entry, the request), built once.
         The turn updates its round state in place, so ``before`` is a copy taken first."""

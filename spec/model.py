@@ -330,7 +330,7 @@ def _is_zero(x: Sym) -> bool:
 
 
 @dataclass
-class Entry:
+class EntryTerms:
     """What one request does in one round (all terms; kind is an int code)."""
 
     kind: Sym
@@ -349,13 +349,13 @@ class Entry:
 
 def _admitted(
     kind: Sym, placed: z3.BoolRef, whole: z3.BoolRef, a: Attempt, rem_total: Sym, cur_rem: Sym
-) -> Entry:
+) -> EntryTerms:
     """The entry of a waiting request's turn: the attempt's chunk and what it took, where
     it was placed (zeros elsewhere)."""
     zero = Sym(num(0))
     end = ite(placed, ite(whole, a.start + a.chunk, a.end), zero)
     got = a.offer
-    return Entry(
+    return EntryTerms(
         kind,
         ite(placed, a.start, zero),
         end,
@@ -372,8 +372,8 @@ def placed_kind(kind: Sym) -> z3.BoolRef:
     return z3.And(kind.t >= PLACED[0], kind.t <= PLACED[-1])
 
 
-def quiet_entry() -> Entry:
-    return Entry(*(Sym(num(0)) for _ in range(8)))
+def quiet_entry() -> EntryTerms:
+    return EntryTerms(*(Sym(num(0)) for _ in range(8)))
 
 
 @dataclass
@@ -395,7 +395,7 @@ class RoundModel:
         self, combo: Combo, config: EngineConfig, enc: Encoder, sources: dict[str, str]
     ) -> None:
         self.combo, self.config, self.enc, self.sources = combo, config, enc, sources
-        self.num = Terms(enc, combo, sources)
+        self.terms = Terms(enc, combo, sources)
         #: per request (by name): the idle node's answers, the same in every round
         self._idle: dict[str, kernel.IdleAnswers] = {}
 
@@ -434,12 +434,12 @@ class RoundModel:
         return rem_total, cur_rem
 
     # -- the in-progress request -----------------------------------------------------------
-    def resume(self, state: RoundState, guard: z3.BoolRef, prompt: Sym, seq: Sym) -> Entry:
+    def resume(self, state: RoundState, guard: z3.BoolRef, prompt: Sym, seq: Sym) -> EntryTerms:
         """``Planner._resume`` for the in-progress request, where ``guard`` holds."""
         led = state.ledger
         # (the model's resume view has no sliding-window fields: no built-in resume_chunk
         # reads them, and their terms would cost every round a quotient)
-        r = kernel.resume(self.num, led, prompt, seq, None, "")
+        r = kernel.resume(self.terms, led, prompt, seq, None, "")
         chunk, bad_range, end_t, bad_t = r.chunk, r.bad_range, r.end, r.bad_truncation
         deferred, final = t(r.deferred), t(r.final)
         placed = z3.And(guard, z3.Not(bad_range), z3.Not(deferred))
@@ -456,7 +456,7 @@ class RoundModel:
         end = ite(deferred, seq, ite(final, seq + chunk, end_t))
         kind = ite(guard, ite(deferred, DEFERRED, ite(final, FINAL, RESUMED)), NONE)
         zero = Sym(num(0))
-        return Entry(
+        return EntryTerms(
             kind, ite(guard, seq, zero), ite(guard, end, zero), zero, rem_total, cur_rem, zero, zero
         )
 
@@ -469,7 +469,7 @@ class RoundModel:
         idle: IdleNode | None = None,
         hit: Hit | None = None,
         reselect: bool = True,
-    ) -> tuple[Entry, z3.BoolRef, z3.BoolRef]:
+    ) -> tuple[EntryTerms, z3.BoolRef, z3.BoolRef]:
         """One turn of the planner's queue loop for ``req`` where ``consider`` holds: the
         budget check, then the admission (:func:`policykit.kernel.admission`) on what the
         cache offers (``hit``; by default the request's pinned prefix), then (for a refused
@@ -490,12 +490,12 @@ class RoundModel:
         if self.config.hybrid_swa:
             swa_pool = idle.swa_total if idle is not None else self.enc.var("swa_pool")
         a, refused = kernel.admission(
-            self.num, led, req.prompt, hit, state.has_chunked, swa_pool, req.name
+            self.terms, led, req.prompt, hit, state.has_chunked, swa_pool, req.name
         )
         if reselect:
             windowed = hit.swa_load_lock is not None
             a = kernel.afresh(
-                self.num, refused, a, lambda: self._afresh(state, req, swa_pool, windowed)
+                self.terms, refused, a, lambda: self._afresh(state, req, swa_pool, windowed)
             )
         elif refused is not False:
             self.enc.facts.append(z3.Not(refused))
@@ -535,7 +535,7 @@ class RoundModel:
         if windowed:
             offer = dataclasses.replace(offer, swa_load_lock=Sym(num(0)))
         a, _ = kernel.admission(
-            self.num, state.ledger, req.prompt, offer, state.has_chunked, swa_pool, req.name
+            self.terms, state.ledger, req.prompt, offer, state.has_chunked, swa_pool, req.name
         )
         return a
 
@@ -559,7 +559,7 @@ class RoundModel:
         if req.name not in self._idle:
             cfg = self.config
             self._idle[req.name] = kernel.idle_answers(
-                self.num,
+                self.terms,
                 req.prompt,
                 req.device,
                 req.idle_host,
@@ -581,7 +581,7 @@ class RoundModel:
         view = QueueView(
             as_int(req.prompt), as_int(req.device), as_int(req.loadable), self.config.page_size
         )
-        return self.enc.bind("priority", self.num.ask("queue", "priority", view))
+        return self.enc.bind("priority", self.terms.ask("queue", "priority", view))
 
 
 @dataclass(frozen=True)
@@ -607,14 +607,14 @@ def _fields(ledger: Ledger) -> tuple[str, ...]:
     return tuple(n for n in _LEDGER_FIELDS if getattr(ledger, n) is not None)
 
 
-def full_need(entry: Entry, page: int) -> Sym:
+def full_need(entry: EntryTerms, page: int) -> Sym:
     """Slots ``commit`` takes for an entry: its load-back pages and ``alloc_extend`` pages."""
     computes = entry.end.t > entry.start.t
     ext = extend_pages(entry.end, entry.start, page) * page
     return entry.load_back_slots + ite(computes, ext, 0)
 
 
-def swa_need(entry: Entry, page: int) -> Sym:
+def swa_need(entry: EntryTerms, page: int) -> Sym:
     """Sliding-window slots the commit's ``alloc_paged_token_slots_extend`` takes for an
     entry: its extend's whole new pages, as in the full pool (SGLang 0.5.23 pairs every full
     page with a sliding-window one; ``PrefillNode._alloc_extend_swa``)."""
@@ -622,7 +622,7 @@ def swa_need(entry: Entry, page: int) -> Sym:
     return ite(entry.end.t > entry.start.t, ext, 0)
 
 
-def eviction_share(entry: Entry, page: int) -> Sym:
+def eviction_share(entry: EntryTerms, page: int) -> Sym:
     """An entry's share of what the commit evicts for (``eviction_demand`` of one
     request), when it computes."""
     return ite(entry.end.t > entry.start.t, eviction_demand(as_int(entry.tokens), 1, page), 0)

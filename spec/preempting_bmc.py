@@ -337,7 +337,7 @@ def _hits(u: PUnrolling, s: PState, r: int) -> list[Sym]:
 
 
 @dataclass
-class Entry:
+class Turn:
     """A waiting request's turn (the scheduler's ``_schedule_waiting`` body): its first chunk
     (aligned), the admission policy's answer and the blocks it takes, hit included."""
 
@@ -357,7 +357,7 @@ def enter(
     free: Sym,
     eligible: Sym,
     rid: str,
-) -> Entry:
+) -> Turn:
     """A waiting ``prompt``-token request with ``hit`` cached blocks (evictable: a hit on them
     takes free blocks) on ``free`` free blocks and ``budget`` tokens left in the step."""
     start = hit * page
@@ -366,7 +366,7 @@ def enter(
     chunk, bad = kernel.preempting_chunk(terms, "new_chunk", *args)
     ok = kernel.preempting_admits(terms, prompt, start, tokens, page, rid)
     need = kernel.blocks_to_allocate(start + chunk, hit, page)
-    return Entry(chunk, ok, enc.bind("takes", need + hit), bad)
+    return Turn(chunk, ok, enc.bind("takes", need + hit), bad)
 
 
 def _waiting_loop(

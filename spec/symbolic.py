@@ -455,18 +455,18 @@ class Ratio:
     (a comparison, arithmetic, ``int()``, ``round()``: float rounding the checker does not
     model)."""
 
-    __slots__ = ("den", "num")
+    __slots__ = ("denominator", "numerator")
 
-    def __init__(self, num: Sym, den: int) -> None:
-        self.num, self.den = num, den
+    def __init__(self, numerator: Sym, denominator: int) -> None:
+        self.numerator, self.denominator = numerator, denominator
 
     def __ceil__(self) -> Sym:
-        _require_float_exact(self.num.t)
-        return -((-self.num) // self.den)
+        _require_float_exact(self.numerator.t)
+        return -((-self.numerator) // self.denominator)
 
     def __floor__(self) -> Sym:
-        _require_float_exact(self.num.t)
-        return self.num // self.den
+        _require_float_exact(self.numerator.t)
+        return self.numerator // self.denominator
 
     def __refused__(self, *_: Any) -> Any:
         raise Unsupported(
@@ -487,7 +487,7 @@ class Ratio:
     def __repr__(self) -> str:
         if _CURRENT.get() is not None:
             self.__refused__()
-        return f"Ratio({self.num!r}, {self.den})"
+        return f"Ratio({self.numerator!r}, {self.denominator})"
 
 
 def _require_float_exact(numerator: z3.ArithRef) -> None:

@@ -28,8 +28,8 @@ from policykit.cli.common import echo_json, json_option
 from policykit.scenario import Scenario, load_scenario, resolve_scenario_path
 
 if TYPE_CHECKING:
-    from policykit.conformance.sglang.compare import Verdict
-    from policykit.conformance.vllm.compare import Verdict as VllmVerdict
+    from policykit.conformance.sglang.compare import SglangComparison
+    from policykit.conformance.vllm.compare import VllmComparison
 
 EXIT_DIFFERENT = 1
 
@@ -152,7 +152,7 @@ def sglang(
         sys.exit(EXIT_DIFFERENT)
 
 
-def _coverage(scenarios: list[Scenario], verdicts: list[Verdict]) -> dict[str, int]:
+def _coverage(scenarios: list[Scenario], verdicts: list[SglangComparison]) -> dict[str, int]:
     """How many of the compared scenarios exercise each storage path."""
     return {
         "host": sum(any(r.host_prefix_tokens for r in sc.requests) for sc in scenarios),
@@ -295,7 +295,10 @@ def vllm(
 
 
 def _print_vllm(
-    verdicts: list[VllmVerdict], different: list[VllmVerdict], covered: dict[str, Any], engine: str
+    verdicts: list[VllmComparison],
+    different: list[VllmComparison],
+    covered: dict[str, Any],
+    engine: str,
 ) -> None:
     """``conformance vllm``'s text report: each scenario's verdict, the totals, and what the
     runs covered (so a reader sees whether a zero covers preemptions at all)."""

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from policykit.config import EngineConfig
-from policykit.docsgen.results import Verdict, combo_key, combo_parts
+from policykit.docsgen.results import VerdictRow, combo_key, combo_parts
 from policykit.registry import (
     COMBO_SEPARATOR,
     DEFAULT_COMBO,
@@ -71,7 +71,7 @@ def combo_cells(key: str) -> list[str]:
     return cells
 
 
-def trace_slug(verdict: Verdict) -> str:
+def trace_slug(verdict: VerdictRow) -> str:
     raw = f"{short_label(verdict.combo)}--{verdict.property}"
     return re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-")
 

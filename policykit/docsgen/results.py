@@ -55,7 +55,7 @@ def combo_parts(key: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class VerdictRow:
     """One (combo, property) verdict of ``policykit check``."""
 
     combo: str
@@ -83,7 +83,7 @@ class Verdict:
 @dataclass(frozen=True)
 class CheckResults:
     provenance: Provenance
-    verdicts: tuple[Verdict, ...]
+    verdicts: tuple[VerdictRow, ...]
     source: Path
     #: the engine facts the verdicts hold under (page size, chunk size, SWA window, bounds)
     config: dict[str, Any] = field(default_factory=dict)
@@ -323,7 +323,7 @@ def parse_check(top: Mapping[str, Any], path: Path) -> list[CheckResults]:
         told = _pick(item, "failure", "counterexample.failure")
         failure, failed_in = _failure(told)
         verdicts.append(
-            Verdict(
+            VerdictRow(
                 combo=_combo(item, at),
                 property=str(_pick(item, "property", "invariant") or "?"),
                 verdict=_VERDICT_WORDS[word],

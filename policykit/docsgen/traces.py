@@ -27,7 +27,7 @@ from policykit.docsgen.replay import (
     round_table,
     scenario_from,
 )
-from policykit.docsgen.results import Verdict
+from policykit.docsgen.results import VerdictRow
 from policykit.errors import PolicykitError
 from policykit.registry import PolicyRegistry
 
@@ -35,7 +35,7 @@ from policykit.registry import PolicyRegistry
 WIDE_PAGE = "---\nhide:\n  - navigation\n  - toc\n---\n\n"
 
 
-def failing_round(v: Verdict, run: Replay | None = None) -> int | None:
+def failing_round(v: VerdictRow, run: Replay | None = None) -> int | None:
     """The round the property broke in: the verdict's, else the last round of its trace, else
     the replay's OOM round."""
     if v.round is not None:
@@ -59,7 +59,7 @@ def _table_of(rows: list[dict[str, Any]]) -> str:
     return table(keys, [[_cell(row.get(k)) for k in keys] for row in rows])
 
 
-def trace_tables(v: Verdict) -> list[str]:
+def trace_tables(v: VerdictRow) -> list[str]:
     """The checker's trace: one table of rounds, one of the entries planned in them (one wide
     table of both would scroll sideways)."""
     if not v.steps and not v.trace:
@@ -81,7 +81,7 @@ def trace_tables(v: Verdict) -> list[str]:
     return out
 
 
-def what_broke(v: Verdict, at: int | None) -> str:
+def what_broke(v: VerdictRow, at: int | None) -> str:
     """The failure in one sentence."""
     if v.failure:
         return v.failure
@@ -89,7 +89,7 @@ def what_broke(v: Verdict, at: int | None) -> str:
     return f"{v.property} is violated{where} under {short_label(v.combo)}"
 
 
-def _replay(v: Verdict, registry: PolicyRegistry) -> Replay | PreemptingReplay | str | None:
+def _replay(v: VerdictRow, registry: PolicyRegistry) -> Replay | PreemptingReplay | str | None:
     """The scheduler's run of the exported scenario (on the node that preempts for a combo
     that preempts, by the checker's own replay), why it could not run, or ``None``."""
     if v.scenario is None:
@@ -104,7 +104,7 @@ def _replay(v: Verdict, registry: PolicyRegistry) -> Replay | PreemptingReplay |
         return str(exc)
 
 
-def trace_page(v: Verdict, registry: PolicyRegistry, provenance: Provenance) -> str:
+def trace_page(v: VerdictRow, registry: PolicyRegistry, provenance: Provenance) -> str:
     run = _replay(v, registry)
     at = failing_round(v, run if isinstance(run, Replay) else None)
     what = what_broke(v, at)

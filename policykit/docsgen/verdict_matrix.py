@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from policykit.docsgen.labels import describe_set, short_label, trace_slug
 from policykit.docsgen.markdown import esc, table
-from policykit.docsgen.results import CheckResults, Verdict, combo_parts
+from policykit.docsgen.results import CheckResults, VerdictRow, combo_parts
 from policykit.registry import DEFAULT_COMBO
 
 #: one plain glyph per verdict; common system fonts carry all of them (no emoji font offline)
@@ -35,7 +35,7 @@ LEGEND = {
 }
 
 
-def mark_of(v: Verdict | None) -> str:
+def mark_of(v: VerdictRow | None) -> str:
     """The legend key of a verdict (``proved`` is reserved for unbounded proofs)."""
     if v is None:
         return "missing"
@@ -44,7 +44,7 @@ def mark_of(v: Verdict | None) -> str:
     return v.verdict
 
 
-def mark_html(v: Verdict | None, prop: str) -> str:
+def mark_html(v: VerdictRow | None, prop: str) -> str:
     """One property's mark in a cell: a coloured glyph whose tooltip says the whole verdict."""
     kind = mark_of(v)
     words = {
@@ -65,7 +65,7 @@ def mark_html(v: Verdict | None, prop: str) -> str:
     return f'<span class="pk-{kind}" title="{title}">{glyph}</span>'
 
 
-def verdict_cell(v: Verdict | None) -> str:
+def verdict_cell(v: VerdictRow | None) -> str:
     """A single verdict in words (the trace pages and tooltips use the same wording)."""
     kind = mark_of(v)
     if v is None:
@@ -128,7 +128,7 @@ class _Lookup:
     def __init__(self, check: CheckResults) -> None:
         self.by = {(v.combo, v.property): v for v in check.verdicts}
 
-    def get(self, key: tuple[str, str]) -> Verdict | None:
+    def get(self, key: tuple[str, str]) -> VerdictRow | None:
         return self.by.get(key) or self.by.get((key[0], "*"))
 
     def __contains__(self, key: tuple[str, str]) -> bool:

@@ -400,7 +400,7 @@ def test_bounded_only_safety_states_its_bound():
 
     key = results.combo_key("admission=reserve-tail,alignment=page")
     verdicts = tuple(
-        results.Verdict(key, prop, "proved", bound, 1.0, None, ())
+        results.VerdictRow(key, prop, "proved", bound, 1.0, None, ())
         for prop, bound in (("no-oom", None), ("progress", 4))
     )
     check = results.CheckResults(

@@ -42,7 +42,7 @@ MAX_ROUNDS = 5_000
 
 
 @dataclass
-class Verdict:
+class SglangComparison:
     """The outcome of one scenario: identical, or different (with the differences)."""
 
     scenario: str
@@ -177,7 +177,7 @@ def conform(
     max_rounds: int = MAX_ROUNDS,
     schedule_policy: str = "fcfs",
     storage: bool = False,
-) -> Verdict:
+) -> SglangComparison:
     """Run ``scenario`` on both sides (at most ``max_rounds`` rounds each) and compare;
     upstream sorts its queue with ``schedule_policy`` (its ``--schedule-policy``). With
     ``storage``, the storage after each commit is compared too (:data:`STORAGE_FIELDS`). A
@@ -185,10 +185,10 @@ def conform(
     try:
         theirs = drive(scenario, max_rounds, schedule_policy)
     except NotExpressible as exc:
-        return Verdict(scenario.name, not_expressible=str(exc))
+        return SglangComparison(scenario.name, not_expressible=str(exc))
     views: list[dict[str, Any]] | None = [] if storage else None
     ours = run_policykit(scenario, combo, max_rounds, views)
-    return Verdict(
+    return SglangComparison(
         scenario.name,
         diff(ours, theirs, views),
         rounds=len(theirs.rounds),

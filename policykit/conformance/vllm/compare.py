@@ -48,7 +48,7 @@ def vllm_combo(knobs: SchedulerKnobs) -> str:
 
 
 @dataclass
-class Verdict:
+class VllmComparison:
     """One scenario's outcome: identical, or the differences found."""
 
     scenario: str
@@ -101,7 +101,7 @@ def conform(
     max_rounds: int = MAX_ROUNDS,
     combo: str | None = None,
     scheduler_cls: type | None = None,
-) -> Verdict:
+) -> VllmComparison:
     """Both sides on ``scenario``; every round's first differing field, and the run lengths.
 
     ``combo`` runs policykit's side under another combo than vLLM's, and ``scheduler_cls``
@@ -110,7 +110,7 @@ def conform(
     combo = combo or vllm_combo(knobs)
     ours = model_steps(scenario, knobs, max_rounds, combo)
     theirs = drive(scenario, knobs, max_rounds=max_rounds, scheduler_cls=scheduler_cls)
-    verdict = Verdict(scenario.name, combo, knobs, rounds=len(theirs.steps))
+    verdict = VllmComparison(scenario.name, combo, knobs, rounds=len(theirs.steps))
     verdict.preemptions = len(theirs.preemptions())
     for mine, real in zip(ours, theirs.steps, strict=False):
         a, b = _row(mine), _row(real)
@@ -192,7 +192,7 @@ def random_scenario(rng: random.Random, index: int = 0) -> tuple[Scenario, Sched
     return scenario, random_knobs(rng, budget, max(prompts))
 
 
-def coverage(runs: list[tuple[Scenario, SchedulerKnobs]], verdicts: list[Verdict]) -> dict:
+def coverage(runs: list[tuple[Scenario, SchedulerKnobs]], verdicts: list[VllmComparison]) -> dict:
     """How many of the compared scenarios exercise each mechanism the comparison is meant to
     cover: preemptions, vLLM's settings, and the layout's classes (filler, several device
     prefixes warmed under the threshold or without reservation, a request in progress), and

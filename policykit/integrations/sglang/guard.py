@@ -27,29 +27,29 @@ logger = logging.getLogger("policykit.sglang")
 FALLBACK = object()
 
 
-def admits(num: kernel.Ints, view: AdmitView, request: Any) -> Any:
+def admits(domain: kernel.Ints, view: AdmitView, request: Any) -> Any:
     """The admission policy's verdict (``True`` or ``False``), else :data:`FALLBACK`."""
-    return _ask(num.admits, view, request_id(request))
+    return _ask(domain.admits, view, request_id(request))
 
 
-def chunk(num: kernel.Ints, method: str, view: ChunkView, request: Any) -> Any:
+def chunk(domain: kernel.Ints, method: str, view: ChunkView, request: Any) -> Any:
     """The chunking policy's ``method`` (``new_chunk`` or ``resume_chunk``): a length in
     ``[0, remaining]``, else :data:`FALLBACK`."""
-    answer = _ask(kernel.chunk, num, method, view, request_id(request), label=method)
+    answer = _ask(kernel.chunk, domain, method, view, request_id(request), label=method)
     return answer if answer is FALLBACK else answer[0]
 
 
-def aligned_end(num: kernel.Ints, start: int, end: int, page: int, request: Any) -> Any:
+def aligned_end(domain: kernel.Ints, start: int, end: int, page: int, request: Any) -> Any:
     """The alignment policy's end for the chunk ``[start, end)``, in ``(start, end]``, else
     :data:`FALLBACK`."""
-    answer = _ask(kernel.aligned_end, num, start, end, page, request_id(request))
+    answer = _ask(kernel.aligned_end, domain, start, end, page, request_id(request))
     return answer if answer is FALLBACK else answer[0]
 
 
-def tail_reserve(num: kernel.Ints, tail: int, first: int, page: int, request: Any) -> Any:
+def tail_reserve(domain: kernel.Ints, tail: int, first: int, page: int, request: Any) -> Any:
     """The admission policy's reservation for a ``tail``-token tail (``first`` generated
     tokens), not negative, else :data:`FALLBACK`."""
-    answer = _ask(kernel.tail_reserve, num, tail, first, page, request_id(request))
+    answer = _ask(kernel.tail_reserve, domain, tail, first, page, request_id(request))
     return answer if answer is FALLBACK else answer[0]
 
 

@@ -63,7 +63,7 @@ def activate(combo: Combo | None) -> None:
     """Make ``combo`` the one the hooks ask (``None``: the hooks pass every call through)."""
     _active.clear()
     if combo is not None:
-        _active["combo"], _active["num"] = combo, Ints(combo)
+        _active["combo"], _active["domain"] = combo, Ints(combo)
 
 
 def active() -> Combo | None:
@@ -135,20 +135,20 @@ def _chunk_view(adder: Any, remaining: int, rem_total: float) -> Any:
     )
 
 
-def _align(num: Ints, adder: Any, req: Any, start: int, end: int) -> Any:
-    return guard.aligned_end(num, start, end, adder.page_size, req)
+def _align(domain: Ints, adder: Any, req: Any, start: int, end: int) -> Any:
+    return guard.aligned_end(domain, start, end, adder.page_size, req)
 
 
-def _reserve_tail(num: Ints, adder: Any, req: Any, tail: int) -> None:
-    reserve = guard.tail_reserve(num, tail, _max_new(req), adder.page_size, req)
+def _reserve_tail(domain: Ints, adder: Any, req: Any, tail: int) -> None:
+    reserve = guard.tail_reserve(domain, tail, _max_new(req), adder.page_size, req)
     if reserve is not FALLBACK:
         adder.memory_budget.total_offset += reserve
 
 
 def select_admission(original: Any, adder: Any, req: Any, **kwargs: Any) -> Any:
     """AROUND ``_select_prefill_admission``: the policies choose a waiting request's shape."""
-    num = _active.get("num")
-    if num is None:
+    domain = _active.get("domain")
+    if domain is None:
         return original(adder, req, **kwargs)
     is_plain, replays, tiles = adder.__dict__.get(FACTS) or _facts(adder)
     prefix_len = req.prefix_len + kwargs["host_hit_length"]
@@ -158,11 +158,11 @@ def select_admission(original: Any, adder: Any, req: Any, **kwargs: Any) -> Any:
         or (replays and adder._replay_len(req, prefix_len))
     ):
         return original(adder, req, **kwargs)
-    decision = _shape(num, adder, req, prefix_len, tiles, kwargs)
+    decision = _shape(domain, adder, req, prefix_len, tiles, kwargs)
     return original(adder, req, **kwargs) if decision is FALLBACK else decision
 
 
-def _shape(num: Ints, adder: Any, req: Any, prefix_len: int, tiles: bool, kwargs: dict) -> Any:
+def _shape(domain: Ints, adder: Any, req: Any, prefix_len: int, tiles: bool, kwargs: dict) -> Any:
     sp, page = _upstream(), adder.page_size
     prompt = len(req.full_untruncated_fill_ids)
     remaining = prompt - req.prefix_len
@@ -184,7 +184,7 @@ def _shape(num: Ints, adder: Any, req: Any, prefix_len: int, tiles: bool, kwargs
         rem_total_tokens=math.ceil(rem_total),
         cur_rem_tokens=math.ceil(cur_rem),
     )
-    verdict = guard.admits(num, view, req)
+    verdict = guard.admits(domain, view, req)
     if verdict is FALLBACK:
         return FALLBACK
     if not verdict:
@@ -192,7 +192,7 @@ def _shape(num: Ints, adder: Any, req: Any, prefix_len: int, tiles: bool, kwargs
     extend = prompt - prefix_len
     rem_total = int(rem_total)
     chunking = chunk_view(extend, adder.rem_chunk_tokens, rem_total, rem_total, page, False)
-    chunk = guard.chunk(num, "new_chunk", chunking, req)
+    chunk = guard.chunk(domain, "new_chunk", chunking, req)
     if chunk is FALLBACK:
         return FALLBACK
     if chunk == 0:
@@ -210,7 +210,7 @@ def _shape(num: Ints, adder: Any, req: Any, prefix_len: int, tiles: bool, kwargs
             return refused
         max_new = min(req.sampling_params.max_new_tokens, sp.CLIP_MAX_NEW_TOKENS)
         return sp._PrefillAdmission(prefix_len, extend, max_new, False, 0)
-    end = _align(num, adder, req, prefix_len, prefix_len + chunk)
+    end = _align(domain, adder, req, prefix_len, prefix_len + chunk)
     if end is FALLBACK:
         return FALLBACK
     if tiles and (refused := adder._check_prefill_tile_budget(end - prefix_len)) is not None:
@@ -222,21 +222,21 @@ def commit_admission(result: Any, adder: Any, req: Any, admission: Any, *args: A
     """AFTER ``_commit_prefill_admission``: a truncated new request's tail reservation."""
     if not admission.is_chunked:
         return  # admitted whole: no tail (the common case, so asked first)
-    num = _active.get("num")
-    if num is None or not plain(adder):
+    domain = _active.get("domain")
+    if domain is None or not plain(adder):
         return
     tail = len(req.full_untruncated_fill_ids) - (admission.prefix_len + admission.extend_len)
-    _reserve_tail(num, adder, req, tail)
+    _reserve_tail(domain, adder, req, tail)
 
 
 def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
     """AROUND ``add_chunked_req``: the in-progress request's resume length, or its deferral."""
-    num = _active.get("num")
-    if num is None or not plain(adder):
+    domain = _active.get("domain")
+    if domain is None or not plain(adder):
         return original(adder, req)
     remaining = len(req.full_untruncated_fill_ids) - req.prefix_len
     view = _chunk_view(adder, remaining, adder.rem_total_tokens)
-    chunk = guard.chunk(num, "resume_chunk", view, req)
+    chunk = guard.chunk(domain, "resume_chunk", view, req)
     if chunk is FALLBACK:
         return _holding(adder, original(adder, req))
     if chunk == 0:
@@ -244,7 +244,7 @@ def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
         req.extend_end = req.prefix_len
         return _holding(adder, req)
     if chunk < remaining:
-        end = _align(num, adder, req, req.prefix_len, req.prefix_len + chunk)
+        end = _align(domain, adder, req, req.prefix_len, req.prefix_len + chunk)
         if end is FALLBACK:
             return _holding(adder, original(adder, req))
         chunk = end - req.prefix_len
@@ -255,7 +255,7 @@ def resume_chunked(original: Any, adder: Any, req: Any) -> Any:
     finally:
         adder.chunked_req_limit = saved
     if result is req and adder.can_run_list and adder.can_run_list[-1] is req:
-        _reserve_tail(num, adder, req, len(req.full_untruncated_fill_ids) - req.extend_end)
+        _reserve_tail(domain, adder, req, len(req.full_untruncated_fill_ids) - req.extend_end)
     return _holding(adder, result)
 
 
