@@ -16,7 +16,8 @@ import torch
 from policykit.config import EngineConfig
 from policykit.errors import LoadBackError, PlanError, PrefillOutOfMemory
 from policykit.host_tier import HostEntry, HostTier
-from policykit.kernel.between import kv_back
+from policykit.kernel.between import kv_back, kv_due
+from policykit.kernel.domain import INT_LOGIC
 from policykit.kernel.swa import swa_host_hit
 from policykit.pages import cached_on_release, extend_pages, pages_for
 from policykit.plan import Entry, EntryKind, Plan
@@ -691,7 +692,9 @@ class PrefillNode:
 
     # -- introspection ---------------------------------------------------------------------
     def pending_releases(self) -> bool:
-        return bool(self.held) and self.config.kv_release_rounds is not None
+        """Whether held KV will still come back (:func:`policykit.kernel.kv_due`)."""
+        never = self.config.kv_release_rounds is None
+        return any(kv_due(INT_LOGIC, q.finished_round, [], never) for q in self.held)
 
     def owned_pages(self) -> dict[str, torch.Tensor]:
         """Every page of the full pool by owner (free list, cache, each request)."""

@@ -35,7 +35,7 @@ import torch
 
 from policykit import kernel
 from policykit.block_pool import BlockPool
-from policykit.kernel import Ints
+from policykit.kernel import INT_LOGIC, Ints
 from policykit.ledger import Ledger
 from policykit.plan import Entry, EntryKind, Plan, Rejection
 from policykit.plugin_manager import PolicykitPluginManager
@@ -133,6 +133,13 @@ class PreemptingNode:
         for index in range(full):
             self.pool.cache(req.blocks[index], req.keys[index])
 
+    def pending_releases(self) -> bool:
+        """Whether held KV will still come back (:func:`policykit.kernel.kv_due`)."""
+        return any(
+            kernel.kv_due(INT_LOGIC, r.finished_round, [], r.release_rounds is None)
+            for r in self.held
+        )
+
     def give_back(self, req: PagedRequest) -> None:
         """Free ``req``'s blocks, last first (so its tail is evicted first)."""
         self.pool.free(reversed(req.blocks))
@@ -222,12 +229,8 @@ class PreemptingScheduler:
         """Nothing can change any more: nothing ran, was preempted or freed this round, nothing
         arrives later and no KV is due back."""
         node = self.node
-        due = any(
-            kernel.kv_due(self.domain, r.finished_round, [], r.release_rounds is None)
-            for r in node.held
-        )
         moved = step.scheduled or step.preempted or step.released
-        return not moved and not node.future and not due
+        return not moved and not node.future and not node.pending_releases()
 
     def _scheduled(self, req: PagedRequest, start: int, chunk: int, *, new: bool) -> None:
         """``req`` got ``chunk`` tokens from ``start``: its plan entry, and the admit hook."""

@@ -243,7 +243,7 @@ def run(
         if on_step is not None:
             on_step(step)
         done = len(node.finished) == requests
-        if done and not any(r.release_rounds is not None for r in node.held):
+        if done and not node.pending_releases():
             break
         if sched.idle(step):
             break

@@ -37,7 +37,7 @@ from policykit.kernel.chunking import (
     tail_reserve,
     truncate,
 )
-from policykit.kernel.domain import FIRST_TOKENS, Ints, Numbers, is_int
+from policykit.kernel.domain import FIRST_TOKENS, INT_LOGIC, IntLogic, Ints, Logic, Numbers, is_int
 from policykit.kernel.idle import IdleAnswers, idle_answers
 from policykit.kernel.preempting import (
     blocks_to_allocate,
@@ -65,11 +65,14 @@ from policykit.kernel.views import admit_view, chunk_view, view_swa_facts
 
 __all__ = [
     "FIRST_TOKENS",
+    "INT_LOGIC",
     "WAITING_PREFIX_REFRESH_INTERVAL",
     "WAITING_PREFIX_REFRESH_MAX",
     "Attempt",
     "IdleAnswers",
+    "IntLogic",
     "Ints",
+    "Logic",
     "Numbers",
     "Offer",
     "Resumed",

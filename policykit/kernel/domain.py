@@ -37,8 +37,9 @@ from policykit.registry import Combo
 FIRST_TOKENS = 1
 
 
-class Numbers(Protocol):
-    """The arithmetic a round is decided in (see the module docstring)."""
+class Logic(Protocol):
+    """Truth values and selection in a number domain: all that a rule asking no policy (the
+    between-round rules, :mod:`policykit.kernel.between`) needs."""
 
     def all(self, *conds: Any) -> Any: ...
 
@@ -47,6 +48,10 @@ class Numbers(Protocol):
     def not_(self, cond: Any) -> Any: ...
 
     def choose(self, cond: Any, a: Any, b: Any) -> Any: ...
+
+
+class Numbers(Logic, Protocol):
+    """The arithmetic a round is decided in (see the module docstring)."""
 
     def decide(
         self,
@@ -86,11 +91,8 @@ def is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-class Ints:
-    """The int domain: the scheduler's planner. A broken answer raises at once."""
-
-    def __init__(self, combo: Combo) -> None:
-        self.combo = combo
+class IntLogic:
+    """:class:`Logic` on plain truth values and ints."""
 
     def all(self, *conds: Any) -> bool:
         return all(conds)
@@ -103,6 +105,17 @@ class Ints:
 
     def choose(self, cond: Any, a: Any, b: Any) -> Any:
         return a if cond else b
+
+
+#: the int domain's logic, for a node that asks a rule but no policy (its releases)
+INT_LOGIC = IntLogic()
+
+
+class Ints(IntLogic):
+    """The int domain: the scheduler's planner. A broken answer raises at once."""
+
+    def __init__(self, combo: Combo) -> None:
+        self.combo = combo
 
     def decide(
         self,

@@ -24,6 +24,7 @@ import torch
 
 from policykit.conformance.sglang.driver import UpstreamDriver, UpstreamRun, load
 from policykit.conformance.sglang.storage import OWNER_FILLER, Storage
+from policykit.kernel import INT_LOGIC, kv_back, kv_due
 from policykit.pages import extend_pages, pages_for
 from policykit.plan import Plan
 from policykit.request import Request
@@ -142,7 +143,8 @@ class StorageDriver(UpstreamDriver):
                 break
             self._after_forward(record.plan, round_no)
             record.storage = self.storage_view()
-            releases_due = bool(self.held) and self.scenario.config.kv_release_rounds is not None
+            never = self.scenario.config.kv_release_rounds is None
+            releases_due = any(kv_due(INT_LOGIC, f, [], never) for _, f in self.held)
             if not record.plan.batch and not self.future and not releases_due:
                 break
         else:
@@ -156,7 +158,7 @@ class StorageDriver(UpstreamDriver):
     def _release_due(self, round_no: int) -> None:
         delay = self.scenario.config.kv_release_rounds
         release = self.up["storage"]["common"].release_kv_cache
-        while delay is not None and self.held and self.held[0][1] + delay <= round_no:
+        while delay is not None and self.held and kv_back(self.held[0][1], delay, round_no):
             req, _ = self.held.pop(0)
             release(req, self.cache, checkpoint=True)
             self.state[req.rid] = "done"
