@@ -267,12 +267,13 @@ class PreemptingScheduler:
         index = 0
         while index < len(node.running) and budget > 0:
             req = node.running[index]
-            chunk = self._chunk("resume_chunk", req, req.computed, budget, eligible)
+            at = (req.prompt_tokens, req.computed, len(req.blocks), budget, node.pool.free_blocks)
+            chunk, need, _ = kernel.running_turn(self.domain, *at, eligible, cfg.page_size, req.id)
             if chunk == 0:
                 self._entries.append(Entry(req.id, req.computed, req.computed, EntryKind.DEFERRED))
                 index += 1
                 continue
-            while not self._fits(req.computed + chunk, req.blocks, []):
+            while need > node.pool.free_blocks:
                 victim = self._victim(req)
                 place = node.running.index(victim)
                 del node.running[place]
@@ -327,12 +328,15 @@ class PreemptingScheduler:
                 return
             hit = node.hit(req)
             start = len(hit) * cfg.page_size
-            evictable = node.pool.evictable(hit)
-            chunk = self._chunk("new_chunk", req, start, budget, eligible, evictable)
+            at = (req.prompt_tokens, len(hit), node.pool.evictable(hit), budget)
+            turn = kernel.waiting_turn(
+                self.domain, *at, node.pool.free_blocks, eligible, cfg.page_size, req.id
+            )
+            chunk = turn.chunk
             if chunk == 0:
                 self._stopped(req, "OTHER")
                 return
-            if not self._admits(req, start, evictable) or not self._fits(start + chunk, [], hit):
+            if not turn.ok or turn.takes > node.pool.free_blocks:
                 self._stopped(req, "NO_TOKEN")
                 return
             node.waiting.remove(req)
@@ -361,36 +365,6 @@ class PreemptingScheduler:
             page_size=page,
         )
         return kernel.queue_rank(self.combo.queue, view, req.id)
-
-    def _admits(self, req: PagedRequest, start: int, evictable: int) -> bool:
-        page = self.node.config.page_size
-        free = (self.node.pool.free_blocks - evictable) * page
-        return kernel.preempting_admits(self.domain, req.prompt_tokens, start, free, page, req.id)
-
-    # -- shared ------------------------------------------------------------------------------
-    def _chunk(
-        self,
-        method: str,
-        req: PagedRequest,
-        start: int,
-        budget: int,
-        eligible: int,
-        evictable: int = 0,
-    ) -> int:
-        """The chunking policy's chunk from ``start``, a non-final one aligned."""
-        page = self.node.config.page_size
-        free = (self.node.pool.free_blocks - evictable) * page
-        length, _ = kernel.preempting_chunk(
-            self.domain, method, start, req.prompt_tokens, budget, free, eligible, page, req.id
-        )
-        return length
-
-    def _fits(self, tokens: int, held: list[int], hit: list[int]) -> bool:
-        """Whether the blocks to hold ``tokens`` tokens fit the free ones (a hit on blocks that
-        are only cached takes free blocks too)."""
-        pool, page = self.node.pool, self.node.config.page_size
-        need = kernel.blocks_to_allocate(tokens, len(held) + len(hit), page)
-        return need + pool.evictable(hit) <= pool.free_blocks
 
     def _compute(self, scheduled: dict[str, int]) -> list[str]:
         """Run the step: the chunks are computed; finished prompts hold their KV."""

@@ -251,7 +251,9 @@ def _running_loop(u: PUnrolling, s: PState, w: _Step) -> None:
         halted = z3.Or(halted, z3.And(w.present[turn], w.budget.t <= 0))
         go = z3.And(w.present[turn], z3.Not(halted))
         at = (w.prompt[turn], w.computed[turn], w.held[turn])
-        chunk, need, bad = resume(enc, terms, page, *at, w.budget, w.free, w.eligible, ids[turn])
+        chunk, need, bad = kernel.running_turn(
+            terms, *at, w.budget, w.free, w.eligible, page, ids[turn]
+        )
         w.bad = z3.Or(w.bad, z3.And(go, bad))
         want = z3.And(go, chunk.t > 0)
         out: Any = False
@@ -278,28 +280,6 @@ def _running_loop(u: PUnrolling, s: PState, w: _Step) -> None:
         w.held[turn] = enc.bind("r_held", ite(placed, w.held[turn] + need, w.held[turn]))
         w.sched[turn] = enc.bind("r_sched", ite(placed, chunk, 0))
         w.budget = enc.bind("budget", w.budget - ite(placed, chunk, 0))
-
-
-def resume(
-    enc: Encoder,
-    terms: Terms,
-    page: int,
-    prompt: Sym,
-    computed: Sym,
-    held: Sym,
-    budget: Sym,
-    free: Sym,
-    eligible: Sym,
-    rid: str,
-) -> tuple[Sym, Sym, z3.BoolRef]:
-    """A running request's turn: its ``resume_chunk`` (aligned) with ``budget`` tokens left and
-    ``free`` free blocks, the blocks that chunk needs beyond the ``held`` ones, and whether the
-    chunking or alignment policy broke its contract."""
-    chunk, bad = kernel.preempting_chunk(
-        terms, "resume_chunk", computed, prompt, budget, free * page, eligible, page, rid
-    )
-    need = enc.bind("need", kernel.blocks_to_allocate(computed + chunk, held, page))
-    return chunk, need, bad
 
 
 def _victim(u: PUnrolling, w: _Step, turn: int, short: z3.BoolRef) -> Sym:
@@ -336,39 +316,6 @@ def _hits(u: PUnrolling, s: PState, r: int) -> list[Sym]:
     return out
 
 
-@dataclass
-class Turn:
-    """A waiting request's turn (the scheduler's ``_schedule_waiting`` body): its first chunk
-    (aligned), the admission policy's answer and the blocks it takes, hit included."""
-
-    chunk: Sym
-    ok: z3.BoolRef
-    takes: Sym
-    bad: z3.BoolRef  #: the chunking or alignment policy broke its contract
-
-
-def enter(
-    enc: Encoder,
-    terms: Terms,
-    page: int,
-    prompt: Sym,
-    hit: Sym,
-    budget: Sym,
-    free: Sym,
-    eligible: Sym,
-    rid: str,
-) -> Turn:
-    """A waiting ``prompt``-token request with ``hit`` cached blocks (evictable: a hit on them
-    takes free blocks) on ``free`` free blocks and ``budget`` tokens left in the step."""
-    start = hit * page
-    tokens = (free - hit) * page
-    args = (start, prompt, budget, tokens, eligible, page, rid)
-    chunk, bad = kernel.preempting_chunk(terms, "new_chunk", *args)
-    ok = kernel.preempting_admits(terms, prompt, start, tokens, page, rid)
-    need = kernel.blocks_to_allocate(start + chunk, hit, page)
-    return Turn(chunk, ok, enc.bind("takes", need + hit), bad)
-
-
 def _waiting_loop(
     u: PUnrolling, s: PState, w: _Step, waiting: list[z3.BoolRef], hits: list[Sym]
 ) -> None:
@@ -387,7 +334,9 @@ def _waiting_loop(
         prompt = enc.bind("w_prompt", _pick(row, [q.prompt for q in reqs]))
         hit = enc.bind("w_hit", _pick(row, hits))
         asked = z3.And(z3.Or(*row), z3.Not(stopped), w.budget.t > 0)
-        e = enter(enc, u.terms, page, prompt, hit, w.budget, w.free, w.eligible, f"waiting {p}")
+        e = kernel.waiting_turn(
+            u.terms, prompt, hit, hit, w.budget, w.free, w.eligible, page, f"waiting {p}"
+        )
         w.bad = z3.Or(w.bad, z3.And(asked, e.bad))
         admitted = enc.bind_bool(
             "admitted", z3.And(asked, e.chunk.t > 0, e.ok, e.takes.t <= w.free.t)
@@ -550,7 +499,7 @@ def drained_head_refused(combo: Combo, config: EngineConfig, enc: Encoder, sourc
         eligible.t >= 1,
     ]
     budget = _sym(config.chunked_prefill_size)
-    e = enter(enc, terms, page, prompt, hit, budget, pool, eligible, "the head")
+    e = kernel.waiting_turn(terms, prompt, hit, hit, budget, pool, eligible, page, "the head")
     admitted = z3.And(e.chunk.t > 0, e.ok, e.takes.t <= pool.t)
     return z3.And(z3.Not(e.bad), z3.Not(admitted))
 

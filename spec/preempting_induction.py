@@ -38,7 +38,6 @@ from policykit import kernel
 from policykit.config import EngineConfig
 from policykit.registry import Combo
 from policykit.spec.model import Encoder, Terms
-from policykit.spec.preempting_bmc import enter, resume
 from policykit.spec.symbolic import Sym, num
 
 
@@ -63,7 +62,9 @@ def _running_breaks(enc: Encoder, terms: Terms, page: int, full: Sym) -> Any:
         eligible.t >= 1,
         kernel.blocks_to_allocate(prompt, held, page).t <= free.t,
     ]
-    chunk, need, bad = resume(enc, terms, page, prompt, computed, held, full, free, eligible, "P")
+    chunk, need, bad = kernel.running_turn(
+        terms, prompt, computed, held, full, free, eligible, page, "P"
+    )
     part_way = (computed + chunk).t < prompt.t
     rest_fits = kernel.blocks_to_allocate(prompt, held + need, page).t <= (free - need).t
     return z3.Or(
@@ -88,7 +89,7 @@ def _admitted_breaks(enc: Encoder, terms: Terms, page: int, full: Sym) -> Any:
         eligible.t >= 1,
     ]
     zero = Sym(num(0))
-    e = enter(enc, terms, page, prompt, zero, budget, free, eligible, "Q")
+    e = kernel.waiting_turn(terms, prompt, zero, zero, budget, free, eligible, page, "Q")
     admitted = z3.And(e.chunk.t > 0, e.ok, e.takes.t <= free.t)
     part_way = e.chunk.t < prompt.t
     rest_fits = kernel.blocks_to_allocate(prompt, e.takes, page).t <= (free - e.takes).t

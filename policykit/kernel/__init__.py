@@ -40,13 +40,16 @@ from policykit.kernel.chunking import (
 from policykit.kernel.domain import FIRST_TOKENS, INT_LOGIC, IntLogic, Ints, Logic, Numbers, is_int
 from policykit.kernel.idle import IdleAnswers, idle_answers
 from policykit.kernel.preempting import (
+    Turn,
     blocks_to_allocate,
     preempting_admit_view,
     preempting_admits,
     preempting_chunk,
     preempting_chunk_view,
     preempting_victim,
+    running_turn,
     victim,
+    waiting_turn,
 )
 from policykit.kernel.queue import (
     goes_before,
@@ -76,6 +79,7 @@ __all__ = [
     "Numbers",
     "Offer",
     "Resumed",
+    "Turn",
     "admission",
     "admit_view",
     "admits",
@@ -108,6 +112,7 @@ __all__ = [
     "reclaimable",
     "refresh_due",
     "resume",
+    "running_turn",
     "starves",
     "stuck",
     "swa_host_charge",
@@ -117,4 +122,5 @@ __all__ = [
     "truncate",
     "victim",
     "view_swa_facts",
+    "waiting_turn",
 ]

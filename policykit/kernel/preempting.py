@@ -5,6 +5,7 @@ The node and the vLLM plugin ask them on ints, the checker on terms."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from policykit.kernel.chunking import aligned_end, chunk
@@ -90,6 +91,77 @@ def preempting_admits(
     taken."""
     view = preempting_admit_view(prompt, prompt - start, free_tokens, page_size)
     return domain.admits(view, request_id)
+
+
+@dataclass
+class Turn:
+    """A waiting request's turn on a node that preempts (vLLM's ``_schedule_waiting`` body):
+    its first chunk (aligned), the admission policy's verdict (on ints None where the chunk is
+    0: the node stops there without asking) and the blocks it takes, its hit's included."""
+
+    chunk: Any
+    ok: Any
+    takes: Any
+    bad: Any  #: the chunking or alignment policy broke its contract
+
+
+def waiting_turn(
+    domain: Numbers,
+    prompt: Any,
+    hit: Any,
+    evictable: Any,
+    budget: Any,
+    free: Any,
+    eligible: Any,
+    page_size: int,
+    request_id: str,
+) -> Turn:
+    """The turn of a waiting ``prompt``-token request whose prefix hits ``hit`` cached blocks,
+    ``evictable`` of them only cached (a hit on those takes free blocks), on ``free`` free
+    blocks with ``budget`` tokens left in the step. It gets in where its chunk is not 0, the
+    admission policy admits it and it ``takes`` no more than ``free`` blocks. The node asks it
+    about each request in its queue, the checker's model about each place of the queue."""
+    start = hit * page_size
+    tokens = (free - evictable) * page_size
+    args = (start, prompt, budget, tokens, eligible, page_size, request_id)
+    length, bad = preempting_chunk(domain, "new_chunk", *args)
+    ok = domain.when(
+        lambda: length > 0,
+        lambda: preempting_admits(domain, prompt, start, tokens, page_size, request_id),
+    )
+    need = blocks_to_allocate(start + length, hit, page_size)
+    return Turn(length, ok, domain.name("takes", need + evictable), bad)
+
+
+def running_turn(
+    domain: Numbers,
+    prompt: Any,
+    computed: Any,
+    held: Any,
+    budget: Any,
+    free: Any,
+    eligible: Any,
+    page_size: int,
+    request_id: str,
+) -> tuple[Any, Any, Any]:
+    """The turn of a running request, ``computed`` of its ``prompt`` done and ``held`` blocks
+    held, on ``free`` free blocks with ``budget`` tokens left in the step: its
+    ``resume_chunk`` (aligned; 0 defers it), the blocks that chunk needs beyond the held ones
+    (where they are more than ``free``, the node preempts until they fit) and whether a policy
+    broke its contract."""
+    length, bad = preempting_chunk(
+        domain,
+        "resume_chunk",
+        computed,
+        prompt,
+        budget,
+        free * page_size,
+        eligible,
+        page_size,
+        request_id,
+    )
+    need = domain.name("need", blocks_to_allocate(computed + length, held, page_size))
+    return length, need, bad
 
 
 def preempting_victim(
