@@ -19,7 +19,7 @@ from policykit.host_tier import HostEntry, HostTier
 from policykit.kernel.between import kv_back, kv_due
 from policykit.kernel.domain import INT_LOGIC
 from policykit.kernel.swa import swa_host_hit
-from policykit.pages import cached_on_release, extend_pages, pages_for
+from policykit.pages import cached_on_release, eviction_demand, extend_pages, pages_for
 from policykit.plan import Entry, EntryKind, Plan
 from policykit.pool import TokenPool
 from policykit.prefix_cache import Node, PrefixCache, Tokens
@@ -50,19 +50,6 @@ def _concat(head: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
     if not head.numel():
         return tail
     return torch.cat([head, tail])
-
-
-def eviction_demand(extend_tokens: int, requests: int, page_size: int) -> int:
-    """The free tokens SGLang 0.5.23 evicts for before it allocates a prefill batch.
-
-    ``alloc_paged_token_slots_extend`` sizes it conservatively, as if every request started a
-    new page: the batch's extend tokens plus one page per request (``alloc_token_slots``, for
-    one-token pages, asks for the extend tokens alone). Eviction takes whole least recently
-    used leaves until the shortfall is covered, so it may free more than the exact pages the
-    allocation then takes. Plain arithmetic: the checker's round model charges a commit
-    with it too.
-    """
-    return extend_tokens + (requests * page_size if page_size > 1 else 0)
 
 
 @dataclass

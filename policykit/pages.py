@@ -43,3 +43,16 @@ def extend_pages(seq_len: Any, prefix_len: Any, page_size: int) -> Any:
     ``ceil(seq/page) - ceil(prefix/page)``, never more than ``ceil((seq-prefix)/page)``.
     """
     return pages_for(seq_len, page_size) - pages_for(prefix_len, page_size)
+
+
+def eviction_demand(extend_tokens: Any, requests: int, page_size: int) -> Any:
+    """The free tokens SGLang 0.5.23 evicts for before it allocates a prefill batch.
+
+    ``alloc_paged_token_slots_extend`` sizes it conservatively, as if every request started a
+    new page: the batch's extend tokens plus one page per request (``alloc_token_slots``, for
+    one-token pages, asks for the extend tokens alone). Eviction takes whole least recently
+    used leaves until the shortfall is covered, so it may free more than the exact pages the
+    allocation then takes. Plain arithmetic: the checker's round model charges a commit
+    with it too.
+    """
+    return extend_tokens + (requests * page_size if page_size > 1 else 0)

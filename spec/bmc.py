@@ -40,28 +40,25 @@ from policykit.spec.cache import (
     release_tick,
     touch_tick,
 )
+from policykit.spec.encoding import Encoder, Terms, ite, t
 from policykit.spec.model import (
     DEFERRED,
     FINAL,
     NONE,
     WHOLE,
-    Encoder,
     EntryTerms,
     Hit,
     IdleNode,
     Req,
     RoundModel,
     RoundState,
-    Terms,
     eviction_share,
     full_need,
-    ite,
     make_request,
     owed,
     placed_kind,
     quiet_entry,
     swa_need,
-    t,
 )
 from policykit.spec.symbolic import Sym, num, term_of
 

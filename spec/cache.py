@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import z3
 
-from policykit.spec.model import Encoder
+from policykit.spec.encoding import Encoder
 from policykit.spec.symbolic import Sym, num
 
 #: ticks per round: release ticks lie below ``_PLAN``, match ticks of the planning above it

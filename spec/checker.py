@@ -33,8 +33,9 @@ from policykit.spec.bmc import (
 )
 from policykit.spec.counterexample import Counterexample, extract, replay
 from policykit.spec.crossval import PolicyRefused, check_lifted, check_policies
+from policykit.spec.encoding import Encoder
 from policykit.spec.induction import Obligations
-from policykit.spec.model import Encoder, RoundModel
+from policykit.spec.model import RoundModel
 from policykit.spec.shrink import shrunk_counterexample
 from policykit.spec.solver import QUERY_RLIMIT, WALL_CLOCK, solve, unrolled
 

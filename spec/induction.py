@@ -54,10 +54,10 @@ import z3
 from policykit.config import EngineConfig
 from policykit.ledger import Ledger
 from policykit.registry import Combo
+from policykit.spec.encoding import Encoder, ite
 from policykit.spec.model import (
     FINAL,
     TRUNCATED,
-    Encoder,
     EntryTerms,
     Hit,
     IdleNode,
@@ -65,7 +65,6 @@ from policykit.spec.model import (
     RoundModel,
     RoundState,
     full_need,
-    ite,
     make_request,
     owed,
     swa_need,

@@ -19,7 +19,6 @@ the concrete planner and node on random states.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,25 +30,18 @@ from policykit.host_tier import LOAD_BACK_THRESHOLD
 from policykit.kernel import Attempt, Offer
 from policykit.ledger import Budget, Ledger
 from policykit.liveness import owed_tokens
-from policykit.node import eviction_demand
-from policykit.pages import extend_pages, pages_for
+from policykit.pages import eviction_demand, extend_pages, pages_for
 from policykit.plan import NEVER
-from policykit.policy import AdmitView, QueueView
+from policykit.policy import QueueView
 from policykit.registry import Combo
-from policykit.spec.lifted import evaluate
+from policykit.spec.encoding import Encoder, Terms, is_zero, ite, ledger_fields, t
 from policykit.spec.symbolic import (
     Choice,
-    DivisionSink,
     Sym,
-    SymBool,
     as_int,
     as_sym,
-    collect_divisions,
     decide_all,
-    in_range,
-    int_var,
     num,
-    reset_divisions,
 )
 
 #: entry kinds as small ints in traces (the names are :class:`policykit.plan.EntryKind`'s)
@@ -67,24 +59,6 @@ KIND_NAMES = {
 #: the kinds of an entry that computes this round (the batch): consecutive codes, so that
 #: :func:`placed_kind` is one range test
 PLACED = (WHOLE, TRUNCATED, RESUMED, FINAL)
-_LEDGER_FIELDS = (
-    "baseline",
-    "rem_total_token_offset",
-    "cur_rem_token_offset",
-    "rem_swa_token_offset",
-    "rem_chunk_tokens",
-    "rem_input_tokens",
-    "swa_baseline",  # a load-back's sliding-window KV lowers it (``kernel.load_back_swa``)
-)
-
-
-def t(x: Any) -> Any:
-    """The z3 term of an int, Sym or SymBool."""
-    if isinstance(x, z3.ExprRef):
-        return x
-    if isinstance(x, Sym | SymBool):
-        return x.t
-    return z3.BoolVal(x) if isinstance(x, bool) else num(x)
 
 
 def loadable_host(host: Sym, page: int) -> Sym:
@@ -115,7 +89,7 @@ def make_request(
     else:
         loadable = enc.bind("loadable", loadable_host(host, page))
     lost = Sym(num(0))
-    if not _is_zero(unpinned):
+    if not is_zero(unpinned):
         lost = enc.bind("lost_loadable", loadable_after_eviction(unpinned, host, page))
     return Req(name, prompt, device, host, arrival, loadable, unpinned, lost)
 
@@ -126,141 +100,6 @@ def loadable_after_eviction(unpinned: Sym, host: Sym, page: int) -> Sym:
     under a page is no node at all), so the hit runs from token 0 (``HostTier.lookup``)."""
     held = ite(host.t >= page, unpinned + host, Sym(num(0)))
     return loadable_host(held, page)
-
-
-def ite(c: Any, a: Any, b: Any) -> Sym:
-    return Sym(z3.If(t(c), t(a), t(b)))
-
-
-@dataclass
-class Encoder:
-    """Fresh names and side facts (``v == term``) that keep formulas small."""
-
-    facts: list[z3.BoolRef] = field(default_factory=list)
-    counter: itertools.count = field(default_factory=itertools.count)
-
-    _token: Any = None
-
-    def __post_init__(self) -> None:
-        self.divisions = DivisionSink(facts=self.facts)
-
-    def __enter__(self) -> Encoder:
-        """While open, floor divisions become linear facts of this encoder."""
-        self._token = collect_divisions(self.divisions)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        reset_divisions(self._token)
-
-    def fork(self) -> Encoder:
-        """A copy of the facts made so far, to ask one more question about them; names stay
-        unique across copies (one counter), so a copy can go on making terms. The copy reuses
-        the quotients already made: a second quotient of the same term is a fact z3 must
-        rediscover (measured: the induction of every built-in combo took 20-25 s instead of
-        15 s that way)."""
-        fork = Encoder(facts=list(self.facts), counter=self.counter)
-        fork.divisions.cache = dict(self.divisions.cache)
-        fork.divisions.quotients = list(self.divisions.quotients)
-        fork.divisions.names = self.divisions.names
-        return fork
-
-    def var(self, name: str) -> Sym:
-        """A free symbolic integer, kept within the no-wrap-around range."""
-        v = int_var(f"{name}!{next(self.counter)}")
-        self.facts.append(in_range(v))
-        return Sym(v)
-
-    def name(self, name: str) -> Sym:
-        """A symbolic integer that is only ever bound to a term (no range fact needed)."""
-        return Sym(int_var(f"{name}!{next(self.counter)}"))
-
-    def bool(self, name: str) -> z3.BoolRef:
-        return z3.Bool(f"{name}!{next(self.counter)}")
-
-    def bind(self, name: str, value: Any) -> Sym:
-        """A fresh variable equal to ``value`` (a Sym or int)."""
-        v = self.name(name)
-        self.facts.append(v.t == t(value))
-        return v
-
-    def bind_bool(self, name: str, value: Any) -> z3.BoolRef:
-        b = self.bool(name)
-        self.facts.append(b == t(value))
-        return b
-
-
-def _truth(x: Any) -> z3.BoolRef:
-    """The z3 term of a truth value (a ``SymBool``, a z3 term or a Python bool)."""
-    if isinstance(x, SymBool):
-        return x.t
-    return z3.BoolVal(x) if isinstance(x, bool) else x
-
-
-class Terms:
-    """The z3 domain of :mod:`policykit.kernel`: every answer is a named term, a broken one a
-    condition (the ``contract`` property), and every branch is built (``when``)."""
-
-    def __init__(self, enc: Encoder, combo: Combo, sources: dict[str, str]) -> None:
-        self.enc, self.combo, self.sources = enc, combo, sources
-
-    def ask(self, kind: str, method: str, view: Any) -> Any:
-        """The ``kind`` policy's ``method(view)``, evaluated symbolically."""
-        policy = getattr(self.combo, kind)
-        return evaluate(policy, method, view, source=self.sources.get(kind, "built-in"))
-
-    def all(self, *conds: Any) -> z3.BoolRef:
-        return z3.And(*(_truth(c) for c in conds))
-
-    def any(self, *conds: Any) -> z3.BoolRef:
-        return z3.Or(*(_truth(c) for c in conds))
-
-    def not_(self, cond: Any) -> z3.BoolRef:
-        return z3.Not(_truth(cond))
-
-    def choose(self, cond: Any, a: Any, b: Any) -> Any:
-        """``a`` where ``cond`` holds, else ``b``: numbers, truth values, and ledgers and the
-        kernel's records field by field."""
-        if a is None and b is None:  # a field neither side has (``Offer.swa_load_lock``)
-            return None
-        if isinstance(a, Ledger):
-            return _pick_ledger(_truth(cond), a, b)
-        if dataclasses.is_dataclass(a) and not isinstance(a, type):
-            picked = {
-                f.name: self.choose(cond, getattr(a, f.name), getattr(b, f.name))
-                for f in dataclasses.fields(a)
-            }
-            return type(a)(**picked)
-        if isinstance(a, Sym) or isinstance(b, Sym):  # (an offer's window lock may be 0)
-            return ite(cond, a, b)
-        return z3.If(_truth(cond), _truth(a), _truth(b))
-
-    def decide(
-        self,
-        kind: str,
-        method: str,
-        view: Any,
-        request_id: str,
-        *,
-        label: str,
-        bad: Any,
-        complaint: Any,
-    ) -> tuple[Sym, z3.BoolRef]:
-        answer = self.enc.bind(label, self.ask(kind, method, view))
-        return answer, _truth(bad(answer))
-
-    def admits(self, view: AdmitView, request_id: str, *, label: str = "admit") -> z3.BoolRef:
-        return self.enc.bind_bool(label, self.ask("admission", "admit", view))
-
-    def when(self, cond: Any, work: Any) -> Any:
-        return work()
-
-    def name(self, label: str, value: Any) -> Any:
-        if isinstance(value, Sym):
-            return self.enc.bind(label, value)
-        return self.enc.bind_bool(label, _truth(value))
-
-    def known_zero(self, x: Any) -> bool:
-        return _is_zero(x)
 
 
 @dataclass
@@ -282,7 +121,7 @@ class Req:
     def idle_host(self) -> Sym:
         """The host hit ``Planner.never_fits`` sees: an idle node has evicted the unpinned
         prefix, which the host holds with the host prefix after it."""
-        if _is_zero(self.unpinned):
+        if is_zero(self.unpinned):
             return self.loadable
         return ite(self.unpinned.t > 0, self.lost_loadable, self.loadable)
 
@@ -321,12 +160,6 @@ class Hit(Offer):
 
 def _slots(host: Sym, page: int) -> Sym:
     return pages_for(host, page) * page
-
-
-def _is_zero(x: Sym) -> bool:
-    """Whether ``x`` is the constant 0 (a request with no unpinned prefix: no lock to model)."""
-    term = z3.simplify(t(x))
-    return z3.is_int_value(term) and term.as_long() == 0
 
 
 @dataclass
@@ -419,7 +252,7 @@ class RoundModel:
     def merge_ledger(self, guard: Any, new: Ledger, old: Ledger) -> Ledger:
         """``new`` where ``guard`` holds, else ``old``; every field bound to a fresh name."""
         out = dataclasses.replace(old)
-        for name in _fields(old):
+        for name in ledger_fields(old):
             setattr(
                 out, name, self.enc.bind(name, ite(guard, getattr(new, name), getattr(old, name)))
             )
@@ -593,20 +426,6 @@ class IdleNode:
     swa_total: Sym
 
 
-def _pick_ledger(cond: z3.BoolRef, a: Ledger, b: Ledger) -> Ledger:
-    """Ledger ``a`` where ``cond`` holds, else ``b`` (field by field)."""
-    out = dataclasses.replace(a)
-    for name in _fields(a):
-        setattr(out, name, ite(cond, getattr(a, name), getattr(b, name)))
-    return out
-
-
-def _fields(ledger: Ledger) -> tuple[str, ...]:
-    """The ledger's symbolic fields (no input budget, no sliding-window baseline where the
-    configuration has none)."""
-    return tuple(n for n in _LEDGER_FIELDS if getattr(ledger, n) is not None)
-
-
 def full_need(entry: EntryTerms, page: int) -> Sym:
     """Slots ``commit`` takes for an entry: its load-back pages and ``alloc_extend`` pages."""
     computes = entry.end.t > entry.start.t
@@ -625,7 +444,7 @@ def swa_need(entry: EntryTerms, page: int) -> Sym:
 def eviction_share(entry: EntryTerms, page: int) -> Sym:
     """An entry's share of what the commit evicts for (``eviction_demand`` of one
     request), when it computes."""
-    return ite(entry.end.t > entry.start.t, eviction_demand(as_int(entry.tokens), 1, page), 0)
+    return ite(entry.end.t > entry.start.t, eviction_demand(entry.tokens, 1, page), 0)
 
 
 def owed(prompt: Sym, seq: Sym, page: int) -> Sym:

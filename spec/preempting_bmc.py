@@ -2,8 +2,8 @@
 
 The step is :class:`policykit.preempting.PreemptingScheduler`'s, unrolled over a few requests
 and rounds with symbolic prompt lengths, pool size, arrivals and release timing; its decisions
-and arithmetic are :mod:`policykit.kernel`'s (``preempting_chunk``, ``preempting_admits``,
-``blocks_to_allocate``, ``victim``), run on z3 terms by :class:`~policykit.spec.model.Terms`,
+and arithmetic are :mod:`policykit.kernel`'s (``running_turn``, ``waiting_turn``,
+``blocks_to_allocate``, ``victim``), run on z3 terms by :class:`~policykit.spec.encoding.Terms`,
 so no rule is written twice. What the model adds is bookkeeping the scheduler keeps in lists:
 
 * **the running list** as one place per request, ordered by when each entered (``rkey``); the
@@ -38,7 +38,7 @@ from policykit import kernel
 from policykit.config import EngineConfig
 from policykit.policy import PreemptView, QueueView
 from policykit.registry import Combo
-from policykit.spec.model import Encoder, Terms, ite, t
+from policykit.spec.encoding import Encoder, Terms, ite, t
 from policykit.spec.symbolic import Sym, as_int, num
 
 #: the properties of a node that preempts, in the order they are reported

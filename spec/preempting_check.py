@@ -31,7 +31,7 @@ from policykit.spec.checker import (
     config_dict,
 )
 from policykit.spec.crossval import check_lifted, check_policies
-from policykit.spec.model import Encoder
+from policykit.spec.encoding import Encoder
 from policykit.spec.preempting_bmc import (
     PREEMPTING_PROPERTIES,
     PUnrolling,

@@ -37,7 +37,7 @@ import z3
 from policykit import kernel
 from policykit.config import EngineConfig
 from policykit.registry import Combo
-from policykit.spec.model import Encoder, Terms
+from policykit.spec.encoding import Encoder, Terms
 from policykit.spec.symbolic import Sym, num
 
 

@@ -22,7 +22,7 @@ import z3
 
 from policykit.pages import ceil_paged, pages_for
 from policykit.spec.cache import Unit
-from policykit.spec.model import Encoder, ite
+from policykit.spec.encoding import Encoder, ite
 from policykit.spec.symbolic import Sym, num
 from policykit.swa_cache import kept_from
 

@@ -4,7 +4,7 @@ The planner decides a round on ints; the checker decides the same round on z3 te
 ask the same policies the same questions, charge the same ledger and refuse the same broken
 answers, so the decisions (:mod:`policykit.kernel`) are written against :class:`Numbers`:
 a small arithmetic interface that :class:`Ints` implements on plain ints (the scheduler's planner,
-:mod:`policykit.planner`) and ``policykit.spec.model.Terms`` on z3 terms (the checker's round
+:mod:`policykit.planner`) and ``policykit.spec.encoding.Terms`` on z3 terms (the checker's round
 model). Arithmetic and comparisons are Python's own operators (``Sym`` overloads them);
 what an int and a term do differently goes through the domain:
 

@@ -3,7 +3,7 @@ radix tree and allocation path in ``tests/upstream/test_sglang_conformance.py``)
 
 from __future__ import annotations
 
-from policykit.node import eviction_demand
+from policykit.pages import eviction_demand
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
 

@@ -20,16 +20,8 @@ from policykit.registry import Combo
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
 from policykit.spec.bmc import Bounds, Unrolling, initial_state, make_inputs, unroll_round
-from policykit.spec.model import (
-    FINAL,
-    KIND_NAMES,
-    NONE,
-    RESUMED,
-    TRUNCATED,
-    WHOLE,
-    Encoder,
-    RoundModel,
-)
+from policykit.spec.encoding import Encoder
+from policykit.spec.model import FINAL, KIND_NAMES, NONE, RESUMED, TRUNCATED, WHOLE, RoundModel
 from tests.spec.evaluation import Program
 
 Row = tuple[str, str, int, int, int]

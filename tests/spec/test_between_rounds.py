@@ -17,7 +17,7 @@ from policykit.config import EngineConfig
 from policykit.kernel import Ints
 from policykit.plugin_manager import make_plugin_manager
 from policykit.registry import PolicyRegistry
-from policykit.spec.model import Encoder, Terms, t
+from policykit.spec.encoding import Encoder, Terms, t
 from policykit.spec.symbolic import Sym, num
 
 COMBO = next(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import z3
 
 from policykit.ledger import maximum, minimum, swa_estimate
+from policykit.spec.encoding import Encoder
 from policykit.spec.exact_division import exact_quotient
-from policykit.spec.model import Encoder
 from policykit.spec.symbolic import Sym
 
 

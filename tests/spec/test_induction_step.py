@@ -26,8 +26,9 @@ from policykit.pages import extend_pages
 from policykit.plan import EntryKind
 from policykit.scenario import build_node, parse_scenario
 from policykit.scheduler import Scheduler
+from policykit.spec.encoding import Encoder
 from policykit.spec.induction import Mid, Obligations
-from policykit.spec.model import KIND_NAMES, Encoder, RoundModel, owed
+from policykit.spec.model import KIND_NAMES, RoundModel, owed
 from policykit.spec.solver import QUERY_RLIMIT
 from policykit.spec.symbolic import Sym
 

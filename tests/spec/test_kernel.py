@@ -1,7 +1,7 @@
 """The round kernel (``policykit.kernel``) decides alike on ints and on z3 terms.
 
 The planner runs the kernel's decisions on ints (:class:`policykit.kernel.Ints`), the checker
-on terms (``policykit.spec.model.Terms``). Here each decision is run both ways on the same
+on terms (``policykit.spec.encoding.Terms``). Here each decision is run both ways on the same
 concrete inputs, for every built-in combo: the terms, with the inputs fixed, must take the
 values the ints took. A broken policy answer raises on ints and is a true ``bad`` condition
 on terms.
@@ -22,7 +22,7 @@ from policykit.ledger import Ledger
 from policykit.plugin_manager import make_plugin_manager
 from policykit.policy import AlignmentPolicy
 from policykit.registry import Combo, PolicyRegistry
-from policykit.spec.model import Encoder, Terms, t
+from policykit.spec.encoding import Encoder, Terms, t
 from policykit.spec.symbolic import Sym, num
 
 PAGE, CHUNK = 64, 512

@@ -24,7 +24,7 @@ from policykit.registry import VERDICT_KINDS
 from policykit.scenario import parse_scenario
 from policykit.spec.checkable import check_or_refuse
 from policykit.spec.checker import CheckOptions
-from policykit.spec.model import Encoder
+from policykit.spec.encoding import Encoder
 from policykit.spec.preempting_bmc import unroll
 from policykit.spec.preempting_induction import step_breaks_it
 from policykit.spec.preempting_replay import counterexample
