@@ -287,14 +287,8 @@ def check(
     texts = combo_texts(combos, combo_list, check_all)
     budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool)
     plans = [_plan(registry, texts, c, budget, len(configs) > 1) for c in configs]
-    checked = sum(len(p.combos) for p in plans)
-    count = checked + sum(len(p.unfit) for p in plans)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, checked))
-    if executor != "pool":
-        verdicts, ran_on = _check_units(plans, executor, jobs, ray_address)
-    else:
-        verdicts = _check_pool(registry, plans, jobs, quiet=as_json)
-        ran_on = {"name": "pool", "jobs": jobs}
+    count = sum(len(p.combos) + len(p.unfit) for p in plans)
+    verdicts, ran_on = _run(registry, plans, executor, jobs, ray_address, quiet=as_json)
     rows = [row_of(v) for v in verdicts] + [r for p in plans for r in p.unfit_rows()]
     if export_dir is not None:
         _export(export_dir, rows)
@@ -311,6 +305,24 @@ def check(
         detailed = verbose or (not check_all and count <= _COMPACT_ABOVE)
         _print_text(data, detailed, export_dir, count)
     sys.exit(exit_code(rows))
+
+
+def _run(
+    registry: PolicyRegistry,
+    plans: list[_Plan],
+    executor: str,
+    jobs: int | None,
+    ray_address: str | None,
+    *,
+    quiet: bool,
+) -> tuple[list[Any], dict[str, Any]]:
+    """Every plan's verdicts, on the process pool or on ``executor``'s workers (at most one job
+    per combo checked), and what they ran on."""
+    checked = sum(len(p.combos) for p in plans)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, checked))
+    if executor != "pool":
+        return _check_units(plans, executor, jobs, ray_address)
+    return _check_pool(registry, plans, jobs, quiet=quiet), {"name": "pool", "jobs": jobs}
 
 
 def _document(

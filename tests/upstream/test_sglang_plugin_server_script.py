@@ -22,7 +22,8 @@ def test_dry_run_builds_a_model_and_prints_the_launch(tmp_path, capsys):
     model = tmp_path / "model"
     assert (model / "config.json").is_file() and list(model.glob("*.safetensors"))
     assert json.loads((model / "config.json").read_text())["num_hidden_layers"] == 2
-    assert report["command"][1:3] == ["-m", "sglang.launch_server"]
+    # -P: a policykit/ folder in the working directory cannot shadow the install
+    assert report["command"][1:4] == ["-P", "-m", "sglang.launch_server"]
     assert str(model) in report["command"]
     assert report["env"] == {
         "SGLANG_PLUGINS": "policykit",
