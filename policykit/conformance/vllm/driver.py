@@ -107,7 +107,7 @@ def _runner_output(sched: Any, ids: list[str], finished: list[str], release: lis
 
     # vLLM 0.34.0 dropped ``req_id_to_index`` (the scheduler indexes ``req_ids`` itself);
     # 0.32.0 and 0.33.0 require it
-    index = {}
+    index: dict[str, Any] = {}
     if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
         index["req_id_to_index"] = {rid: i for i, rid in enumerate(ids)}
     return ModelRunnerOutput(
