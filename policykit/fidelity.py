@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from policykit import engines
 from policykit.registry import Combo
 from policykit.scenario import Scenario, load_scenario
 
@@ -79,7 +80,7 @@ class Gap:
         return claimed and needs and (holds.checker or not self.checker_only)
 
 
-SGLANG = "SGLang 0.5.23"
+SGLANG = engines.written_against("sglang").label
 
 #: every known gap; remove an entry when the model and the conformance driver cover it
 GAPS: tuple[Gap, ...] = (

@@ -25,11 +25,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from policykit.cli.common import echo_json, json_option
+from policykit.engines import unmodelled_refusal
 from policykit.scenario import Scenario, load_scenario, resolve_scenario_path
 
 if TYPE_CHECKING:
     from policykit.conformance.sglang.compare import SglangComparison
     from policykit.conformance.vllm.compare import VllmComparison
+    from policykit.conformance.vllm.engine import SchedulerKnobs
+    from policykit.engines import Resolved
 
 EXIT_DIFFERENT = 1
 
@@ -85,26 +88,20 @@ def sglang(
     path."""
     del swa_storage, swa_hicache  # no-op aliases: SGLang's SWA storage and HiCache always run
     from policykit.conformance.sglang.compare import conform, random_scenario, upstream_combo
-    from policykit.conformance.sglang.driver import SUPPORTED_VERSION, load
+    from policykit.conformance.sglang.driver import load, release
 
     if not scenarios and not random_count:
         raise click.UsageError("give SCENARIO files or bundled names, or --random N")
     loaded = [load_scenario(resolve_scenario_path(s)) for s in scenarios]
     load()  # fail early, with the install hint, when SGLang is missing
+    used = release()
     rng = random.Random(seed)
     loaded += [random_scenario(rng, i) for i in range(random_count)]
     combo = upstream_combo(schedule_policy)
     with _progress(len(loaded)) as advance:
         verdicts = []
         for sc in loaded:
-            verdicts.append(
-                conform(
-                    sc,
-                    combo,
-                    schedule_policy=schedule_policy,
-                    storage=True,
-                )
-            )
+            verdicts.append(conform(sc, combo, schedule_policy=schedule_policy, storage=True))
             advance()
     different = [v for v in verdicts if v.differences]
     unexpressible = sum(v.not_expressible is not None for v in verdicts)
@@ -114,7 +111,8 @@ def sglang(
             {
                 "schema": "policykit.conformance/1",
                 "created": datetime.now(UTC).isoformat(timespec="seconds"),
-                "engine": f"sglang=={SUPPORTED_VERSION}",
+                "engine": used.engine,
+                "engine_release": used.to_dict(),
                 "combo": combo,
                 "schedule_policy": schedule_policy,
                 "seed": seed if random_count else None,
@@ -139,10 +137,12 @@ def sglang(
                 click.echo(f"{v.scenario}: identical ({v.rounds} rounds)")
         identical = sum(v.identical for v in verdicts)
         click.echo(
-            f"{len(verdicts)} scenario(s) against sglang=={SUPPORTED_VERSION} "
+            f"{len(verdicts)} scenario(s) against {used.engine} "
             f"(--schedule-policy {schedule_policy}) with {combo}: {identical} identical, "
             f"{len(different)} different, {unexpressible} not expressible on SGLang's storage"
         )
+        if used.assumption:
+            click.echo(f"assumed: {used.assumption}")
         click.echo(
             "with host prefixes {host}, with an unpinned device prefix evicted while its "
             "request waited {evicted_prefix}, with hybrid SWA {hybrid_swa} (with host prefixes "
@@ -234,12 +234,13 @@ def vllm(
     scheduling_policy: Literal["fcfs", "priority"],
     as_json: bool,
 ) -> None:
-    """Diff SCENARIO... (files or bundled names) against vLLM 0.33.0's real v1 Scheduler, run
-    on a CPU as a prefill-only node: per round the tokens scheduled per request, preemptions,
-    finished prefills, released KV and blocks in use, under policykit's vLLM combo."""
+    """Diff SCENARIO... (files or bundled names) against the installed vLLM's real v1
+    Scheduler (a release docs/engine-versions.md lists), run on a CPU as a prefill-only node:
+    per round the tokens scheduled per request, preemptions, finished prefills, released KV
+    and blocks in use, under policykit's vLLM combo."""
     from policykit.conformance.vllm import VllmUnavailable, load
     from policykit.conformance.vllm.compare import conform, coverage, random_scenario
-    from policykit.conformance.vllm.engine import VLLM_VERSION, SchedulerKnobs
+    from policykit.conformance.vllm.engine import SchedulerKnobs, release
     from policykit.errors import PolicykitError
     from policykit.preempting_scenario import refuse_unmappable
 
@@ -254,7 +255,8 @@ def vllm(
     for sc, _ in runs:
         refuse_unmappable(sc)
     try:
-        load()  # fail early, with the install hint, when vLLM is missing
+        load()  # fail early, with the install hint, when vLLM is missing or not listed
+        used = release()
     except VllmUnavailable as exc:
         raise PolicykitError(str(exc)) from None
     rng = random.Random(seed)
@@ -266,6 +268,7 @@ def vllm(
     for i in range(random_count):
         sc, drawn = random_scenario(rng, i)
         runs.append((sc, dataclasses.replace(drawn, **chosen)))
+    _refuse_unmodelled(used, runs)
     with _progress(len(runs)) as advance:
         verdicts = []
         for sc, k in runs:
@@ -273,13 +276,14 @@ def vllm(
             advance()
     different = [v for v in verdicts if v.differences]
     covered = coverage(runs, verdicts)
-    engine = f"vllm=={VLLM_VERSION}"
+    engine = used.engine
     if as_json:
         echo_json(
             {
                 "schema": "policykit.conformance.vllm/1",
                 "created": datetime.now(UTC).isoformat(timespec="seconds"),
                 "engine": engine,
+                "engine_release": used.to_dict(),
                 "seed": seed if random_count else None,
                 "settings": chosen,
                 "scenarios": [v.to_dict() for v in verdicts],
@@ -290,8 +294,24 @@ def vllm(
         )
     else:
         _print_vllm(verdicts, different, covered, engine)
+        if used.assumption:
+            click.echo(f"assumed: {used.assumption}")
     if different:
         sys.exit(EXIT_DIFFERENT)
+
+
+def _refuse_unmodelled(used: Resolved, runs: list[tuple[Scenario, SchedulerKnobs]]) -> None:
+    """Refuse the comparison (bad input, exit 2) where the installed release is listed but not
+    modelled and one of its unmodelled behaviours matters under some run's settings: the vLLM
+    combo claims vLLM's decisions, and a run there would report an approximation as them."""
+    from policykit.conformance.vllm.compare import vllm_combo
+    from policykit.conformance.vllm.engine import settings_of
+    from policykit.errors import PolicykitError
+
+    for _, knobs in runs:
+        refusal = unmodelled_refusal(used, settings_of(knobs), vllm_combo(knobs))
+        if refusal is not None:
+            raise PolicykitError(refusal)
 
 
 def _print_vllm(

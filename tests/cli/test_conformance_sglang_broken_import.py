@@ -71,7 +71,7 @@ def test_without_a_version_outside_sglangs_pins_it_gives_the_install_hint(monkey
 def _break_the_import(monkeypatch: pytest.MonkeyPatch) -> None:
     """``driver.load`` as on a machine with SGLang 0.5.23 whose import raises the TypeError."""
     monkeypatch.setattr(driver, "_UPSTREAM", {})
-    monkeypatch.setattr(driver, "_installed_version", lambda: driver.SUPPORTED_VERSION)
+    monkeypatch.setattr(driver, "_installed_version", lambda: "0.5.23")
     monkeypatch.setattr(gpu_stubs, "install", lambda: None)
     monkeypatch.setattr(driver, "_import_real_xgrammar", lambda: None)
 

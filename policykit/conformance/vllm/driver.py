@@ -27,12 +27,12 @@ from policykit.conformance.vllm.mapping import pool_blocks, refuse_unmappable
 from policykit.conformance.vllm.record import StepRecord, Trace
 from policykit.errors import ScenarioError
 from policykit.kernel import kv_back
-from policykit.preempting_layout import layout
+from policykit.preempting_layout import filler_tokens, layout
 from policykit.scenario import Scenario
 
-#: request ``i``'s token ids start at ``(i + 1) * _ID_STRIDE``, as policykit lays prompts out:
-#: no two requests share a block hash unless a prefix is meant to be shared
-_ID_STRIDE = 1 << 40
+#: the largest token id vLLM 0.34.0 can hold: it keeps a request's token ids in a 32-bit
+#: signed array (``vllm.v1.token_buffer.TokenBuffer``), where 0.33.0 kept a Python list
+_MAX_TOKEN_ID = (1 << 31) - 1
 #: the token every finished prefill "samples"; its value never matters to the scheduler
 _SAMPLED = 0
 
@@ -52,9 +52,26 @@ class _Run:
         return float(self.added)
 
 
-def _prompt(index: int, length: int) -> list[int]:
-    base = (index + 1) * _ID_STRIDE
+def _prompt(index: int, length: int, stride: int = 1 << 20) -> list[int]:
+    """Request ``index``'s token ids, from ``(index + 1) * stride`` on."""
+    base = (index + 1) * stride
     return list(range(base, base + length))
+
+
+def _prompts(scenario: Scenario) -> list[list[int]]:
+    """Each request's token ids: request ``i``'s start at ``(i + 1) * stride``, past the
+    filler's (which start at 0), so no two requests share a block hash unless a prefix is
+    meant to be shared; the stride is the scenario's longest run of ids, so every id fits the
+    32-bit token ids vLLM 0.34.0 keeps."""
+    lengths = [r.prompt_tokens for r in scenario.requests]
+    stride = max([filler_tokens(scenario), *lengths]) + 1
+    if (len(lengths) + 1) * stride > _MAX_TOKEN_ID:
+        raise ScenarioError(
+            f"scenario {scenario.name!r} needs token ids up to {(len(lengths) + 1) * stride} "
+            f"to keep its {len(lengths)} prompts apart, more than vLLM's 32-bit token ids "
+            f"hold ({_MAX_TOKEN_ID}); split it into smaller scenarios."
+        )
+    return [_prompt(i, n, stride) for i, n in enumerate(lengths)]
 
 
 def _block_hasher(block_size: int) -> Any:
@@ -84,11 +101,18 @@ def _make_request(request_id: str, tokens: list[int], hasher: Any, arrival: floa
 
 def _runner_output(sched: Any, ids: list[str], finished: list[str], release: list[str]) -> Any:
     """What a model runner would return: one sampled token for each finished prefill."""
+    import dataclasses
+
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
+    # vLLM 0.34.0 dropped ``req_id_to_index`` (the scheduler indexes ``req_ids`` itself);
+    # 0.32.0 and 0.33.0 require it
+    index: dict[str, Any] = {}
+    if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+        index["req_id_to_index"] = {rid: i for i, rid in enumerate(ids)}
     return ModelRunnerOutput(
         req_ids=ids,
-        req_id_to_index={rid: i for i, rid in enumerate(ids)},
+        **index,
         sampled_token_ids=[[_SAMPLED] if rid in finished else [] for rid in ids],
         # vLLM frees finished transfers in the order it iterates them: a worker's set, whose
         # order varies from process to process. Handed over in finish order (a set's view that
@@ -241,7 +265,7 @@ def drive(
     refuse_unmappable(scenario)
     knobs = knobs or SchedulerKnobs()
     page = scenario.config.page_size
-    prompts = [_prompt(i, r.prompt_tokens) for i, r in enumerate(scenario.requests)]
+    prompts = _prompts(scenario)
     longest = max((r.prompt_tokens for r in scenario.requests), default=1)
     budget = scenario.config.chunked_prefill_size
     scheduler = build_scheduler(

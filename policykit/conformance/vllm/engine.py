@@ -1,10 +1,13 @@
-"""Building vLLM 0.33.0's real v1 ``Scheduler`` on a CPU, offline, with no KV tensors.
+"""Building vLLM's real v1 ``Scheduler`` on a CPU, offline, with no KV tensors.
 
 This follows vLLM's own CPU unit tests (``tests/v1/core/utils.py create_scheduler``): a
 ``VllmConfig`` and a ``KVCacheConfig`` with one ``FullAttentionSpec`` group and no tensors, so
 the block pool, prefix cache and every scheduling decision are vLLM's code while nothing is
 ever computed. The model is a one-layer Llama ``config.json`` written to a temporary folder
 (``skip_tokenizer_init``, ``HF_HUB_OFFLINE``): no download, no weights, no tokenizer.
+
+Written against vLLM 0.33.0; which releases it runs on is :data:`policykit.engines.RELEASES`
+(:func:`release`), and an unlisted one is refused unless ``POLICYKIT_ASSUME_VLLM`` names one.
 """
 
 from __future__ import annotations
@@ -17,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-#: the vLLM release this oracle was written against and is tested with
-VLLM_VERSION = "0.33.0"
+from policykit import engines
 
 _MODEL_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -33,11 +35,12 @@ _MODEL_CONFIG = {
     "torch_dtype": "float32",
 }
 
-INSTALL_HINT = "pip install -e '.[vllm]' && pip install --no-deps vllm==0.33.0 xgrammar==0.2.9"
+INSTALL_HINT = engines.written_against("vllm").install
 
 
 class VllmUnavailable(RuntimeError):
-    """vLLM 0.33.0's scheduler cannot be imported here (the ``vllm`` extra is not installed)."""
+    """vLLM's scheduler cannot be imported here (the ``vllm`` extra is not installed), or the
+    installed release is not one :data:`policykit.engines.RELEASES` lists."""
 
 
 #: the values of vLLM's ``--scheduling-policy`` (its ``SchedulerConfig.policy``)
@@ -65,26 +68,46 @@ def load() -> Any:
     # decisions compared, and a conformance run would print it hundreds of times
     logging.getLogger("vllm").setLevel(logging.ERROR)
     try:
-        from importlib.metadata import version
-
         import vllm.v1.core.sched.scheduler as scheduler_module
     except ImportError as exc:
         raise VllmUnavailable(
-            f"vLLM {VLLM_VERSION}'s scheduler cannot be imported ({exc}); install it with "
-            f"{INSTALL_HINT}"
+            f"vLLM's scheduler cannot be imported ({exc}); install it with {INSTALL_HINT}"
         ) from None
-    found = version("vllm")
-    if found != VLLM_VERSION:
-        raise VllmUnavailable(
-            f"vLLM {found} is installed, but this oracle drives vLLM {VLLM_VERSION}'s scheduler; "
-            f"install it with {INSTALL_HINT}"
-        )
+    release()
     return scheduler_module
+
+
+def release() -> engines.Resolved:
+    """The installed vLLM's entry in :data:`policykit.engines.RELEASES` (or the one
+    ``POLICYKIT_ASSUME_VLLM`` names); :class:`VllmUnavailable` when there is none."""
+    found = engines.installed_version("vllm")
+    if found is None:
+        raise VllmUnavailable(f"vLLM is not installed; install it with {INSTALL_HINT}")
+    try:
+        return engines.resolve("vllm", found)
+    except engines.UnsupportedVersion as exc:
+        raise VllmUnavailable(str(exc)) from None
+
+
+def settings_of(knobs: SchedulerKnobs) -> dict[str, Any]:
+    """The settings :func:`build_scheduler` gives vLLM under ``knobs``, as
+    :func:`policykit.engines.unmodelled_refusal` reads them: chunked prefill on, a KV
+    connector that holds finished requests' blocks (no loads, no load cap), no cache-aware
+    admission window."""
+    return {
+        "policy": knobs.scheduling_policy,
+        "enable_prefix_caching": knobs.enable_prefix_caching,
+        "enable_chunked_prefill": True,
+        "long_prefill_token_threshold": knobs.long_prefill_token_threshold,
+        "cache_aware_admission_window": 0,
+        "kv_connector": True,
+        "max_num_inflight_kv_loads": None,
+    }
 
 
 def _model_dir() -> str:
     """A folder holding the small model's config.json (written once per process)."""
-    folder = Path(tempfile.gettempdir()) / f"policykit-vllm-{VLLM_VERSION}-model"
+    folder = Path(tempfile.gettempdir()) / "policykit-vllm-model"
     folder.mkdir(exist_ok=True)
     path = folder / "config.json"
     if not path.exists():

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from policykit.conformance.vllm.engine import VLLM_VERSION, SchedulerKnobs
+from policykit import engines
+from policykit.conformance.vllm.engine import SchedulerKnobs
 
 SCHEMA = "policykit.conformance.vllm.trace/1"
 
@@ -55,7 +56,7 @@ class Trace:
         return {
             "schema": SCHEMA,
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "vllm": VLLM_VERSION,
+            "vllm": engines.installed_version("vllm"),
             "scenario": self.scenario,
             "block_size": self.block_size,
             "num_blocks": self.num_blocks,

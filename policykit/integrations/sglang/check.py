@@ -9,18 +9,15 @@ an engine start-up would log ``Failed to apply hooks`` and serve without the pol
 from __future__ import annotations
 
 import ast
-import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from policykit.integrations.sglang import hooks, plugin, settings
+from policykit import engines
+from policykit.integrations.sglang import hooks, plugin
 
 #: how to install what the plugin runs in, without pulling SGLang's GPU builds over torch
-INSTALL = (
-    "pip install 'policykit[sglang]' && pip install --no-deps "
-    f"sglang=={settings.SUPPORTED_VERSIONS[-1]}"
-)
+INSTALL = engines.written_against("sglang").install
 #: keyword arguments the ``_select_prefill_admission`` hook reads
 SELECT_KEYWORDS = ("total_tokens", "host_hit_length", "swa_host_hit_length", "has_chunked_req")
 
@@ -38,18 +35,15 @@ class Finding:
 
 
 def installed_version() -> str | None:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return engines.installed_version("sglang")
 
 
 def version_finding() -> Finding:
     version = installed_version()
     if version is None:
         return Finding("sglang", False, f"SGLang is not installed: {INSTALL}.")
-    supported = ", ".join(settings.SUPPORTED_VERSIONS)
-    if version not in settings.SUPPORTED_VERSIONS:
+    supported = engines.listing("sglang")
+    if engines.release("sglang", version) is None:
         return Finding(
             "sglang", False, f"SGLang {version} is installed; the plugin supports {supported}."
         )

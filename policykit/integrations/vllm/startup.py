@@ -1,9 +1,12 @@
 """Start-up of the vLLM scheduler class: resolve the combo against the engine, log its proofs.
 
 Runs once, in the scheduler's constructor, in vLLM's engine-core process, before anything is
-served. A combo that does not resolve, that would not preempt (vLLM's scheduler always can),
-or whose preemption victim vLLM's ``--scheduling-policy`` cannot carry out raises
-:class:`StartupRefused`: vLLM's engine core fails to start with that paragraph.
+served. A vLLM release :data:`policykit.engines.RELEASES` does not list (unless
+``POLICYKIT_ASSUME_VLLM`` names one to run it as), a listed release's unmodelled behaviour that
+matters under the engine's settings for a combo that claims vLLM's decisions, a combo that does
+not resolve, that would not preempt (vLLM's scheduler always can), or whose preemption victim
+vLLM's ``--scheduling-policy`` cannot carry out raises :class:`StartupRefused`: vLLM's engine
+core fails to start with that paragraph.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from policykit import engines
 from policykit.config import EngineConfig
 from policykit.errors import PolicykitError
 from policykit.integrations.vllm.settings import (
-    SUPPORTED_VERSIONS,
     VLLM_COMBO,
     combo_text,
     derived_combo,
+    engine_settings,
     startup_check_enabled,
 )
 from policykit.registry import Combo, PolicyRegistry, format_combo, registry_from
@@ -117,40 +121,65 @@ def route_logs() -> None:
         logger.setLevel(logging.INFO)
 
 
-def warn_unchecked_version(installed: str | None = None) -> bool:
-    """Say (a warning, once per engine) when the installed vLLM is none of the releases the
-    decision points were checked on: its ``schedule()`` may ask them elsewhere, or decide
-    something inline a policy here still answers. True when it warned."""
+def release_of(
+    installed: str | None = None, environ: Mapping[str, str] | None = None
+) -> engines.Resolved:
+    """The running vLLM's entry in :data:`policykit.engines.RELEASES` (or the one
+    ``POLICYKIT_ASSUME_VLLM`` names, said in a warning): another release's ``schedule()`` may
+    ask the decision points elsewhere, or decide inline what a policy here would answer, so an
+    unlisted one is refused (:class:`StartupRefused`)."""
     if installed is None:
         import vllm
 
-        installed = str(getattr(vllm, "__version__", "unknown"))
-    if installed in SUPPORTED_VERSIONS:
-        return False
-    logger.warning(
-        "policykit vLLM scheduler: vLLM %s is not a release its decision points were checked "
-        "on (%s); the policies may decide where that release decides otherwise",
-        installed,
-        ", ".join(SUPPORTED_VERSIONS),
-    )
-    return True
+        installed = str(getattr(vllm, "__version__", None) or engines.installed_version("vllm"))
+    try:
+        used = engines.resolve("vllm", installed, environ)
+    except engines.UnsupportedVersion as exc:
+        raise StartupRefused(str(exc)) from None
+    if used.assumption:
+        logger.warning("policykit vLLM scheduler: %s", used.assumption)
+    return used
+
+
+def refuse_unmodelled(
+    used: engines.Resolved, settings: Mapping[str, Any], combo: Combo | None
+) -> None:
+    """Raise :class:`StartupRefused` where ``combo`` (None: vLLM's own decisions) claims vLLM's
+    decisions and a behaviour of the running release that no combo expresses matters under the
+    engine's ``settings`` (:func:`policykit.engines.unmodelled_refusal`)."""
+    if combo is not None and not engines.claims(combo.as_dict()):
+        return
+    name = "vLLM's own decisions" if combo is None else str(combo)
+    refusal = engines.unmodelled_refusal(used, settings, name)
+    if refusal is not None:
+        raise StartupRefused(refusal)
 
 
 def start(scheduler: Any) -> Combo:
     """Resolve the configured combo for ``scheduler`` and log what runs and what is proved."""
     route_logs()
+    used = release_of()
+    settings = engine_settings(scheduler.vllm_config)
     try:
         text = combo_text(scheduler.vllm_config.additional_config)
+        if text is None:  # before the derivation, which may refuse a setting less clearly
+            refuse_unmodelled(used, settings, None)
         derived = derived_combo(scheduler.vllm_config)
     except PolicykitError as exc:
         raise StartupRefused(" ".join(str(exc).split())) from None
     config = engine_config(scheduler)
     policy = scheduler.scheduler_config.policy
     combo, registry = resolve(text, config, derived, policy)
+    refuse_unmodelled(used, settings, combo)
     own = f"vLLM's own decisions under this engine's configuration: {format_combo(derived)}"
     origin = own if text is None else f"configured as {text!r} over {own}"
-    logger.info("policykit vLLM scheduler active with %s (%s; %s)", combo, origin, config)
-    warn_unchecked_version()
+    logger.info(
+        "policykit vLLM scheduler active with %s on vLLM %s (%s; %s)",
+        combo,
+        used.installed,
+        origin,
+        config,
+    )
     if startup_check_enabled():
         for line in check_lines(combo, registry, config):
             logger.info(line)
