@@ -15,12 +15,11 @@ from policykit.cli.common import (
     named_combo,
     warn_if_uncheckable,
 )
-from policykit.cli.simulate_outcome import exit_code, print_faults
-from policykit.errors import PolicyError, PolicykitError
+from policykit.cli.simulate_outcome import exit_code, print_faults, run_to_end
+from policykit.errors import PolicykitError
 from policykit.fidelity import Holds, approximations
 from policykit.registry import COMBO_FORM
 from policykit.render import default_console, print_run
-from policykit.run_progress import RunProgress
 from policykit.scenario import build_node, load_scenario, resolve_scenario_path
 from policykit.scheduler import Scheduler
 
@@ -100,14 +99,7 @@ def simulate(
     notes = approximations(chosen, Holds.of_scenario(sc))
     node = build_node(sc, device=resolve_device(device))
     sched = Scheduler(node, chosen, pm=pm, starvation_rounds=starvation_rounds)
-    try:
-        with RunProgress(node) as progress:
-            result = sched.run(max_rounds=max_rounds, on_round=progress.on_round)
-    except PolicyError as err:
-        # a fault that names no request stops the run: reported as the run's, not bad input
-        result = sched.result
-        result.policy_faults["*"] = " ".join(str(err).split())
-        result.stopped_by = "policy-fault"
+    result = run_to_end(sched, max_rounds)
     if as_json:
         echo_json(
             {"scenario": sc.name, **result.to_dict(), "approximations": notes},

@@ -1,4 +1,5 @@
-"""How a ``simulate`` run ends: its exit code and the red line that says a policy failed it.
+"""How a ``simulate`` run ends: run to its end, its exit code and the red line that says a policy
+failed it.
 
 Shared by ``simulate SCENARIO`` and ``simulate --workload`` (:mod:`.simulate_workload`), which
 report a run the same way whatever it replayed.
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from policykit.scheduler import RunResult
+from policykit.errors import PolicyError
+from policykit.run_progress import RunProgress
+from policykit.scheduler import RunResult, Scheduler
 
 EXIT_OOM = 1
 EXIT_NEVER_COMPLETES = 3
@@ -29,12 +32,30 @@ def print_faults(result: RunResult, console) -> None:
 
 
 def exit_code(result: RunResult) -> int:
+    """:func:`code_of` a run."""
+    stuck = result.never_completes is not None or result.starvation is not None
+    return code_of(result.oom is not None, bool(result.policy_faults), stuck)
+
+
+def code_of(oom: bool, policy_fault: bool, stuck: bool) -> int:
     """1 for an OOM (the worse failure, and the one that ends a run), else 4 for a policy
     fault (a broken plugin must not pass a CI gate), else 3 for an admitted request that can
-    never complete or a waiting request that starves, else 0."""
-    if result.oom is not None:
+    never complete or a waiting request that starves (``stuck``), else 0."""
+    if oom:
         return EXIT_OOM
-    if result.policy_faults:
+    if policy_fault:
         return EXIT_POLICY_FAULT
-    stuck = result.never_completes is not None or result.starvation is not None
     return EXIT_NEVER_COMPLETES if stuck else 0
+
+
+def run_to_end(sched: Scheduler, max_rounds: int) -> RunResult:
+    """Run ``sched`` with a progress bar on a terminal. A policy fault that names no request
+    stops the run: it is reported as the run's (``policy_faults["*"]``), not as bad input."""
+    try:
+        with RunProgress(sched.node) as progress:
+            return sched.run(max_rounds=max_rounds, on_round=progress.on_round)
+    except PolicyError as err:
+        result = sched.result
+        result.policy_faults["*"] = " ".join(str(err).split())
+        result.stopped_by = "policy-fault"
+        return result

@@ -14,9 +14,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from policykit.cli.common import echo_json, load_registry, warn_if_uncheckable
-from policykit.errors import PolicyError, PolicykitError
+from policykit.errors import PolicykitError
 from policykit.render import default_console, print_run
-from policykit.run_progress import RunProgress
 from policykit.scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -48,7 +47,7 @@ def simulate_workload(
 
 def _trace(arg: str, combos: tuple[str, ...], pool_tokens: int | None, as_json: bool) -> None:
     from policykit.cli.bench_trace import refuse_preempting, trace_table
-    from policykit.cli.simulate_outcome import EXIT_NEVER_COMPLETES, EXIT_OOM, EXIT_POLICY_FAULT
+    from policykit.cli.simulate_outcome import code_of
     from policykit.harness.presets import get_preset
     from policykit.harness.roofline import get_gpu
     from policykit.harness.trace_bench import replay_config, run_trace_bench
@@ -68,12 +67,8 @@ def _trace(arg: str, combos: tuple[str, ...], pool_tokens: int | None, as_json: 
         echo_json(doc, "policykit.simulate.trace/1")
     else:
         default_console().print(trace_table(doc))
-    if row["crash"] is not None:
-        sys.exit(EXIT_OOM)
-    if row["policy_faults"]:
-        sys.exit(EXIT_POLICY_FAULT)
     stuck = row["never_completes"] is not None or row["starvation"] is not None
-    sys.exit(EXIT_NEVER_COMPLETES if stuck else 0)
+    sys.exit(code_of(row["crash"] is not None, bool(row["policy_faults"]), stuck))
 
 
 def _rounds(
@@ -84,7 +79,7 @@ def _rounds(
     starvation_rounds: int,
     as_json: bool,
 ) -> None:
-    from policykit.cli.simulate_outcome import exit_code, print_faults
+    from policykit.cli.simulate_outcome import exit_code, print_faults, run_to_end
     from policykit.harness.build import lay_out_workload
     from policykit.harness.lookup import WorkloadKind
     from policykit.harness.workloads import generate, load_trace
@@ -105,13 +100,7 @@ def _rounds(
     warn_if_uncheckable(combo, workload.config, as_json=as_json)
     node = lay_out_workload(workload)
     sched = Scheduler(node, combo, pm=pm, starvation_rounds=starvation_rounds)
-    try:
-        with RunProgress(node) as progress:
-            result = sched.run(max_rounds=max_rounds, on_round=progress.on_round)
-    except PolicyError as err:
-        result = sched.result
-        result.policy_faults["*"] = " ".join(str(err).split())
-        result.stopped_by = "policy-fault"
+    result = run_to_end(sched, max_rounds)
     if as_json:
         echo_json({"workload": workload.summary(), **result.to_dict()}, "policykit.simulate/1")
     else:
