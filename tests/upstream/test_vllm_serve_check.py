@@ -42,7 +42,8 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
 def test_each_side_names_its_class_on_the_loopback_with_no_combo(tmp_path):
     args = _args(tmp_path)
     own, policy = (check.server_command(args, tmp_path / "m", side) for side in check.SIDES)
-    assert own[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]  # not the console script
+    # -P: a policykit/ folder in the working directory cannot shadow the install
+    assert own[1:4] == ["-P", "-m", "vllm.entrypoints.openai.api_server"]  # not the console script
     assert own[own.index("--host") + 1] == "127.0.0.1"
     assert own[own.index("--scheduler-cls") + 1].endswith(".LoggedScheduler")
     assert policy[policy.index("--scheduler-cls") + 1].endswith(".LoggedPolicyScheduler")
