@@ -311,7 +311,12 @@ class Scheduler:
         waiting = self.node.waiting
         if self.combo.queue.sorts(len(waiting)) or not waiting:
             return
-        refresh = kernel.refresh_due(self.planner.domain, self._queue_sorts, self.round_no)
+        # The rule tries every multiple of the interval below its bound (what the checker's
+        # terms need). On numbers only the remainder decides, and one interval as the bound
+        # keeps this O(1) a round: bounded by the round number it made a long run quadratic.
+        interval = kernel.WAITING_PREFIX_REFRESH_INTERVAL
+        sorts = self._queue_sorts % interval
+        refresh = kernel.refresh_due(self.planner.domain, sorts, interval)
         self._queue_sorts += 1
         if refresh:
             # in the queue's own order: a queue over its sort limit keeps its last sort's
