@@ -101,7 +101,7 @@ def simulate(
     node = build_node(sc, device=resolve_device(device))
     sched = Scheduler(node, chosen, pm=pm, starvation_rounds=starvation_rounds)
     try:
-        with RunProgress(node) as progress:
+        with RunProgress(node, quiet=as_json) as progress:
             result = sched.run(max_rounds=max_rounds, on_round=progress.on_round)
     except PolicyError as err:
         # a fault that names no request stops the run: reported as the run's, not bad input

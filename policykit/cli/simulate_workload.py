@@ -106,7 +106,7 @@ def _rounds(
     node = lay_out_workload(workload)
     sched = Scheduler(node, combo, pm=pm, starvation_rounds=starvation_rounds)
     try:
-        with RunProgress(node) as progress:
+        with RunProgress(node, quiet=as_json) as progress:
             result = sched.run(max_rounds=max_rounds, on_round=progress.on_round)
     except PolicyError as err:
         result = sched.result
