@@ -302,6 +302,7 @@ def _bench_rounds(
             dev,
             chosen,
             unit_args,
+            quiet=as_json,
             executor=executor,
             workers=workers,
             ray_address=ray_address,
@@ -315,9 +316,9 @@ def _bench_rounds(
             pm,
             seed,
             unit_args["max_rounds"],
-            Console(stderr=True),
             repeats,
             priced,
+            quiet=as_json,
         )
     source = bench_input.summary.get("source")
     holds = Holds.of_bench_input(bench_input.config.sliding_window, source)
@@ -333,16 +334,17 @@ def _bench_inline(
     pm: PolicykitPluginManager,
     seed: int,
     max_rounds: int,
-    console: Console,
     repeats: int = 1,
     predict_model: ModelPreset | None = None,
+    *,
+    quiet: bool,
 ) -> dict[str, Any]:
     """Every combo in this process, on one model (weights and prefix KV built once)."""
     from policykit.harness.model import Decoder
     from policykit.harness.runner import run_bench
 
-    with ProgressBar("bench", len(chosen) * repeats, unit="runs") as bar:
-        console.print(f"building {shape.name} on {dev} and laying out {bench_input.name} ...")
+    with ProgressBar("bench", len(chosen) * repeats, unit="runs", quiet=quiet) as bar:
+        bar.describe(f"building {shape.name} on {dev}, laying out {bench_input.name}")
         model = Decoder(shape, dev, seed=seed)
         current = {"combo": ""}
 
@@ -377,6 +379,8 @@ def _bench_units(
     dev: torch.device,
     chosen: list[Combo],
     unit_args: dict[str, Any],
+    *,
+    quiet: bool,
     **executor_options: Any,
 ) -> dict[str, Any]:
     """One unit per combo through an executor; rows merged into the same bench document,
@@ -403,7 +407,7 @@ def _bench_units(
     name = executor_options.pop("executor")
     with (
         open_executor(name, **executor_options) as pool,
-        SweepProgress(len(units), label="bench") as progress,
+        SweepProgress(len(units), label="bench", quiet=quiet) as progress,
     ):
         results = run_units(units, pool, listener=progress)
     rows = []

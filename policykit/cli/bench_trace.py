@@ -3,7 +3,7 @@
 A trace replay is scheduler-level for every request (the roofline clock prices each round), with
 the model forward on a declared slice; see :mod:`policykit.harness.trace_bench`. A replay of a
 whole trace takes minutes, so it draws a bar on a terminal (requests done, rounds, the clock,
-ETA) and writes a plain line at least every 10 s to a log.
+ETA); nothing under ``--json``, in a log or in CI.
 """
 
 from __future__ import annotations
@@ -157,9 +157,8 @@ def bench_trace(
     for combo in chosen:
         warn_if_uncheckable(combo, engine, as_json=as_json, seen=warned)
     if executor != "inline":
-        return _trace_units(
-            trace, workload, chosen, config, source, args, executor, workers, ray_address
-        )
+        where = (executor, workers, ray_address)
+        return _trace_units(trace, workload, chosen, config, source, args, *where, quiet=as_json)
     forward = args.forward_requests
     if forward is None:
         forward = CPU_FORWARD_REQUESTS if dev.type == "cpu" else len(trace.requests)
@@ -168,7 +167,7 @@ def bench_trace(
         from policykit.harness.model import Decoder
 
         model = Decoder(shape, dev, seed=seed)
-    return _inline(trace, chosen, config, source, pm, model, forward)
+    return _inline(trace, chosen, config, source, pm, model, forward, quiet=as_json)
 
 
 def refuse_preempting(chosen: list[Combo], workload: str) -> None:
@@ -187,11 +186,11 @@ def refuse_preempting(chosen: list[Combo], workload: str) -> None:
         )
 
 
-def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]:
+def _inline(trace, chosen, config, source, pm, model, forward, *, quiet: bool) -> dict[str, Any]:
     from policykit.harness.trace_bench import run_trace_bench
 
     total = len(trace.requests) * len(chosen)
-    with ProgressBar(f"bench {trace.name}", total, unit="requests") as bar:
+    with ProgressBar(f"bench {trace.name}", total, unit="requests", quiet=quiet) as bar:
 
         def on_combo(combo: Combo, rows_done: int):
             # a replay's shadows and twins get their rows with it, so the count jumps
@@ -221,7 +220,17 @@ def _inline(trace, chosen, config, source, pm, model, forward) -> dict[str, Any]
 
 
 def _trace_units(
-    trace: Trace, workload, chosen, config: ReplayConfig, source, args, name, workers, ray_address
+    trace: Trace,
+    workload,
+    chosen,
+    config: ReplayConfig,
+    source,
+    args,
+    name,
+    workers,
+    ray_address,
+    *,
+    quiet: bool,
 ):
     from policykit.executor import Status, SweepProgress, Unit, open_executor, run_units
     from policykit.harness.trace_bench import trace_document
@@ -250,7 +259,7 @@ def _trace_units(
     t0 = time.perf_counter()
     with (
         open_executor(name, workers=workers, ray_address=ray_address) as pool,
-        SweepProgress(len(units), label=f"bench {trace.name}") as progress,
+        SweepProgress(len(units), label=f"bench {trace.name}", quiet=quiet) as progress,
     ):
         results = run_units(units, pool, listener=progress)
     got = {

@@ -38,7 +38,7 @@ from policykit.cli.common import (
 from policykit.config import EngineConfig
 from policykit.errors import ComboError, PolicykitError, UnfitPolicyError
 from policykit.fidelity import Holds, approximation_lines
-from policykit.progress import ProgressBar, is_terminal
+from policykit.progress import ProgressBar
 from policykit.registry import VERDICT_KINDS, Combo, PolicyRegistry
 from policykit.render import default_console, fold
 
@@ -321,7 +321,7 @@ def _run(
     checked = sum(len(p.combos) for p in plans)
     jobs = max(1, min(jobs or os.cpu_count() or 1, checked))
     if executor != "pool":
-        return _check_units(plans, executor, jobs, ray_address)
+        return _check_units(plans, executor, jobs, ray_address, quiet=quiet)
     return _check_pool(registry, plans, jobs, quiet=quiet), {"name": "pool", "jobs": jobs}
 
 
@@ -606,9 +606,8 @@ def _check_pool(
     # the zygote is forked here, before the progress threads start, so that no child inherits
     # a lock they hold
     finished = check_isolated(tasks, jobs, registry if _pm_injected() else None)
-    # --json on a terminal: no bar (a log still gets its lines)
-    shown = len(chosen) > 1 and not (quiet and is_terminal(sys.stderr))
-    with ProgressBar("check", len(chosen), unit="combos", enabled=shown) as bar:
+    # one combo: no bar (it would only go from 0/1 to 1/1)
+    with ProgressBar("check", len(chosen), unit="combos", quiet=quiet or len(chosen) < 2) as bar:
         for i, found in finished:
             rows[i] = found
             bar.describe(str(chosen[i]))
@@ -657,6 +656,8 @@ def _check_units(
     executor: str,
     workers: int | None,
     ray_address: str | None,
+    *,
+    quiet: bool,
 ) -> tuple[list[dict], dict]:
     """One ``check_unit`` per combo on the executor seam; verdicts as dicts, in combo order.
 
@@ -680,7 +681,7 @@ def _check_units(
     ]
     with (
         open_executor(executor, workers=workers, ray_address=ray_address) as pool,
-        SweepProgress(len(units), label="check") as progress,
+        SweepProgress(len(units), label="check", quiet=quiet) as progress,
     ):
         results = run_units(units, pool, listener=progress)
     verdicts: list[dict] = []

@@ -14,18 +14,15 @@ from __future__ import annotations
 import dataclasses
 import random
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import click
 from click.core import ParameterSource
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from policykit.cli.common import echo_json, json_option
 from policykit.engines import unmodelled_refusal
+from policykit.progress import ProgressBar
 from policykit.scenario import Scenario, load_scenario, resolve_scenario_path
 
 if TYPE_CHECKING:
@@ -98,11 +95,12 @@ def sglang(
     rng = random.Random(seed)
     loaded += [random_scenario(rng, i) for i in range(random_count)]
     combo = upstream_combo(schedule_policy)
-    with _progress(len(loaded)) as advance:
+    with _progress("sglang", len(loaded), as_json) as bar:
         verdicts = []
         for sc in loaded:
+            bar.describe(sc.name)
             verdicts.append(conform(sc, combo, schedule_policy=schedule_policy, storage=True))
-            advance()
+            bar.advance()
     different = [v for v in verdicts if v.differences]
     unexpressible = sum(v.not_expressible is not None for v in verdicts)
     covered = _coverage(loaded, verdicts)
@@ -165,18 +163,11 @@ def _coverage(scenarios: list[Scenario], verdicts: list[SglangComparison]) -> di
     }
 
 
-@contextmanager
-def _progress(total: int) -> Iterator[Callable[[], None]]:
-    """A bar on stderr (gone when done; nothing when stderr is not a terminal), advanced once
-    per scenario compared."""
-    console = Console(stderr=True)
-    if total < 2 or not console.is_terminal:
-        yield lambda: None
-        return
-    columns = (TextColumn("conformance"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("scenarios", total=total)
-        yield lambda: progress.advance(task)
+def _progress(engine: str, total: int, as_json: bool) -> ProgressBar:
+    """The scenarios compared against ``engine`` (no bar for one: it would only go from 0/1
+    to 1/1)."""
+    quiet = as_json or total < 2
+    return ProgressBar(f"conformance {engine}", total, unit="scenarios", quiet=quiet)
 
 
 def _given(**options: tuple[str, Any]) -> dict[str, Any]:
@@ -269,11 +260,12 @@ def vllm(
         sc, drawn = random_scenario(rng, i)
         runs.append((sc, dataclasses.replace(drawn, **chosen)))
     _refuse_unmodelled(used, runs)
-    with _progress(len(runs)) as advance:
+    with _progress("vllm", len(runs), as_json) as bar:
         verdicts = []
         for sc, k in runs:
+            bar.describe(sc.name)
             verdicts.append(conform(sc, k))
-            advance()
+            bar.advance()
     different = [v for v in verdicts if v.differences]
     covered = coverage(runs, verdicts)
     engine = used.engine

@@ -87,8 +87,8 @@ def docs(
     Works from any folder: in a policykit checkout it builds the project's site; elsewhere
     (a plugin author's project) it builds a site of this environment's policies from the
     config packaged with policykit. Pages are written aside and swapped in only when
-    everything succeeded, so a failed run keeps the previous pages and site. Progress lines go
-    to stderr at least every 10 s.
+    everything succeeded, so a failed run keeps the previous pages and site. On a terminal a bar
+    per step shows what runs, how far it is and the ETA (check --all: its combos).
 
     Results files are read through a per-kind adapter (check, bench); their provisional shape is
     on the docs' "Results files" page. Exit code 0: built; 2: bad input or a failed build.
@@ -107,6 +107,7 @@ def docs(
         build=build,
         workloads=traces,
         executor={"executor": executor, "workers": workers, "ray_address": ray_address},
+        quiet=as_json,
     )
     if as_json:
         echo_json(report.to_dict())

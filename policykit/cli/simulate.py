@@ -99,7 +99,7 @@ def simulate(
     notes = approximations(chosen, Holds.of_scenario(sc))
     node = build_node(sc, device=resolve_device(device))
     sched = Scheduler(node, chosen, pm=pm, starvation_rounds=starvation_rounds)
-    result = run_to_end(sched, max_rounds)
+    result = run_to_end(sched, max_rounds, quiet=as_json)
     if as_json:
         echo_json(
             {"scenario": sc.name, **result.to_dict(), "approximations": notes},

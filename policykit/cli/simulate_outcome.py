@@ -48,11 +48,12 @@ def code_of(oom: bool, policy_fault: bool, stuck: bool) -> int:
     return EXIT_NEVER_COMPLETES if stuck else 0
 
 
-def run_to_end(sched: Scheduler, max_rounds: int) -> RunResult:
-    """Run ``sched`` with a progress bar on a terminal. A policy fault that names no request
-    stops the run: it is reported as the run's (``policy_faults["*"]``), not as bad input."""
+def run_to_end(sched: Scheduler, max_rounds: int, *, quiet: bool) -> RunResult:
+    """Run ``sched`` with a progress bar on a terminal (none where ``quiet``: ``--json``). A
+    policy fault that names no request stops the run: it is reported as the run's
+    (``policy_faults["*"]``), not as bad input."""
     try:
-        with RunProgress(sched.node) as progress:
+        with RunProgress(sched.node, quiet=quiet) as progress:
             return sched.run(max_rounds=max_rounds, on_round=progress.on_round)
     except PolicyError as err:
         result = sched.result

@@ -100,7 +100,7 @@ def _rounds(
     warn_if_uncheckable(combo, workload.config, as_json=as_json)
     node = lay_out_workload(workload)
     sched = Scheduler(node, combo, pm=pm, starvation_rounds=starvation_rounds)
-    result = run_to_end(sched, max_rounds)
+    result = run_to_end(sched, max_rounds, quiet=as_json)
     if as_json:
         echo_json({"workload": workload.summary(), **result.to_dict()}, "policykit.simulate/1")
     else:

@@ -133,7 +133,7 @@ def sweep(
     units = sweep_units(loaded, combo_texts(combos, combo_list, check_all), registry, max_rounds)
     with (
         open_executor(executor, workers=workers, ray_address=ray_address, timeout=timeout) as pool,
-        SweepProgress(len(units), label="simulate") as progress,
+        SweepProgress(len(units), label="simulate", quiet=as_json) as progress,
     ):
         results = run_units(units, pool, retries=retries, listener=progress)
     if out is not None:

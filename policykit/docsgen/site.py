@@ -47,7 +47,7 @@ from policykit.docsgen.results import (
 from policykit.docsgen.views import write_plugin_reference
 from policykit.errors import PolicykitError
 from policykit.interpreter import python_argv
-from policykit.progress import ProgressBar
+from policykit.progress import ProgressBar, run_relayed
 from policykit.registry import PolicyRegistry
 
 MARKER = ".policykit-generated"
@@ -66,7 +66,7 @@ HARNESS_WORKLOAD = "host-hit-heavy"
 HARNESS_MODEL = "tiny"
 HARNESS_POOL_TOKENS = 4096
 HARNESS_REPEATS = 3
-#: how progress lines start (:class:`~policykit.progress.Heartbeat`, on a non-terminal)
+#: how the docs' progress bars start
 LABEL = "policykit docs"
 #: the model the harness's schedules are priced for (predicted time on H100/H200/B200)
 PREDICT_MODEL = "llama3-8b"
@@ -83,21 +83,23 @@ TRACE_LOADS: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
 TRACE_GPU = "H200"
 
 
-def _step(label: str, total: int) -> ProgressBar:
-    """One step of the docs: a bar on a terminal and how long it took, lines in a log."""
-    return ProgressBar(label, total, summary=True)
+def _step(label: str, total: int, quiet: bool) -> ProgressBar:
+    """One step of the docs: a bar on a terminal, then how long it took (nothing under
+    ``--json``, in a log or in CI)."""
+    return ProgressBar(label, total, summary=True, quiet=quiet)
 
 
 class DocsError(PolicykitError):
     """The docs could not be generated or built (bad paths, a failing producer, mkdocs)."""
 
 
-#: builds a results document itself when its producer command failed as a whole
-Fallback = Callable[[PolicyRegistry], dict[str, Any]]
+#: builds a results document itself when its producer command failed as a whole (the registry,
+#: and whether the docs run quietly)
+Fallback = Callable[[PolicyRegistry, bool], dict[str, Any]]
 
 
-def _check_each_fallback(registry: PolicyRegistry) -> dict[str, Any]:
-    with _step(f"{LABEL}: checking each combination on its own", 0) as beat:
+def _check_each_fallback(registry: PolicyRegistry, quiet: bool) -> dict[str, Any]:
+    with _step(f"{LABEL}: checking each combination on its own", 0, quiet) as beat:
 
         def on_combo(i: int, n: int, combo) -> None:
             beat.total, beat.done = n, i
@@ -236,8 +238,12 @@ def run_producers(
     report: DocsReport,
     cli: CommandLine,
     registry: PolicyRegistry | None = None,
+    *,
+    quiet: bool = False,
 ) -> list[Results]:
-    """Run each registered producer command, keeping its JSON under ``folder``."""
+    """Run each registered producer command, keeping its JSON under ``folder``; its bar shows
+    the command's own progress (:func:`~policykit.progress.run_relayed`: for ``check --all``,
+    the combos checked), not one step."""
     commands = cli.names()
     folder.mkdir(parents=True, exist_ok=True)
     results: list[Results] = []
@@ -249,14 +255,8 @@ def run_producers(
             continue
         target = folder / f"{producer.command}.json"
         args = [a.replace("{out}", str(target)) for a in producer.args]
-        with _step(f"{LABEL}: policykit {' '.join(args)}", 1) as beat:
-            proc = subprocess.run(
-                [*cli.argv, *args],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            beat.advance()
+        with _step(f"{LABEL}: policykit {' '.join(args)}", 0, quiet) as beat:
+            proc = run_relayed([*cli.argv, *args], beat)
         failed = proc.returncode not in producer.ok_codes and not _complete(proc, producer)
         why = proc.stderr.strip()[-800:] or proc.stdout.strip()[-800:]
         if failed:
@@ -269,7 +269,7 @@ def run_producers(
                 "results were made one combination at a time instead, refusing any that could "
                 "not be checked."
             )
-            doc = producer.fallback(registry)
+            doc = producer.fallback(registry, quiet)
             target.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         elif producer.stdout:
             target.write_text(proc.stdout, encoding="utf-8")
@@ -283,7 +283,7 @@ def run_producers(
     return results
 
 
-def run_harness(folder: Path, report: DocsReport) -> list[Results]:
+def run_harness(folder: Path, report: DocsReport, *, quiet: bool = False) -> list[Results]:
     """The CPU harness over every registered combination, :data:`HARNESS_REPEATS` times each,
     run in this process (the bench's ``policykit.bench/1`` document, written to
     ``folder/bench.json``). A combination that provably decides as another (``fcfs`` beside
@@ -304,11 +304,11 @@ def run_harness(folder: Path, report: DocsReport) -> list[Results]:
         bench = resolve_input(HARNESS_WORKLOAD, HARNESS_POOL_TOKENS)
         combos = list(Registry.from_plugins(pm).all_combos(bench.config))
         groups = skip_twins(combos)
-        doc = _bench(bench, [leader for leader, _ in groups], pm)
+        doc = _bench(bench, [leader for leader, _ in groups], pm, quiet)
         rows = {row["combo"]: row for row in doc["combos"]}
         alone = [f for lead, fs in groups for f in fs if _rejected(rows[str(lead)])]
         if alone:
-            more = _bench(bench, alone, pm)
+            more = _bench(bench, alone, pm, quiet)
             rows.update((row["combo"], row) for row in more["combos"])
             doc["wall_seconds"] += more["wall_seconds"]
         for leader, followers in groups:
@@ -329,14 +329,14 @@ def _rejected(row: dict[str, Any]) -> bool:
     return bool(row["outcomes"]["requests"]["rejected"])
 
 
-def _bench(bench: Any, combos: list[Any], pm: Any) -> dict[str, Any]:
+def _bench(bench: Any, combos: list[Any], pm: Any, quiet: bool) -> dict[str, Any]:
     """:func:`~policykit.harness.runner.run_bench` of ``combos`` with a progress bar."""
     from policykit.harness.model import Decoder
     from policykit.harness.presets import get_preset
     from policykit.harness.runner import run_bench
 
     label = f"{LABEL}: bench {HARNESS_WORKLOAD}, {HARNESS_REPEATS} runs per combination"
-    with _step(label, len(combos) * HARNESS_REPEATS) as beat:
+    with _step(label, len(combos) * HARNESS_REPEATS, quiet) as beat:
 
         def start(combo) -> None:
             if beat.current:
@@ -360,6 +360,8 @@ def run_traces(
     folder: Path,
     report: DocsReport,
     workloads: tuple[str, ...] = TRACE_WORKLOADS,
+    *,
+    quiet: bool = False,
     **executor: Any,
 ) -> list[Results]:
     """Every combination through each production trace at every sweep load, one executor
@@ -389,7 +391,13 @@ def run_traces(
             "pool_tokens": TRACE_POOL_TOKENS,
         }
         sweep, rows = run_sweep(
-            name, combos, TRACE_LOADS, base, label=f"{LABEL}: {name} load sweep", **executor
+            name,
+            combos,
+            TRACE_LOADS,
+            base,
+            label=f"{LABEL}: {name} load sweep",
+            quiet=quiet,
+            **executor,
         )
         headline = trace_document(
             trace, config, rows[0], source, sweep["created"], sweep["wall_seconds"]
@@ -437,9 +445,9 @@ def generate(
     report.pages.extend(write_comparisons(registry, results, out, links))
 
 
-def build_site(config: Path, site: Path) -> None:
+def build_site(config: Path, site: Path, *, quiet: bool = False) -> None:
     """``mkdocs build --strict``, run in the config's folder (snippet paths are relative to it)."""
-    with _step(f"{LABEL}: mkdocs build --strict", 1) as beat:
+    with _step(f"{LABEL}: mkdocs build --strict", 1, quiet) as beat:
         proc = subprocess.run(
             [
                 *python_argv("-m"),
@@ -509,7 +517,9 @@ def make_docs(
     build: bool = True,
     workloads: tuple[str, ...] = TRACE_WORKLOADS,
     executor: dict[str, Any] | None = None,
+    quiet: bool = False,
 ) -> DocsReport:
+    """Gather results, write the pages and build the site; ``quiet`` (``--json``): no bars."""
     config, generated = resolve_config(config, out, build)
     check_replaceable(generated)
     report = DocsReport(generated, config=config)
@@ -522,13 +532,14 @@ def make_docs(
         if results_dir is not None:
             results = keep_results(results_dir, staging / "results")
         else:
-            results = run_producers(staging / "results", report, cli, registry)
-            results += run_traces(staging / "results", report, workloads, **(executor or {}))
-            results += run_harness(staging / "results", report)
+            folder = staging / "results"
+            results = run_producers(folder, report, cli, registry, quiet=quiet)
+            results += run_traces(folder, report, workloads, quiet=quiet, **(executor or {}))
+            results += run_harness(folder, report, quiet=quiet)
         report.results = [
             (str(generated / "results" / Path(r.source).name), r.kind) for r in results
         ]
-        with _step(f"{LABEL}: writing the generated pages", 1) as beat:
+        with _step(f"{LABEL}: writing the generated pages", 1, quiet) as beat:
             generate(registry, staging, results, report, cli, Links(docs_dir_of(config)))
             beat.advance()
         report.pages = [generated / p.relative_to(staging) for p in report.pages]
@@ -540,7 +551,7 @@ def make_docs(
                     tempfile.mkdtemp(prefix=f".{report.site.name}.", dir=report.site.parent)
                 )
                 try:
-                    build_site(config, fresh)
+                    build_site(config, fresh, quiet=quiet)
                 except BaseException:
                     shutil.rmtree(fresh, ignore_errors=True)
                     raise

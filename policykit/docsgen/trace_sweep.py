@@ -57,6 +57,7 @@ def run_sweep(
     workers: int | None = None,
     ray_address: str | None = None,
     label: str = "load sweep",
+    quiet: bool = False,
 ) -> tuple[dict[str, Any], list[list[dict[str, Any]]]]:
     """Every combo at every load: the :data:`SCHEMA` document, and per load the full rows of
     the combos that ran (what a trace's table is made of), in the order of ``combos``.
@@ -77,7 +78,7 @@ def run_sweep(
     ]
     with (
         open_executor(executor, workers=workers, ray_address=ray_address) as pool,
-        SweepProgress(len(units), label=label) as progress,
+        SweepProgress(len(units), label=label, quiet=quiet) as progress,
     ):
         results = run_units(units, pool, listener=progress)
     names = [str(c) for c in combos]

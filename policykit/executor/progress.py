@@ -1,8 +1,7 @@
 """A sweep's progress: units done, and how many each node has finished.
 
-Drawn by :class:`~policykit.progress.ProgressBar` (a bar on a terminal that stays when the
-sweep ends, a line every 10 s in a log), on stderr, so ``--json -`` output on stdout stays
-clean.
+Drawn by :class:`~policykit.progress.ProgressBar`: a bar on stderr that stays when the sweep
+ends, on a terminal only and not under ``--json`` (nothing in a log or in CI).
 """
 
 from __future__ import annotations
@@ -18,11 +17,11 @@ from policykit.progress import ProgressBar
 class SweepProgress:
     """A :class:`~policykit.executor.driver.Listener` that counts units per node."""
 
-    def __init__(self, total: int, *, label: str = "units"):
+    def __init__(self, total: int, *, label: str = "units", quiet: bool = False):
         self.per_node: Counter[str] = Counter()
         self.failed = 0
         self.retried = 0
-        self._bar = ProgressBar(label, total, unit="units", transient=False)
+        self._bar = ProgressBar(label, total, unit="units", transient=False, quiet=quiet)
 
     def attempt_ended(self, attempt: Attempt, result: UnitResult | None) -> None:
         if result is None:

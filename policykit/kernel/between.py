@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from policykit.kernel.domain import Logic
+from policykit.kernel.domain import Logic, is_int
 
 #: SGLang 0.5.23's ``WAITING_PREFIX_REFRESH_INTERVAL``: sorts of a non-empty queue between two
 #: refreshes of the waiting requests' prefixes (``Scheduler._refresh_waiting_prefixes``)
@@ -74,5 +74,9 @@ def refresh_due(domain: Logic, sorts: Any, round_no: int) -> Any:
     """SGLang 0.5.23 refreshes the waiting requests' cached prefixes on the first sort of a
     non-empty queue and on every :data:`WAITING_PREFIX_REFRESH_INTERVAL`-th after; ``sorts``
     such sorts came before round ``round_no`` (at most one a round, so fewer than
-    ``round_no``), which is what bounds the multiples a term is compared with."""
+    ``round_no``), which is what bounds the multiples a term is compared with. A count that is
+    an int is one remainder away (the same rule in one step: comparing it with every multiple
+    below the round made a node's long run quadratic)."""
+    if is_int(sorts):
+        return sorts % WAITING_PREFIX_REFRESH_INTERVAL == 0
     return domain.any(*(sorts == k for k in range(0, round_no, WAITING_PREFIX_REFRESH_INTERVAL)))

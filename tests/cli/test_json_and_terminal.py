@@ -1,16 +1,16 @@
 """``--json`` is a flag everywhere, every document carries ``schema`` and ``created``, errors
-under ``--json`` are JSON on stderr; tables fit 80 columns; long work reports progress in logs."""
+under ``--json`` are JSON on stderr; tables fit 80 columns; long work draws progress on a
+terminal only, never under ``--json``."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import time
+from importlib.util import find_spec
 
 import pytest
 
-from policykit.progress import Heartbeat
+from policykit import progress
 from policykit.scenario import parse_scenario, swa_pool_tokens
 
 DOCUMENTS = {
@@ -129,22 +129,43 @@ def test_tables_fold_instead_of_truncating_at_80_columns(cli, args):
     assert _widest(res.stdout) <= 80
 
 
-def test_heartbeat_prints_to_a_log_and_not_to_a_terminal():
-    log = io.StringIO()
-    with Heartbeat("check", 3, stream=log, interval=0.02) as beat:
-        beat.describe("sglang/sglang/page")
-        time.sleep(0.1)
-        beat.advance()
-    lines = log.getvalue().splitlines()
-    assert len(lines) >= 3
-    assert lines[0].startswith("check: 0/3 done, ") and lines[0].endswith("— sglang/sglang/page")
-    assert lines[-1].startswith("check: 1/3 done")
+@pytest.fixture
+def watched(monkeypatch):
+    """Every command's stderr taken for a terminal, outside CI; yields, per progress bar the
+    command made, whether it was drawn."""
+    monkeypatch.setattr(progress, "is_terminal", lambda stream: True)
+    monkeypatch.delenv("CI", raising=False)
+    drawn: list[bool] = []
+    real = progress.shown
 
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
+    def spy(stream, *, quiet):
+        drawn.append(real(stream, quiet=quiet))
+        return drawn[-1]
 
-    tty = Terminal()
-    with Heartbeat("check", 3, stream=tty, interval=0.02):
-        time.sleep(0.06)
-    assert tty.getvalue() == ""
+    monkeypatch.setattr(progress, "shown", spy)
+    return drawn
+
+
+TWO_COMBOS = ["--combo", "reserve-tail/defer/page", "--combo", "sglang/defer/page"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["simulate", "seed-abc"],
+        ["check", *TWO_COMBOS, "--rounds", "2"],
+        pytest.param(
+            ["conformance", "sglang", "--random", "2"],
+            marks=pytest.mark.skipif(find_spec("sglang") is None, reason="needs sglang==0.5.23"),
+        ),
+    ],
+)
+def test_progress_is_drawn_on_a_terminal_and_never_under_json(cli, watched, args):
+    res = cli(*args)
+    assert res.exit_code in (0, 1), res.output
+    assert watched and all(watched)
+    watched.clear()
+    res = cli(*args, "--json")
+    assert res.exit_code in (0, 1), res.output
+    assert watched and not any(watched)
+    json.loads(res.stdout)

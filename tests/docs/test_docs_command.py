@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from policykit import progress
 from policykit.cli import COMMANDS, main
 from policykit.cli.docs import command_line
 from policykit.docsgen import comparisons, site
@@ -93,6 +94,23 @@ def test_without_results_it_runs_the_installed_producers(tmp_path: Path, monkeyp
         site.run_producers(tmp_path / "results", report, command_line())
     assert report.skipped == [("not-a-command", "`policykit not-a-command` is not installed here")]
     assert (tmp_path / "results" / "policies.json").is_file()
+
+
+def test_the_check_step_shows_checks_own_combos_not_one_step(tmp_path: Path, monkeypatch):
+    """On a terminal the producer's bar counts what ``check`` counts (its combos, relayed from
+    its process), not "0/1" for the whole command."""
+    monkeypatch.setattr(progress, "is_terminal", lambda stream: True)
+    monkeypatch.delenv("CI", raising=False)
+    args = ("check", "--combo", "reserve-tail/defer/page", "--combo", "sglang/defer/page")
+    producer = site.Producer("check", (*args, "--rounds", "2", "--json"), True, (0, 1, 3))
+    monkeypatch.setattr(site, "PRODUCERS", (producer,))
+    bars: list[progress.ProgressBar] = []
+    step = site._step
+    monkeypatch.setattr(site, "_step", lambda *a: bars.append(step(*a)) or bars[-1])
+    site.run_producers(tmp_path / "results", site.DocsReport(tmp_path), command_line())
+    (bar,) = bars
+    assert (bar.done, bar.total) == (2, 2)
+    assert bar.current in {"reserve-tail/defer/page", "sglang/defer/page"}
 
 
 @pytest.mark.parametrize(

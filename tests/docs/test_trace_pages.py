@@ -7,7 +7,6 @@ Mooncake conversation trace, five combos, a 32,768-token pool, loads 1, 16 and 6
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from pathlib import Path
@@ -26,7 +25,6 @@ from policykit.docsgen.results import (
 )
 from policykit.docsgen.trace_section import sig
 from policykit.docsgen.trace_sweep import run_sweep
-from policykit.progress import ProgressBar
 from policykit.registry import registry_from
 
 from .conftest import FIXTURES
@@ -122,12 +120,3 @@ def test_docs_refuses_a_workload_that_is_not_a_trace() -> None:
     result = CliRunner().invoke(main, ["docs", "--workloads", "long-prompts", "--no-build"])
     assert result.exit_code == 2
     assert "not a production trace" in result.output and "Traceback" not in result.output
-
-
-def test_a_step_writes_lines_to_a_log() -> None:
-    log = io.StringIO()
-    step = ProgressBar("policykit docs: x", 3, stream=log, interval=0.01)  # a log
-    with step:
-        step.describe("first")
-        step.advance()
-    assert "policykit docs: x: 1/3 done" in log.getvalue()
