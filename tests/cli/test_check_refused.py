@@ -118,6 +118,7 @@ def test_refused_alone_exits_2(cli, float_plugin):
     assert res.exit_code == 2, res.output
 
 
+@pytest.mark.slow
 def test_local_executor_returns_refused_rows(cli, float_plugin):
     """Spawned workers load the installed plugin themselves (entry point)."""
     res = cli(

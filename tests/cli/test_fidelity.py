@@ -74,6 +74,7 @@ def test_simulate_models_sglangs_swa_storage(cli, host_swa_file):
     assert doc["approximations"] == [] and doc["combo"]["admission"] == "reserve-tail"
 
 
+@pytest.mark.slow
 def test_check_says_so_with_a_sliding_window_only(cli):
     args = ["check", "--combo", "sglang/sglang/page", "--rounds", "1", "--requests", "1"]
     swa = json.loads(cli(*args, "--sliding-window", "4096", "--json").stdout)

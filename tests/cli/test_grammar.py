@@ -97,6 +97,7 @@ def test_simulate_output_round_trips(cli):
     _accepted_back(cli, found)
 
 
+@pytest.mark.slow
 def test_check_output_round_trips(cli):
     args = [
         "check",
@@ -117,6 +118,7 @@ def test_check_output_round_trips(cli):
     _accepted_back(cli, found)
 
 
+@pytest.mark.slow
 def test_bench_output_round_trips(cli):
     fast = ["--workload", "seed-abc", "--device", "cpu", "--model", "tiny"]
     combos = ["--combo", TWO[0], "--combos", "admission=reserve-tail,alignment=checkpoint:256"]

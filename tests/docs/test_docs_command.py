@@ -62,6 +62,7 @@ def test_built_comparison_page_rows_match_registered_combinations(
         assert (built_site / "site" / "generated" / "comparisons" / "traces" / slug).is_dir()
 
 
+@pytest.mark.slow
 def test_docs_command_json_and_rebuild(cli_built: tuple[Path, Result], tmp_path: Path):
     root, first = cli_built
     assert first.exit_code == 0, first.output

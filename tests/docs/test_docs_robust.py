@@ -62,6 +62,7 @@ def _docs(*args: str):
     return CliRunner().invoke(main, ["docs", *args])
 
 
+@pytest.mark.slow
 def test_a_failed_run_keeps_the_previous_pages_and_site(cli_built, tmp_path: Path):
     """A broken page fails the strict build, and the pages and site of the previous run (a
     copy of the shared one) stay as they were."""
@@ -90,6 +91,7 @@ def test_a_failed_run_keeps_the_previous_pages_and_site(cli_built, tmp_path: Pat
     assert not list(generated.parent.glob(".generated*"))  # no staging folder left behind
 
 
+@pytest.mark.slow
 def test_results_are_kept_with_the_pages_and_can_be_reused(tmp_path: Path):
     config = copy_docs_tree(tmp_path)
     first = _docs("--config", str(config), "--results", str(FIXTURES / "results"), "--no-build")
@@ -109,6 +111,7 @@ def test_results_are_kept_with_the_pages_and_can_be_reused(tmp_path: Path):
     )
 
 
+@pytest.mark.slow
 def test_docs_from_any_folder_uses_the_packaged_config(tmp_path: Path, monkeypatch):
     """A plugin author's project has no mkdocs.yml: the packaged one is unpacked into --out
     and the site builds there, strict, without links to pages it does not have."""
@@ -129,6 +132,7 @@ def test_docs_from_any_folder_uses_the_packaged_config(tmp_path: Path, monkeypat
     assert refused.exit_code == 2 and "was not written by `policykit docs`" in refused.output
 
 
+@pytest.mark.slow
 def test_an_uncheckable_plugin_costs_one_refused_row_not_the_docs(
     tmp_path: Path, monkeypatch, uncheckable_plugin
 ):

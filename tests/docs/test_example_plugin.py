@@ -94,6 +94,7 @@ def test_a_bad_parameter_is_a_clean_usage_error(example_plugin):
     assert "watermark:0 must keep a positive number of slots free" in result.output
 
 
+@pytest.mark.slow
 def test_the_package_own_tests_pass(example_env):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
@@ -107,7 +108,18 @@ def test_the_package_own_tests_pass(example_env):
     assert "3 passed" in proc.stdout
 
 
-@pytest.mark.parametrize("command", tutorial_commands())
+#: the tutorial's ``check`` and ``bench`` lines take 10-35 s each (z3, a model's prefill): the
+#: slow tier runs them; ``policies`` and ``simulate`` stay in the fast one
+SLOW_COMMANDS = ("check", "bench")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(c, marks=pytest.mark.slow) if c.split()[1] in SLOW_COMMANDS else c
+        for c in tutorial_commands()
+    ],
+)
 def test_tutorial_command_runs(command: str, example_env):
     """Each ``$ policykit`` line of the tutorial, run as a user would (subprocess, plugin
     installed). ``check`` and ``bench`` come with the spec and harness work; until their

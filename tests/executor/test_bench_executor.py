@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from policykit.cli import main
@@ -19,6 +20,7 @@ def bench(*extra: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_bench_on_the_local_executor_equals_inline():
     inline = bench()
     pooled = bench("--executor", "local", "--workers", "1")

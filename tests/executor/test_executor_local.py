@@ -26,6 +26,7 @@ def pool():
 UPSTREAM_INCIDENT = "simulate/seed-incident-1keim/sglang/sglang/checkpoint:256"
 
 
+@pytest.mark.slow
 def test_simulate_units_equal_the_core_run_in_process(local_sweep, simulate_units, registry):
     assert local_sweep.all_ok and not local_sweep.interrupted
     simulated = local_sweep.units[: len(simulate_units)]
@@ -40,6 +41,7 @@ def test_simulate_units_equal_the_core_run_in_process(local_sweep, simulate_unit
     assert len(ooms) < len(simulated)
 
 
+@pytest.mark.slow
 def test_bench_units_equal_the_harness_run_in_process(local_sweep, bench_units, registry):
     """Each bench unit gives the row ``policykit bench`` computes for that combo in one go."""
     rows = {r.unit.id: r.result for r in local_sweep.units[-len(bench_units) :]}

@@ -34,6 +34,7 @@ def cluster():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_sweep_equals_the_local_sweep_unit_by_unit(
     cluster, simulate_units, bench_units, local_sweep
 ):
@@ -69,6 +70,7 @@ def test_ray_retries_a_raising_and_a_crashed_unit_once_then_fails_them(cluster):
     assert fine.status is Status.OK and fine.node == cluster
 
 
+@pytest.mark.slow
 def test_smt_matrix_on_ray_equals_local(cluster):
     combos = [
         "admission=sglang,chunking=sglang,alignment=checkpoint:256",

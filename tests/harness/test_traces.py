@@ -297,6 +297,7 @@ def test_fcfs_carries_fcfs_skips_replay_only_when_nothing_was_skipped(
     assert (behaviour_key(own) == behaviour_key(rows[1])) is shared
 
 
+@pytest.mark.slow
 def test_shadowed_rows_are_the_rows_each_combo_replays_alone(registry) -> None:
     """Every combo of the docs' settings on a slice that fills the pool: the rows that carry
     another's replay (shadows, skip twins) are exactly what replaying each alone gives, and

@@ -19,6 +19,7 @@ def _assert_clean(report) -> None:
     assert report.rejected > 0, "the never-fits path was not exercised"
 
 
+@pytest.mark.slow
 def test_soak_short():
     report = run_soak(20_000, seed=1, sample_every=500, check_every=1000)
     _assert_clean(report)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 import torch
 from hypothesis import event, settings
 from hypothesis import strategies as st
@@ -259,4 +260,5 @@ DRAIN_ROUNDS = 100_000
 NodeMachine.TestCase.settings = settings(
     settings.default, max_examples=max(200, settings.default.max_examples), stateful_step_count=50
 )
-TestNodeMachine = NodeMachine.TestCase
+# a few hundred stateful runs of 50 steps (about 10 s): the slow tier runs them
+TestNodeMachine = pytest.mark.slow(NodeMachine.TestCase)

@@ -81,6 +81,7 @@ def test_seed_001_pre_fix_swa_chunking_is_violated(registry) -> None:
     assert result.oom is not None and result.oom.pool == "swa"
 
 
+@pytest.mark.slow
 def test_seed_001_fix_is_proved_safe_from_oom_but_can_strand_a_request(registry) -> None:
     """The seed 001 fix never runs either pool out of memory, but a finding (docs/spec.md):
     ``swa-reserve`` starts a request the sliding-window pool can never finish, and the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from policykit.cli import main
@@ -17,6 +18,7 @@ def verdicts(*extra: str) -> tuple[int, dict]:
     return result.exit_code, json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_check_on_the_local_executor_equals_the_pool():
     code, pooled = verdicts("--jobs", "1")
     code_units, units = verdicts("--executor", "local", "--jobs", "1")

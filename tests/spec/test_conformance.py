@@ -300,7 +300,16 @@ EVICTED_BY_LOAD_BACK = {
 }
 
 
-@pytest.mark.parametrize("combo_text", COMBOS)
+#: each combo's run takes some seconds: the fast tier runs one (SGLang's own), the slow tier
+#: (``-m slow``) the rest
+FAST_COMBOS = ("sglang/sglang/none",)
+
+
+def _slow_but(combos, fast) -> list:
+    return [c if c in fast else pytest.param(c, marks=pytest.mark.slow) for c in combos]
+
+
+@pytest.mark.parametrize("combo_text", _slow_but(COMBOS, FAST_COMBOS))
 @example(scenario=LOCK_REFUSED)
 @example(scenario=EVICTED_WHILE_WAITING)
 @example(scenario=EVICTED_NO_HOST)
@@ -439,14 +448,14 @@ def in_lpm_order(draw: st.DrawFn) -> dict:
     return scenario
 
 
-@pytest.mark.parametrize("combo_text", SKIP_COMBOS)
+@pytest.mark.parametrize("combo_text", _slow_but(SKIP_COMBOS, ()))
 @example(scenario=NEVER_FITS)
 @given(scenario=scenarios())
 def test_fcfs_skip_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
     test_encoding_matches_the_scheduler.hypothesis.inner_test(registry, combo_text, scenario)
 
 
-@pytest.mark.parametrize("combo_text", LPM_COMBOS)
+@pytest.mark.parametrize("combo_text", _slow_but(LPM_COMBOS, ()))
 @given(scenario=in_lpm_order())
 def test_lpm_matches_the_scheduler(registry, combo_text: str, scenario: dict) -> None:
     test_encoding_matches_the_scheduler.hypothesis.inner_test(registry, combo_text, scenario)

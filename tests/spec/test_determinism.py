@@ -38,6 +38,7 @@ def _check(combo: str, timeout_s: float, folder: Path) -> tuple[list[dict], dict
     return rows, files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("combo", FLIPPED)
 def test_wall_clock_allowance_does_not_change_verdicts_or_counterexamples(combo, tmp_path):
     first = _check(combo, 600.0, tmp_path / "x1")

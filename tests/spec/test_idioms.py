@@ -86,6 +86,7 @@ def test_an_inexact_or_impure_idiom_is_refused_with_its_reason(acme, name, const
         assert "idiom_policies.py:" in verdict
 
 
+@pytest.mark.slow
 def test_the_memorable_idioms_are_violated_not_refused(acme) -> None:
     """The unsafe variants that the checker understands get a counterexample."""
     understood = (idioms.FloorDiv, idioms.NegNegMisplaced, idioms.AnyFlag, idioms.MaxOfBudgets)

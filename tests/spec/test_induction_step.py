@@ -309,7 +309,11 @@ def test_the_seed_run_exercises_resumes_and_admissions(registry) -> None:
     assert replay_rounds(registry, PROVED[0], SEED) >= 4
 
 
-@pytest.mark.parametrize("combo_text", PROVED)
+@pytest.mark.parametrize(
+    "combo_text",
+    # each combo's examples take some seconds: the fast tier keeps the one without alignment
+    [c if "alignment=none" in c else pytest.param(c, marks=pytest.mark.slow) for c in PROVED],
+)
 @settings(max_examples=30)  # each step is a solver call, a few per example
 @example(scenario=SEED)
 @given(scenario=scenarios())

@@ -85,6 +85,7 @@ def exported(tmp_path_factory) -> tuple[list, object]:
     return json.loads(out.stdout)["verdicts"], folder
 
 
+@pytest.mark.slow
 def test_every_violation_of_the_built_ins_is_exported(exported) -> None:
     verdicts, folder = exported
     violated = [v for v in verdicts if v["verdict"] == "violated"]
@@ -96,6 +97,7 @@ def test_every_violation_of_the_built_ins_is_exported(exported) -> None:
     assert len(list(folder.iterdir())) == len(violated)
 
 
+@pytest.mark.slow
 def test_every_exported_counterexample_replays_to_its_failure(exported) -> None:
     _, folder = exported
     runner = CliRunner()

@@ -35,6 +35,7 @@ def full_search_gives_up(monkeypatch):
     monkeypatch.setattr(checker, "solve", solve)
 
 
+@pytest.mark.slow
 def test_a_single_request_finds_what_the_full_search_gave_up_on(registry, full_search_gives_up):
     # a larger budget than the default: since a load-back charges its hit's last window (the
     # cap is one more case split in every admission), the one-request query at round 3 needs

@@ -25,6 +25,7 @@ LOADERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", sorted(LOADERS))
 def test_the_engines_scheduler_imports_as_the_conformance_does(engine: str) -> None:
     wanted, code = LOADERS[engine]

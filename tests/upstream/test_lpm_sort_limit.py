@@ -87,7 +87,7 @@ def test_lpm_decides_as_upstreams_schedule_policy(waiting, late, third, expected
     assert first_batches(scenario, len(expected)) == expected
 
 
-@pytest.mark.parametrize("engine", ["fcfs", "lpm"])
+@pytest.mark.parametrize("engine", ["fcfs", pytest.param("lpm", marks=pytest.mark.slow)])
 def test_the_plugin_keeps_an_over_limit_queue_as_simulate_does(engine):
     """In SGLang under the plugin (``queue=lpm``), whatever ``--schedule-policy`` it runs."""
     combo = registry_from().resolve(LPM)

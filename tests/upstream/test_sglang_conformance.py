@@ -114,6 +114,7 @@ def _loads_under_the_threshold(sc: Scenario) -> bool:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("hybrid_swa", "count"), [(False, RANDOM_COUNT), (True, RANDOM_SWA_COUNT)], ids=["plain", "swa"]
 )
@@ -469,6 +470,7 @@ def test_sglangs_swa_hicache_loads_one_window_of_a_long_host_run():
     )
 
 
+@pytest.mark.slow
 def test_random_swa_host_scenarios_on_sglangs_hicache():
     """CI's hybrid-SWA random set, the scenarios with host runs, on SGLang's own SWA HiCache:
     identical, whether a run fits in one window or not (or not expressible: a run whose last

@@ -54,6 +54,7 @@ def _run_side(side: str, folder: Path) -> list[bool]:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("upstream")
 @pytest.mark.parametrize("side, hooked", [("sglang", False), ("policykit", True)])
 def test_each_side_runs_with_or_without_the_plugins_hooks(tmp_path, side, hooked):

@@ -94,6 +94,7 @@ def _hooked_runs(scenarios: list, combo) -> list:
         return [drive(scenario, max_rounds=400) for scenario, _ in scenarios]
 
 
+@pytest.mark.slow
 def test_faithful_combo_leaves_upstream_decisions_unchanged(registry):
     scenarios = _scenarios(1515, COUNT)
     hooked = _hooked_runs(scenarios, registry.resolve(UPSTREAM_COMBO))
@@ -143,6 +144,7 @@ def _compare_with_simulate(
     return differing
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "combo",
     [
@@ -159,6 +161,7 @@ def test_real_adder_under_the_plugin_decides_as_policykit_simulate(registry, com
 LPM = "admission=reserve-tail,chunking=sglang,alignment=none,queue=lpm"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "combo, engine, count",
     [
@@ -190,6 +193,7 @@ def test_an_engine_lpm_under_an_arrival_order_plugin_keeps_its_own_recency(regis
     assert "('r5', 256, 367, 'whole')" in differing[0][1].split("!=")[0]
 
 
+@pytest.mark.slow
 def test_the_queue_hook_changes_the_order():
     """The test above is not vacuous: on the same scenarios, longest-prefix-first decides
     differently from arrival order in some of them."""
@@ -212,6 +216,7 @@ class ShortestFirst(QueuePolicy):
         return v.prompt_tokens - v.prefix_tokens - v.host_prefix_tokens
 
 
+@pytest.mark.slow
 def test_a_third_party_order_decides_in_the_engine_as_in_simulate(registry):
     combo = dataclasses.replace(registry.resolve(LPM), queue=ShortestFirst())
     rng, compared, differing = random.Random("shortest"), 0, []
@@ -256,6 +261,7 @@ def _admit_without_retry(self, req, ledger, locked, entries, loads):
     return planner.Budget.NO_TOKEN if verdict is planner._LOCK_REFUSED else verdict
 
 
+@pytest.mark.slow
 def test_no_evict_differs_from_simulate_only_by_the_lock_refused_retry(registry, monkeypatch):
     """docs/deploy-sglang.md: policykit's planner retries a request whose own cached prefix,
     once locked, made it not fit, computing its prompt afresh; SGLang's adder has no such path

@@ -39,6 +39,7 @@ def scenario(requests, *, pool=160, chunk=64, release=None, evictable=0, page=16
     )
 
 
+@pytest.mark.slow
 def test_300_random_scenarios_are_identical(compare):
     rng = random.Random(1)
     runs = [compare.random_scenario(rng, i) for i in range(300)]

@@ -97,6 +97,7 @@ COMBOS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(COMBOS))
 def test_under_the_plugin_vllm_decides_as_policykit_simulate(vllm_side, monkeypatch, name):
     compare, _, scheduler = vllm_side
@@ -213,6 +214,7 @@ def test_a_failing_policy_falls_back_to_vllm_with_one_log_line(
     assert all("vLLM decides instead" in line and policies[kind].name in line for line in lines)
 
 
+@pytest.mark.slow
 def test_a_third_party_victim_after_the_requester_is_taken(vllm_side, monkeypatch, caplog):
     """A victim vLLM's path can take is taken: where the plugin logged no fallback, the run
     decides as ``policykit simulate`` does with the same policy object, and on some of those
