@@ -88,21 +88,25 @@ def main(argv: list[str]) -> int:
     why = None
     if len(argv) == 4 and argv[2] == "--moved":
         argv, why = argv[:2], argv[3]
-    if len(argv) not in (1, 2):
-        print(
-            "usage: python -m policykit.spec.digest CHECK.json [RECORDED.json [--moved WHY]]",
-            file=sys.stderr,
-        )
+    usage = "usage: python -m policykit.spec.digest CHECK.json [RECORDED.json [--moved WHY]]"
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage + "\n\n" + (main.__doc__ or ""))
+        return 0
+    if len(argv) not in (1, 2) or any(a.startswith("-") for a in argv):
+        print(usage, file=sys.stderr)
         return 2
-    with open(argv[0]) as fh:
-        document = json.load(fh)
+    try:
+        documents = [_read(path) for path in argv]
+    except (OSError, ValueError) as exc:
+        print(f"policykit.spec.digest: {exc}", file=sys.stderr)
+        return 2
+    document = documents[0]
     found = digest(document)
     if len(argv) == 1:
         out = {"device": document.get("device"), "config": document.get("config"), "rows": found}
         print(json.dumps(stamped(out, SCHEMA), indent=1, sort_keys=True))
         return 0
-    with open(argv[1]) as fh:
-        recorded = json.load(fh)
+    recorded = documents[1]
     moved = {
         part: differences(recorded["rows"], found, part) for part in ("verdict", "counterexample")
     }
@@ -120,6 +124,15 @@ def main(argv: list[str]) -> int:
         print(f"recorded the moved counterexamples in {argv[1]}")
         return 0
     return 1 if any(moved.values()) else 0
+
+
+def _read(path: str) -> dict[str, Any]:
+    """A JSON document, or a ValueError that names the file and what is wrong with it."""
+    with open(path) as fh:
+        try:
+            return json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not JSON: {exc}") from None
 
 
 if __name__ == "__main__":
