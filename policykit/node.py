@@ -680,8 +680,10 @@ class PrefillNode:
     # -- introspection ---------------------------------------------------------------------
     def pending_releases(self) -> bool:
         """Whether held KV will still come back (:func:`policykit.kernel.kv_due`)."""
+        # every held request finished and shares the node's release setting: the oldest answers
+        # for all of them, in one step however many are held
         never = self.config.kv_release_rounds is None
-        return any(kv_due(INT_LOGIC, q.finished_round, [], never) for q in self.held)
+        return bool(self.held) and kv_due(INT_LOGIC, self.held[0].finished_round, [], never)
 
     def owned_pages(self) -> dict[str, torch.Tensor]:
         """Every page of the full pool by owner (free list, cache, each request)."""

@@ -373,8 +373,11 @@ class Scheduler:
         New admissions only borrow from this, so nothing can ever raise it."""
         node, domain = self.node, self.planner.domain
         never = node.config.kv_release_rounds is None
-        due = [kernel.kv_due(domain, q.finished_round, [], never) for q in node.held]
-        return kernel.reclaimable(domain, node.baseline, due, [self._gives(q) for q in node.held])
+        # KV held for good gives nothing back: not walking it keeps a round's cost flat however
+        # many requests finished before it
+        held = [] if never else list(node.held)
+        due = [kernel.kv_due(domain, q.finished_round, [], never) for q in held]
+        return kernel.reclaimable(domain, node.baseline, due, [self._gives(q) for q in held])
 
     def _gives(self, held: Request) -> int:
         """What a held request gives back when its KV is released: its own pages and the part
@@ -414,10 +417,10 @@ class Scheduler:
         node, domain = self.node, self.planner.domain
         if self.result.starvation is not None or not node.waiting:
             return
-        idle = kernel.drained(domain, [node.chunked is not None], [True for _ in node.held])
-        if not idle:
-            return
+        idle = kernel.drained(domain, [node.chunked is not None], [bool(node.held)])
         placed = [bool(record.plan.batch)]
+        if not kernel.starves(domain, idle, [True], placed):
+            return  # nothing could starve: ask no policy and touch no prefix (queue() does)
         for req in self.planner.queue():
             if kernel.starves(domain, idle, [self.planner.never_fits(req) is None], placed):
                 refused = record.plan.rejected

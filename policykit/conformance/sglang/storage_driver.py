@@ -144,7 +144,7 @@ class StorageDriver(UpstreamDriver):
             self._after_forward(record.plan, round_no)
             record.storage = self.storage_view()
             never = self.scenario.config.kv_release_rounds is None
-            releases_due = any(kv_due(INT_LOGIC, f, [], never) for _, f in self.held)
+            releases_due = bool(self.held) and kv_due(INT_LOGIC, self.held[0][1], [], never)
             if not record.plan.batch and not self.future and not releases_due:
                 break
         else:
