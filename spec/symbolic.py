@@ -1049,7 +1049,8 @@ def _merged(outcome: Outcomes, fn: Any, who: str, method: str) -> Any:
         raise SymbolicEvaluationError(
             f"{who} cannot be checked: its {method}() {exc}, in {defined_at(fn)}. The checker "
             "vouches only for a pure function of the view written with int arithmetic, "
-            "comparisons, min/max and if (see 'What the checker trusts' in docs/spec.md)."
+            "comparisons, min/max, if and loops with a bound it can see (see 'What the checker "
+            "trusts' in docs/spec.md)."
         ) from None
     finally:
         _GUARD.reset(token)
@@ -1115,8 +1116,8 @@ def run_guarded(
         _GUARD.reset(token)
     raise SymbolicEvaluationError(
         f"{who} cannot be checked: its {method}() {guard.violation}. The checker vouches only "
-        "for a pure function of the view written with int arithmetic, comparisons, min/max and "
-        "if (see 'What the checker trusts' in docs/spec.md)."
+        "for a pure function of the view written with int arithmetic, comparisons, min/max, if "
+        "and loops with a bound it can see (see 'What the checker trusts' in docs/spec.md)."
     )
 
 
