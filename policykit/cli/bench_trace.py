@@ -60,7 +60,8 @@ def trace_options(f: Callable[..., Any]) -> Callable[..., Any]:
         default="write-through",
         show_default=True,
         help="Production traces: keep every computed block in an unbounded host store "
-        "(loaded back on a later hit), or no host tier (docs/traces.md).",
+        "(loaded back on a later hit), or no host tier (docs/traces.md). A combo that preempts "
+        "replays on vLLM's kind of node, which has none: give off.",
     )(f)
     f = click.option(
         "--gpu",
