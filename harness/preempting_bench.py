@@ -202,7 +202,7 @@ def run_paged(
         plan = sched.last_plan
         released = [] if step is None else step.released
         arrived = arrivals.get(plan.round, [])
-        out.result.rounds.append(_record(plan, node, released, arrived, times))
+        out.result.rounds.append(round_record(plan, node, released, arrived, times))
         marks["end"] = now
         out.preemptions += 0 if step is None else len(step.preempted)
         if on_round is not None and step is not None:
@@ -224,14 +224,16 @@ def run_paged(
     return out
 
 
-def _record(
+def round_record(
     plan: Plan,
     node: PreemptingNode,
     released: list[str],
     arrived: list[str],
-    times: tuple[float, float],
+    times: tuple[float, float] = (0.0, 0.0),
 ) -> RoundRecord:
-    """A step as the ledger node's round record; ``times``: planning and wall seconds."""
+    """A step as the ledger node's round record (what the outcome tallies and the roofline
+    clock read, for either node); ``times``: planning and wall seconds (none for a replay
+    without a forward, whose clock is predicted)."""
     page = node.config.page_size
     return RoundRecord(
         plan=plan,

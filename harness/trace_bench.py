@@ -85,6 +85,26 @@ def replay_config(
     )
 
 
+def replay_either(
+    trace: Trace,
+    combo: Combo,
+    config: ReplayConfig,
+    shadows: list[Combo],
+    *,
+    pm: PolicykitPluginManager | None = None,
+    progress: Progress | None = None,
+) -> tuple[dict[str, Any], list[Combo]]:
+    """``combo``'s row on the node it runs on: SGLang's, with the ``shadows`` that do not
+    preempt planned beside it (:func:`replay_shadowed`), or vLLM's node that preempts, which
+    carries no shadows (:func:`~.trace_paged.replay_paged`)."""
+    if combo.preempts:
+        from policykit.harness.trace_paged import replay_paged
+
+        return replay_paged(trace, combo, config, pm=pm, progress=progress), []
+    plain = [c for c in shadows if not c.preempts]
+    return replay_shadowed(trace, combo, config, plain, pm=pm, progress=progress)
+
+
 def forward_slice(
     trace: Trace,
     combo: Combo,
@@ -148,11 +168,13 @@ def run_trace_bench(
     def one(combo: Combo, shadows: list[Combo], done: int) -> tuple[dict, list[Combo]]:
         progress = on_combo(combo, done) if on_combo is not None else None
         gc.collect()  # the last replay's node (its cache, its KV pool) in reference cycles
-        return replay_shadowed(trace, combo, config, shadows, pm=pm, progress=progress)
+        return replay_either(trace, combo, config, shadows, pm=pm, progress=progress)
 
     rows = replay_grouped(combos, one)
     if head is not None and model is not None:
         for combo, row in zip(combos, rows, strict=True):
+            if combo.preempts:
+                continue  # the forward slice runs on SGLang's node (bench a workload instead)
             gc.collect()
             row["forward"] = forward_slice(head, combo, config, model, pm=pm)
     return trace_document(
@@ -182,9 +204,14 @@ def trace_document(
             "(deterministic: rounds and tokens)",
             "predicted": f"roofline of {config.preset.name} on {config.gpu.name} (bf16) for every "
             "round of that replay; not measured",
-            "forward": f"real model forward on the first {forward_requests} requests"
+            "forward": f"real model forward on the first {forward_requests} requests (combos "
+            "that do not preempt)"
             if forward_requests
             else "no model forward",
+            "fairness": "per request, on the predicted clock of that replay: TTFT by prompt "
+            "size (<1k: under 1,024 tokens, 1k-8k: 1,024 to 8,192, >8k: above), the longest "
+            "stretch a request waited without a chunk, preemptions and the tokens they made "
+            "the node compute again",
             "scheduler_seconds": "wall clock of this machine (noise; never a winner)",
             "same_replay": f"{sum('same_replay_as' in r for r in rows)} combos decide as "
             "another by construction and carry its replay (their same_replay_as says which "
@@ -231,7 +258,7 @@ def replay_unit(args: dict[str, Any]) -> dict[str, Any]:
 
     def _replay(combo: Combo, shadows: list[Combo]) -> tuple[dict, list[Combo]]:
         gc.collect()  # the last replay's node, in reference cycles
-        return replay_shadowed(trace, combo, config, shadows, pm=pm)
+        return replay_either(trace, combo, config, shadows, pm=pm)
 
     return {
         "trace": trace.name,

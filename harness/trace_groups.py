@@ -15,7 +15,15 @@ from typing import Any
 from policykit.registry import Combo
 
 #: row fields that say what a combo did (not how long this machine took to say it)
-BEHAVIOUR = ("status", "crash", "never_completes", "starvation", "outcomes", "predicted")
+BEHAVIOUR = (
+    "status",
+    "crash",
+    "never_completes",
+    "starvation",
+    "outcomes",
+    "predicted",
+    "fairness",
+)
 
 
 def behaviour_key(row: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from policykit.config import EngineConfig
 from policykit.harness.metrics import percentile
 from policykit.harness.presets import ModelPreset
 from policykit.harness.roofline import GPU, round_cost
+from policykit.harness.trace_fairness import FairnessTally
 from policykit.harness.trace_host import BlockHostStore
 from policykit.harness.trace_shadow import Shadows
 from policykit.harness.traces import Trace, TraceRequest
@@ -268,6 +269,7 @@ def replay_shadowed(
     beside.follow(scheduler, pm)
     clock = TraceClock(trace, config.time_scale)
     tally = TraceTally(config.engine.page_size, trace.block_tokens, node.pool.total_tokens)
+    fairness = FairnessTally()
     blocks: dict[str, tuple[int, ...]] = {}
     deferred: set[str] = set()
     never_fit_skips = [0]  # requests the queue rejected for good (``trace_groups.skip_twins``)
@@ -276,12 +278,15 @@ def replay_shadowed(
         for req in clock.due():
             blocks[req.id] = req.blocks
             tally.arrived(req, round_no, clock.now)
+            fairness.arrived(req.id, req.prompt_tokens, round_no, clock.now)
             node.add(Request(req.id, trace.tokens(req), arrival_round=round_no))
 
     def on_round(record: RoundRecord) -> None:
         beside.after_round(record)
+        start = clock.now
         clock.advance(round_cost(record.plan.batch, config.preset).seconds(config.gpu))
         tally.count(record, blocks, clock.now)
+        fairness.count(record, start, clock.now)
         if isinstance(node.host, BlockHostStore):
             for entry in record.plan.batch:
                 node.host.computed(blocks[entry.request_id], entry.end)
@@ -305,6 +310,7 @@ def replay_shadowed(
         "seconds": clock.now,
         "ttft_s": {"p50": percentile(tally.ttft_s, 50), "p99": percentile(tally.ttft_s, 99)},
     }
+    row["fairness"] = fairness.summary(tally.rounds, clock.now)
     row["never_fit_skips"] = never_fit_skips[0]
     row["scheduler_seconds"] = time.perf_counter() - t0
     return row, beside.after_run(row, scheduler)
@@ -343,6 +349,8 @@ def _row(
         "crash": crash,
         "never_completes": None if never is None else dict(never.__dict__),
         "starvation": None if result.starvation is None else dict(result.starvation.__dict__),
+        #: requests that waited more than ``starvation_rounds`` rounds (``simulate`` fails on one)
+        "starved": [{"id": k, "waited_rounds": v} for k, v in result.starved.items()],
         #: request id ("*": the run) -> the fault that failed it: a broken plugin is visible
         "policy_faults": dict(result.policy_faults),
         "outcomes": tally.outcomes(total, None if crash is None else crash["round"], counts),

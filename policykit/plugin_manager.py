@@ -40,6 +40,7 @@ BUILTIN_PLUGINS = (
     "policykit.plugins.queue",
     "policykit.plugins.vllm",
     "policykit.plugins.vllm_preemption",
+    "policykit.plugins.recompute_preemption",
 )
 
 

@@ -60,7 +60,8 @@ def trace_options(f: Callable[..., Any]) -> Callable[..., Any]:
         default="write-through",
         show_default=True,
         help="Production traces: keep every computed block in an unbounded host store "
-        "(loaded back on a later hit), or no host tier (docs/traces.md).",
+        "(loaded back on a later hit), or no host tier (docs/traces.md). A combo that preempts "
+        "replays on vLLM's kind of node, which has none: give off.",
     )(f)
     f = click.option(
         "--gpu",
@@ -152,7 +153,7 @@ def bench_trace(
         if not combo_texts
         else [registry.resolve(t, config=engine) for t in combo_texts]
     )
-    refuse_preempting(chosen, workload)
+    refuse_preempting(chosen, workload, args.host_tier)
     warned: set[str] = set()
     for combo in chosen:
         warn_if_uncheckable(combo, engine, as_json=as_json, seen=warned)
@@ -170,19 +171,16 @@ def bench_trace(
     return _inline(trace, chosen, config, source, pm, model, forward, quiet=as_json)
 
 
-def refuse_preempting(chosen: list[Combo], workload: str) -> None:
-    """A trace replay is built on SGLang's node (its clock prices the ledger's round records,
-    its host tier is SGLang's HiCache, its shadows and twins replay the ledger's plans), so a
-    combo that preempts is refused here; it benches on a named workload or a scenario."""
+def refuse_preempting(chosen: list[Combo], workload: str, host_tier: str) -> None:
+    """A combo that preempts replays a trace on vLLM's kind of node (:mod:`.trace_paged`),
+    which has no host tier: with the write-through one it is refused, with the way out."""
     preempting = [str(c) for c in chosen if c.preempts]
-    if preempting:
+    if preempting and host_tier != "off":
         raise PolicykitError(
-            f"The combo {preempting[0]} preempts, so it runs on a node that preempts (vLLM's), "
-            f"but a production-trace replay ({workload}) runs on SGLang's node only: its "
-            "roofline clock, write-through host tier and shadow runs are built on that node's "
-            "round records. Bench the combo on a named workload without host prefixes (for "
-            "example --workload long-prompts) or on a scenario file, or replay the trace with "
-            "combos that do not preempt."
+            f"The combo {preempting[0]} preempts, so it replays {workload} on vLLM's kind of "
+            "node, which has no host tier of its own (a host-side KV cache is a KV connector, "
+            "outside the scheduler). Replay with --host-tier off: every combo of the run then "
+            "has no host tier, so the rows compare."
         )
 
 

@@ -15,7 +15,7 @@ from policykit.cli.common import (
     named_combo,
     warn_if_uncheckable,
 )
-from policykit.cli.simulate_outcome import exit_code, print_faults, run_to_end
+from policykit.cli.simulate_outcome import exit_code, print_faults, print_starved, run_to_end
 from policykit.errors import PolicykitError
 from policykit.fidelity import Holds, approximations
 from policykit.registry import COMBO_FORM
@@ -58,7 +58,9 @@ from policykit.scheduler import Scheduler
     type=click.IntRange(min=0),
     default=1000,
     show_default=True,
-    help="Report requests that waited more than this many rounds.",
+    help="Fail (exit 5) on a request that waited more than this many rounds for its first "
+    "chunk, or deferred that many rounds in a row, or was still waiting that long when the run "
+    "stopped; each is listed as starved.",
 )
 @json_option
 def simulate(
@@ -80,7 +82,10 @@ def simulate(
     free again, or it was failed for waiting forever), or a waiting request starves (an idle
     node would admit it, but the queue stops in front of it every round); 4: no OOM, but a
     policy fault (a policy raised, answered with the wrong type or broke its contract) failed
-    a request or stopped the run: the combo's plugin is broken.
+    a request or stopped the run: the combo's plugin is broken; 5: none of those, but a
+    request starved: it waited more than --starvation-rounds rounds (listed as `starved` in the
+    text and in the JSON, whose `starvation_rounds` gives the bound), though it may have been
+    served in the end. Precedence when several apply: 1, 4, 3, 5.
     """
     from policykit.devices import resolve_device
 
@@ -94,7 +99,8 @@ def simulate(
     if chosen.preempts:
         from policykit.cli.simulate_preempting import simulate_preempting
 
-        simulate_preempting(sc, chosen, pm, max_rounds, as_json, resolve_device(device))
+        bounds = (max_rounds, starvation_rounds)
+        simulate_preempting(sc, chosen, pm, bounds, as_json, resolve_device(device))
     warn_if_uncheckable(chosen, sc.config, as_json=as_json)
     notes = approximations(chosen, Holds.of_scenario(sc))
     node = build_node(sc, device=resolve_device(device))
@@ -102,13 +108,19 @@ def simulate(
     result = run_to_end(sched, max_rounds, quiet=as_json)
     if as_json:
         echo_json(
-            {"scenario": sc.name, **result.to_dict(), "approximations": notes},
+            {
+                "scenario": sc.name,
+                **result.to_dict(),
+                "starvation_rounds": starvation_rounds,
+                "approximations": notes,
+            },
             "policykit.simulate/1",
         )
     else:
         console = default_console()
         print_run(result, title=f"{sc.name} — {chosen}", console=console)
         print_faults(result, console)
+        print_starved(result.starved, starvation_rounds, console)
         for line in notes:
             console.print(Text(line, style="yellow"))
     sys.exit(exit_code(result))

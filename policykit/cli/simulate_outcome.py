@@ -16,6 +16,8 @@ from policykit.scheduler import RunResult, Scheduler
 EXIT_OOM = 1
 EXIT_NEVER_COMPLETES = 3
 EXIT_POLICY_FAULT = 4
+#: a request waited more than ``--starvation-rounds`` rounds (the run itself may have ended well)
+EXIT_STARVED = 5
 
 
 def print_faults(result: RunResult, console) -> None:
@@ -31,21 +33,44 @@ def print_faults(result: RunResult, console) -> None:
     console.print(Text(f"Policy fault (exit {EXIT_POLICY_FAULT}): {said}.", style="bold red"))
 
 
+def print_starved(starved: dict[str, int], bound: int, console) -> None:
+    """One red line saying which requests waited past ``--starvation-rounds`` and that the run
+    fails for it (each is also on its own ``starved:`` line): a starved request fails a CI gate
+    even when everything completed in the end."""
+    if not starved:
+        return
+    who = ", ".join(f"{rid} ({waited} rounds)" for rid, waited in starved.items())
+    console.print(
+        Text(
+            f"Starved (exit {EXIT_STARVED}): {who} waited more than {bound} rounds "
+            "(--starvation-rounds).",
+            style="bold red",
+        )
+    )
+
+
 def exit_code(result: RunResult) -> int:
     """:func:`code_of` a run."""
     stuck = result.never_completes is not None or result.starvation is not None
-    return code_of(result.oom is not None, bool(result.policy_faults), stuck)
+    return code_of(
+        result.oom is not None, bool(result.policy_faults), stuck, starved=bool(result.starved)
+    )
 
 
-def code_of(oom: bool, policy_fault: bool, stuck: bool) -> int:
+def code_of(oom: bool, policy_fault: bool, stuck: bool, *, starved: bool = False) -> int:
     """1 for an OOM (the worse failure, and the one that ends a run), else 4 for a policy
     fault (a broken plugin must not pass a CI gate), else 3 for an admitted request that can
-    never complete or a waiting request that starves (``stuck``), else 0."""
+    never complete or a waiting request that starves forever (``stuck``), else 5 for a request
+    that waited more than ``--starvation-rounds`` rounds (``starved``: served late, or still
+    waiting when the run stopped), else 0. The bound is a fairness gate: a queue that serves
+    everything eventually can still starve one request for the whole run (issue 33)."""
     if oom:
         return EXIT_OOM
     if policy_fault:
         return EXIT_POLICY_FAULT
-    return EXIT_NEVER_COMPLETES if stuck else 0
+    if stuck:
+        return EXIT_NEVER_COMPLETES
+    return EXIT_STARVED if starved else 0
 
 
 def run_to_end(sched: Scheduler, max_rounds: int, *, quiet: bool) -> RunResult:

@@ -10,6 +10,7 @@ preempts); a scenario (a file or a bundled name) is simply ``simulate SCENARIO``
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import TYPE_CHECKING
 
@@ -40,14 +41,20 @@ def simulate_workload(
     from policykit.harness.lookup import WorkloadKind
 
     if ref.kind is WorkloadKind.TRACE:
-        _trace(ref.arg, combos, pool_tokens, as_json)
+        _trace(ref.arg, combos, pool_tokens, starvation_rounds, as_json)
     else:
         _rounds(ref, combos, pool_tokens, max_rounds, starvation_rounds, as_json)
 
 
-def _trace(arg: str, combos: tuple[str, ...], pool_tokens: int | None, as_json: bool) -> None:
+def _trace(
+    arg: str,
+    combos: tuple[str, ...],
+    pool_tokens: int | None,
+    starvation_rounds: int,
+    as_json: bool,
+) -> None:
     from policykit.cli.bench_trace import refuse_preempting, trace_table
-    from policykit.cli.simulate_outcome import code_of
+    from policykit.cli.simulate_outcome import code_of, print_starved
     from policykit.harness.presets import get_preset
     from policykit.harness.roofline import get_gpu
     from policykit.harness.trace_bench import replay_config, run_trace_bench
@@ -57,18 +64,27 @@ def _trace(arg: str, combos: tuple[str, ...], pool_tokens: int | None, as_json: 
     config, source = replay_config(
         get_preset(CLOCK_MODEL), get_gpu(CLOCK_GPU), pool_tokens=pool_tokens
     )
+    config = dataclasses.replace(config, starvation_rounds=starvation_rounds)
     pm, registry = load_registry()
     combo = registry.resolve(None, *combos, config=config.engine)
-    refuse_preempting([combo], arg)
+    if combo.preempts:  # vLLM's node has no host tier (bench_trace.refuse_preempting)
+        config = dataclasses.replace(config, host_tier="off")
+    refuse_preempting([combo], arg, config.host_tier)
     warn_if_uncheckable(combo, config.engine, as_json=as_json)
     doc = run_trace_bench(trace, [combo], config, pm=pm, pool_source=source)
     (row,) = doc["combos"]
     if as_json:
-        echo_json(doc, "policykit.simulate.trace/1")
+        echo_json({**doc, "starvation_rounds": starvation_rounds}, "policykit.simulate.trace/1")
     else:
-        default_console().print(trace_table(doc))
+        console = default_console()
+        console.print(trace_table(doc))
+        starved = {s["id"]: s["waited_rounds"] for s in row["starved"]}
+        for rid, waited in starved.items():
+            console.print(f"starved:   {rid} waited {waited} rounds")
+        print_starved(starved, starvation_rounds, console)
     stuck = row["never_completes"] is not None or row["starvation"] is not None
-    sys.exit(code_of(row["crash"] is not None, bool(row["policy_faults"]), stuck))
+    crashed, faulted = row["crash"] is not None, bool(row["policy_faults"])
+    sys.exit(code_of(crashed, faulted, stuck, starved=bool(row["starved"])))
 
 
 def _rounds(
@@ -79,7 +95,7 @@ def _rounds(
     starvation_rounds: int,
     as_json: bool,
 ) -> None:
-    from policykit.cli.simulate_outcome import exit_code, print_faults, run_to_end
+    from policykit.cli.simulate_outcome import exit_code, print_faults, print_starved, run_to_end
     from policykit.harness.build import lay_out_workload
     from policykit.harness.lookup import WorkloadKind
     from policykit.harness.workloads import generate, load_trace
@@ -102,9 +118,11 @@ def _rounds(
     sched = Scheduler(node, combo, pm=pm, starvation_rounds=starvation_rounds)
     result = run_to_end(sched, max_rounds, quiet=as_json)
     if as_json:
-        echo_json({"workload": workload.summary(), **result.to_dict()}, "policykit.simulate/1")
+        doc = {"workload": workload.summary(), **result.to_dict()}
+        echo_json({**doc, "starvation_rounds": starvation_rounds}, "policykit.simulate/1")
     else:
         console = default_console()
         print_run(result, title=f"{workload.name} — {combo}", console=console)
         print_faults(result, console)
+        print_starved(result.starved, starvation_rounds, console)
     sys.exit(exit_code(result))

@@ -22,6 +22,7 @@ from pathlib import Path
 from policykit.docsgen import plots
 from policykit.docsgen.bench_section import bench_section
 from policykit.docsgen.concepts import HYBRID_SWA
+from policykit.docsgen.conclusion import conclusion
 from policykit.docsgen.labels import (
     SHOWN_KINDS,
     combo_cells,
@@ -51,6 +52,9 @@ from policykit.registry import PolicyRegistry
 REPLAY_SCENARIOS: tuple[str, ...] = ("seed-abc", "seed-incident-1keim", str(HYBRID_SWA))
 #: this page, relative to the docs folder (for links to hand-written pages)
 PAGE = "generated/comparisons/index.md"
+#: front matter: the page is its tables, which need the width Material gives the table of
+#: contents on a 1280 px screen (tests/docs/test_browser.py checks that nothing scrolls)
+NO_TOC = "---\nhide:\n  - toc\n---\n\n"
 #: the names other modules and tests reach through this one
 __all__ = [
     "REPLAY_SCENARIOS",
@@ -158,8 +162,10 @@ def write_comparisons(
     sweeps = {r.trace.get("name"): r for r in results if isinstance(r, TraceSweepResults)}
     written: list[Path] = []
     parts = [
+        NO_TOC,
         GENERATED_BANNER,
         "# Comparisons\n\n",
+        conclusion(traces, checks),
         f"{len(combos)} registered combinations (admission × chunking × alignment × queue, the "
         "kinds that change a verdict; the allocator phase, which no verdict depends on, at its "
         "default), side by side, and in the formal verdicts the combinations that preempt "

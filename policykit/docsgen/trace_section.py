@@ -35,6 +35,8 @@ WHY: dict[tuple[str, str], str] = {
     "which is safe only while the truncated chunk uses up the whole compute budget",
 }
 KINDS = ("admission", "chunking", "alignment")
+#: the fairness block's prompt-size classes, smallest first (``harness.trace_fairness``)
+SIZE_CLASSES = ("<1k", "1k-8k", ">8k")
 
 
 def sig(x: float | None) -> str:
@@ -42,11 +44,24 @@ def sig(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
+def breakable(combo: str) -> str:
+    """A combo's printed name that may wrap after each ``/`` (a browser breaks a name at its
+    hyphens, but not at a slash, so a long six-part combo would widen its column)."""
+    return short_label(_key(combo)).replace("/", "/<wbr>")
+
+
 def _label(group: dict[str, Any]) -> str:
-    # plain text, not code: a long combo name may wrap at its hyphens in a narrow column
-    name = short_label(group["representative"])
-    size = group["size"]
-    return f"{name} (+{size - 1} alike)" if size > 1 else name
+    """A group's row label: its representative, and the combos the row folds in, named in a
+    folded list (plain text, not code: the names may wrap in a narrow column)."""
+    rep = group["representative"]
+    others = [c for c in group["combos"] if _key(c) != _key(rep)]
+    if not others:
+        return breakable(rep)
+    folded = ", ".join(breakable(c) for c in others)
+    return (
+        f'{breakable(rep)} <details class="pk-fold"><summary>+{len(others)} alike</summary>'
+        f"{folded}</details>"
+    )
 
 
 def _status(row: dict[str, Any]) -> str:
@@ -84,11 +99,54 @@ def group_table(bench: TraceBenchResults) -> str:
             f"TTFT p50/p99 s ({gpu})",
             "TTFT p50/p99 rounds",
             "hit rate",
-            "tokens recomputed / loaded back",
+            "recomputed / loaded back",
             "peak pool",
         ],
         cells,
         right=(2, 3, 4, 5, 6),
+    )
+
+
+def fairness_part(bench: TraceBenchResults) -> str:
+    """Who waited, per behaviour: TTFT p99 by prompt size, the longest wait, preemptions and
+    the tokens they made the node compute again (rows from before ``fairness`` have none)."""
+    rows = {r["combo"]: r for r in bench.rows}
+    groups = [g for g in bench.groups if rows[g["representative"]].get("fairness")]
+    if not groups:
+        return ""
+    cells = []
+    for group in groups:
+        row = rows[group["representative"]]
+        f, req = row["fairness"], row["outcomes"]["requests"]
+        classes = f["size_classes"]
+        wait = f["max_wait"] or {}
+        cells.append(
+            [
+                _label(group),
+                " / ".join(sig(classes[c]["ttft_s"]["p99"]) for c in SIZE_CLASSES),
+                " / ".join(sig(classes[c]["ttft_s"]["max"]) for c in SIZE_CLASSES),
+                sig(wait.get("seconds")),
+                f"{f['preemptions']:,} / {f['recomputed_after_preemption_tokens']:,}",
+                f"{req['completed']:,}/{req['total']:,}, {req['starved']:,} starved",
+            ]
+        )
+    return (
+        "Who waited: TTFT by prompt size (under 1,024 tokens / 1,024 to 8,192 / above), the "
+        "longest a request went without a chunk, and preemptions with the tokens they made "
+        "the node compute again.\n\n"
+        + table(
+            [
+                "combos",
+                "TTFT p99 s by size",
+                "TTFT max s by size",
+                "max wait s",
+                "preempted / recomputed",
+                "completed",
+            ],
+            cells,
+            right=(1, 2, 3, 4),
+        )
+        + "\n"
     )
 
 
@@ -247,6 +305,7 @@ def trace_section(
         why(bench),
         group_table(bench),
         "\n",
+        fairness_part(bench),
     ]
     if sweep is not None:
         parts.append(sweep_part(sweep, plot_dir, slug))

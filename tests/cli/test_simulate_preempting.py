@@ -42,6 +42,24 @@ def test_a_request_that_never_completes_exits_3(cli, tmp_path):
     assert "Never completed: A" in res.stdout
 
 
+def test_a_request_that_waits_past_the_bound_exits_5_on_the_preempting_node(cli, tmp_path):
+    """B is preempted in round 3 and waits rounds 3 and 4: starved at a bound of 1, though
+    everything completes; listed in the text and the JSON."""
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(TWO_LONG))
+    combo = "vllm/vllm-threshold:32/none/default/fcfs/vllm"
+    args = ("simulate", str(path), "--combo", combo, "--starvation-rounds", "1")
+    res = cli(*args, "--json")
+    assert res.exit_code == 5, res.output
+    doc = json.loads(res.stdout)
+    assert doc["unfinished"] == [] and doc["starvation_rounds"] == 1
+    assert doc["starved"] == [{"id": "B", "waited_rounds": 2}]
+    text = cli(*args)
+    assert text.exit_code == 5
+    assert "starved:   B waited 2 rounds" in text.stdout and "Starved (exit 5)" in text.stdout
+    assert cli("simulate", str(path), "--combo", combo, "--starvation-rounds", "2").exit_code == 0
+
+
 def test_a_scenario_field_the_node_has_no_meaning_for_is_bad_input(cli):
     res = cli("simulate", "seed-abc", "--combo", "vllm/vllm/none/default/fcfs/vllm")
     assert res.exit_code == 2 and "host tier" in res.output

@@ -77,3 +77,32 @@ def test_one_input_exactly(cli, args: list[str]) -> None:
     res = cli("simulate", *args)
     assert res.exit_code == 2
     assert "one input" in _one_paragraph(res)
+
+
+def test_a_trace_request_that_waits_past_the_bound_fails_the_replay(cli, tmp_path: Path) -> None:
+    """Both requests arrive together; the second waits for the first's chunks, so at a bound
+    of 0 rounds it is starved: exit 5, listed in the JSON (with the bound) and the text."""
+    trace = tmp_path / "mc.jsonl"
+    trace.write_text(MOONCAKE.replace('"timestamp": 100', '"timestamp": 0'))
+    args = ("simulate", "--workload", str(trace), "--pool-tokens", "4096")
+    res = cli(*args, "--starvation-rounds", "0", "--json")
+    assert res.exit_code == 5, res.output
+    doc = json.loads(res.stdout)
+    (row,) = doc["combos"]
+    assert doc["starvation_rounds"] == 0 and [s["id"] for s in row["starved"]] == ["r1"]
+    text = cli(*args, "--starvation-rounds", "0")
+    assert text.exit_code == 5 and "Starved (exit 5): r1" in text.output
+    assert cli(*args).exit_code == 0
+
+
+def test_a_combo_that_preempts_replays_a_trace_on_its_own_node(cli, tmp_path: Path) -> None:
+    trace = tmp_path / "mc.jsonl"
+    trace.write_text(MOONCAKE)
+    combo = "vllm/vllm/none/default/fcfs/least-progress"
+    res = cli("simulate", "--workload", str(trace), "--combo", combo, "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    (row,) = doc["combos"]
+    assert row["node"] == "preempting" and row["status"] == "completed"
+    assert doc["replay"]["host_tier"] == "off"
+    assert row["fairness"]["size_classes"]["1k-8k"]["completed"] == 2

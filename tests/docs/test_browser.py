@@ -3,9 +3,9 @@
 The site is served from localhost by a thread. The server records every request, so the test
 knows that the browser fetched the plots and nothing from anywhere else (the site must work
 offline), and it appends a small probe script to every HTML page: after the page has loaded,
-the probe measures what a reader would see at 1400 px (horizontal overflow of the page and of
-every table, which images decoded, which admonitions show) and writes it into the DOM, which
-``--dump-dom`` returns. Skipped when no chromium is installed.
+the probe measures what a reader would see at 1280 px, a laptop screen (horizontal overflow of
+the page and of every table, which images decoded, which admonitions show) and writes it into
+the DOM, which ``--dump-dom`` returns. Skipped when no chromium is installed.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(
     BROWSER is None,
     reason="no chromium on PATH (Debian: apt-get install chromium); .ci/run installs it",
 )
-WIDTH = 1400
+WIDTH = 1280
 
 PROBE = """<script>
 window.addEventListener("load", () => {
@@ -134,7 +134,7 @@ def probe(dom: str) -> dict:
     return json.loads(html.unescape(found.group(1)))
 
 
-def assert_readable_at_1400_px(seen: dict) -> None:
+def assert_readable_at_1280_px(seen: dict) -> None:
     assert seen["viewport"] == WIDTH
     assert seen["page_width"] <= WIDTH, "the page scrolls sideways"
     assert seen["overflowing"] == [], "tables that scroll sideways"
@@ -142,13 +142,13 @@ def assert_readable_at_1400_px(seen: dict) -> None:
     assert [i["src"] for i in seen["images"] if not i["ok"]] == [], "images that did not load"
 
 
-def test_comparison_page_fits_1400_px_with_every_plot_loaded(
+def test_comparison_page_fits_1280_px_with_every_plot_loaded(
     served_site, example_registry, tmp_path
 ):
     base, log = served_site
     dom = dump_dom(f"{base}/generated/comparisons/", tmp_path / "profile")
     seen = probe(dom)
-    assert_readable_at_1400_px(seen)
+    assert_readable_at_1280_px(seen)
 
     verdicts = dom.split('id="formal-verdicts"', 1)[1].split('id="scenario-replays"', 1)[0]
     cells = verdicts.count('<span class="pk-cell">')

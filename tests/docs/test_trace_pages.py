@@ -120,3 +120,55 @@ def test_docs_refuses_a_workload_that_is_not_a_trace() -> None:
     result = CliRunner().invoke(main, ["docs", "--workloads", "long-prompts", "--no-build"])
     assert result.exit_code == 2
     assert "not a production trace" in result.output and "Traceback" not in result.output
+
+
+def test_the_page_opens_with_a_conclusion_computed_from_the_results(tmp_path: Path) -> None:
+    """A "for X, use Y" paragraph from the trace rows and the verdicts, before any table: the
+    fixture's fastest sound row, against SGLang's default row, and how many combos carry
+    proofs."""
+    results = load_results_dir(RESULTS)
+    write_comparisons(registry_from(), results, tmp_path)
+    page = (tmp_path / "comparisons" / "index.md").read_text()
+    opening = page[page.index("# Comparisons") : page.index("## Production trace")]
+    assert opening.count("**In short**") == 1
+    bench = next(r for r in results if isinstance(r, TraceBenchResults))
+    best = min(bench.rows, key=lambda r: r["predicted"]["ttft_s"]["p99"])
+    assert f"for the lowest TTFT p99 on mooncake-conversation, use `{best['combo']}`" in opening
+    assert f"{sig(best['predicted']['ttft_s']['p99'])} s" in opening
+    assert "whose every property is proved" in opening
+
+
+def test_a_folded_row_names_the_combos_it_folds(tmp_path: Path) -> None:
+    write_comparisons(registry_from(), load_results_dir(RESULTS), tmp_path)
+    page = (tmp_path / "comparisons" / "index.md").read_text()
+    section = page[page.index("## Production trace") : page.index("## Formal verdicts")]
+    row = next(line for line in section.splitlines() if line.startswith("| sglang/<wbr>sglang"))
+    assert "+2 alike</summary>" in row
+    assert "no-evict/<wbr>sglang/<wbr>page, reserve-tail/<wbr>defer/<wbr>page</details>" in row
+
+
+def test_rows_with_fairness_get_the_who_waited_table(tmp_path: Path) -> None:
+    """A trace run of this version carries a ``fairness`` block per row: the section shows
+    TTFT p99 and max by prompt size, the longest wait and preemptions for each behaviour."""
+    doc = json.loads((RESULTS / "trace-mooncake-conversation.json").read_text())
+    for row in doc["combos"]:
+        classes = {
+            name: {"requests": 1, "completed": 1, "ttft_s": {"p50": 1.0, "p99": 2.0, "max": 3.0}}
+            for name in ("<1k", "1k-8k", ">8k")
+        }
+        row["fairness"] = {
+            "size_classes": classes,
+            "max_wait": {"seconds": 4.5, "rounds": 9, "request": "r1"},
+            "preemptions": 7,
+            "preempted_requests": 3,
+            "max_preemptions_of_one_request": 2,
+            "recomputed_after_preemption_tokens": 1234,
+        }
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "trace.json").write_text(json.dumps(doc))
+    write_comparisons(registry_from(), load_results_dir(folder), tmp_path)
+    page = (tmp_path / "comparisons" / "index.md").read_text()
+    assert "Who waited" in page
+    assert "| 2 / 2 / 2 | 3 / 3 / 3 | 4.5 | 7 / 1,234 |" in page
+    assert "for the shortest maximum wait on mooncake-conversation" in page

@@ -151,16 +151,23 @@ def test_starvation_names_requests_that_waited_too_long():
     assert result.starved["second"] > 3 and "first" not in result.starved
 
 
-def test_simulate_reports_starvation_with_a_configurable_threshold():
+def test_simulate_fails_on_starvation_with_a_configurable_threshold():
+    """A starved request fails the run with its own exit code (5), listed in the text and in
+    the JSON beside the bound; under the bound the run passes (issue 33)."""
     runner = CliRunner()
     strict = runner.invoke(main, ["simulate", "seed-abc", "--starvation-rounds", "0", "--json"])
-    assert strict.exit_code == 0, strict.output
-    starved = json.loads(strict.stdout)["starved"]
-    assert starved == [{"id": "C", "waited_rounds": 3}]
+    assert strict.exit_code == 5, strict.output
+    doc = json.loads(strict.stdout)
+    assert doc["schema"] == "policykit.simulate/1" and doc["created"]
+    assert doc["starved"] == [{"id": "C", "waited_rounds": 3}]
+    assert doc["starvation_rounds"] == 0
     lax = runner.invoke(main, ["simulate", "seed-abc", "--starvation-rounds", "3", "--json"])
+    assert lax.exit_code == 0, lax.output
     assert json.loads(lax.stdout)["starved"] == []
     text = runner.invoke(main, ["simulate", "seed-abc", "--starvation-rounds", "0"])
+    assert text.exit_code == 5
     assert "starved:   C waited 3 rounds" in text.output
+    assert "Starved (exit 5): C (3 rounds) waited more than 0 rounds" in text.output
     bad = runner.invoke(main, ["simulate", "seed-abc", "--starvation-rounds", "-1"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
 
