@@ -302,9 +302,7 @@ def check(
     rows = [row_of(v) for v in verdicts] + [r for p in plans for r in p.unfit_rows()]
     if export_dir is not None:
         _export(export_dir, rows)
-    data = _document(rows, plans, timeout, ran_on)
-    if cached is not None:
-        data["cache"] = cached
+    data = _document(rows, plans, timeout, ran_on, cached)
     hybrid = any(c.hybrid_swa for c in configs)
     data["approximations"] = approximation_lines(
         [c for p in plans for c in p.combos], Holds.of_checker(hybrid)
@@ -345,16 +343,22 @@ class _Run:
 
 
 def _document(
-    rows: list[dict[str, Any]], plans: list[_Plan], timeout: float, ran_on: dict[str, Any]
+    rows: list[dict[str, Any]],
+    plans: list[_Plan],
+    timeout: float,
+    ran_on: dict[str, Any],
+    cached: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``policykit.check/1`` document; a run over several configurations has each one's
-    block under ``configs`` and what they share under ``config``."""
+    block under ``configs`` and what they share under ``config``; a run on the process pool
+    says what the verdict cache gave under ``cache``."""
     from policykit.spec.report import check_document, config_block
 
     blocks = [config_block(p.config, p.options, timeout) for p in plans]
+    extra: dict[str, Any] = {} if cached is None else {"cache": cached}
     if len(blocks) == 1:
-        return check_document(rows, blocks[0], ran_on)
-    return check_document(rows, _matrix_block(blocks), ran_on, configs=blocks)
+        return check_document(rows, blocks[0], ran_on, **extra)
+    return check_document(rows, _matrix_block(blocks), ran_on, configs=blocks, **extra)
 
 
 #: ``--matrix``: the page sizes and sliding windows (None: no SWA) of the whole gate
