@@ -220,6 +220,14 @@ def _combos(
 )
 @ray_address_option
 @click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Check every combo anew: neither read nor write the verdict cache "
+    '($POLICYKIT_CACHE_DIR, else $XDG_CACHE_HOME/policykit/check; docs/spec.md, "The matrix '
+    'in a minute"). Without it, a combo already checked with the same checker code, z3, '
+    "policies, configuration and options takes its stored verdicts (--executor pool only).",
+)
+@click.option(
     "--verbose",
     "-v",
     is_flag=True,
@@ -251,6 +259,7 @@ def check(
     jobs: int | None,
     executor: str,
     ray_address: str | None,
+    no_cache: bool,
     verbose: bool,
     as_json: bool,
     out: Path | None,
@@ -288,11 +297,12 @@ def check(
     budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool)
     plans = [_plan(registry, texts, c, budget, len(configs) > 1) for c in configs]
     count = sum(len(p.combos) + len(p.unfit) for p in plans)
-    verdicts, ran_on = _run(registry, plans, executor, jobs, ray_address, quiet=as_json)
+    run = _Run(executor, jobs, ray_address, cache=not no_cache, quiet=as_json)
+    verdicts, ran_on, cached = run.check(registry, plans)
     rows = [row_of(v) for v in verdicts] + [r for p in plans for r in p.unfit_rows()]
     if export_dir is not None:
         _export(export_dir, rows)
-    data = _document(rows, plans, timeout, ran_on)
+    data = _document(rows, plans, timeout, ran_on, cached)
     hybrid = any(c.hybrid_swa for c in configs)
     data["approximations"] = approximation_lines(
         [c for p in plans for c in p.combos], Holds.of_checker(hybrid)
@@ -307,35 +317,48 @@ def check(
     sys.exit(exit_code(rows))
 
 
-def _run(
-    registry: PolicyRegistry,
-    plans: list[_Plan],
-    executor: str,
-    jobs: int | None,
-    ray_address: str | None,
-    *,
-    quiet: bool,
-) -> tuple[list[Any], dict[str, Any]]:
-    """Every plan's verdicts, on the process pool or on ``executor``'s workers (at most one job
-    per combo checked), and what they ran on."""
-    checked = sum(len(p.combos) for p in plans)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, checked))
-    if executor != "pool":
-        return _check_units(plans, executor, jobs, ray_address, quiet=quiet)
-    return _check_pool(registry, plans, jobs, quiet=quiet), {"name": "pool", "jobs": jobs}
+@dataclass(frozen=True)
+class _Run:
+    """How a run's plans are checked: where, how many at once, and with the verdict cache."""
+
+    executor: str
+    jobs: int | None
+    ray_address: str | None
+    cache: bool
+    quiet: bool
+
+    def check(
+        self, registry: PolicyRegistry, plans: list[_Plan]
+    ) -> tuple[list[Any], dict[str, Any], dict[str, Any] | None]:
+        """Every plan's verdicts, on the process pool (through the verdict cache) or on the
+        executor's workers (at most one job per combo checked), what they ran on, and the
+        cache's block for the document (None off the pool)."""
+        checked = sum(len(p.combos) for p in plans)
+        jobs = max(1, min(self.jobs or os.cpu_count() or 1, checked))
+        if self.executor != "pool":
+            units = _check_units(plans, self.executor, jobs, self.ray_address, quiet=self.quiet)
+            return (*units, None)
+        rows, cached = _check_pool(registry, plans, jobs, quiet=self.quiet, cache=self.cache)
+        return rows, {"name": "pool", "jobs": jobs}, cached
 
 
 def _document(
-    rows: list[dict[str, Any]], plans: list[_Plan], timeout: float, ran_on: dict[str, Any]
+    rows: list[dict[str, Any]],
+    plans: list[_Plan],
+    timeout: float,
+    ran_on: dict[str, Any],
+    cached: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``policykit.check/1`` document; a run over several configurations has each one's
-    block under ``configs`` and what they share under ``config``."""
+    block under ``configs`` and what they share under ``config``; a run on the process pool
+    says what the verdict cache gave under ``cache``."""
     from policykit.spec.report import check_document, config_block
 
     blocks = [config_block(p.config, p.options, timeout) for p in plans]
+    extra: dict[str, Any] = {} if cached is None else {"cache": cached}
     if len(blocks) == 1:
-        return check_document(rows, blocks[0], ran_on)
-    return check_document(rows, _matrix_block(blocks), ran_on, configs=blocks)
+        return check_document(rows, blocks[0], ran_on, **extra)
+    return check_document(rows, _matrix_block(blocks), ran_on, configs=blocks, **extra)
 
 
 #: ``--matrix``: the page sizes and sliding windows (None: no SWA) of the whole gate
@@ -505,6 +528,7 @@ def _print_text(data: dict[str, Any], detailed: bool, export_dir: Path | None, c
         console.print(Text(line, style="yellow"))
     _print_shortfalls(console, rows)
     _print_refusals(console, rows)
+    _print_cache(console, data.get("cache"))
     if detailed:
         for v in rows:
             cx = v.get("counterexample")
@@ -594,25 +618,44 @@ def exit_code(rows: list[dict[str, Any]]) -> int:
 
 
 def _check_pool(
-    registry: PolicyRegistry, plans: list[_Plan], jobs: int, *, quiet: bool
-) -> list[dict[str, Any]]:
+    registry: PolicyRegistry, plans: list[_Plan], jobs: int, *, quiet: bool, cache: bool
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every combo in a fresh process of its own, ``jobs`` at a time
-    (:mod:`policykit.spec.isolation`: the same verdicts whatever ``--jobs`` and the order)."""
+    (:mod:`policykit.spec.isolation`: the same verdicts whatever ``--jobs`` and the order),
+    except those the verdict cache holds and those that repeat a member of the run
+    (:mod:`policykit.spec.proof_cache`); also the document's ``cache`` block."""
     from policykit.spec.isolation import Task, check_isolated
 
-    tasks = [Task(c.as_dict(), p.config, p.options) for p in plans for c in p.combos]
-    chosen = [c for p in plans for c in p.combos]
-    rows: dict[int, list[dict[str, Any]]] = {}
+    run = _cache_plan(registry, plans, cache)
+    tasks = [
+        Task(m.combo.as_dict(), m.config, m.options) for m in map(run.members.__getitem__, run.todo)
+    ]
     # the zygote is forked here, before the progress threads start, so that no child inherits
     # a lock they hold
-    finished = check_isolated(tasks, jobs, registry if _pm_injected() else None)
+    injected = registry if _pm_injected() else None
+    finished = check_isolated(tasks, min(jobs, len(tasks)), injected) if tasks else iter(())
+    total = len(run.members)
     # one combo: no bar (it would only go from 0/1 to 1/1)
-    with ProgressBar("check", len(chosen), unit="combos", quiet=quiet or len(chosen) < 2) as bar:
-        for i, found in finished:
-            rows[i] = found
-            bar.describe(str(chosen[i]))
+    with ProgressBar("check", total, unit="combos", quiet=quiet or total < 2) as bar:
+        bar.advance(total - len(tasks))
+        for j, found in finished:
+            i = run.todo[j]
+            run.record(i, found)
+            bar.describe(str(run.members[i].combo))
             bar.advance()
-    return [row for i in range(len(chosen)) for row in rows[i]]
+    return [row for rows in run.all_rows() for row in rows], run.summary()
+
+
+def _cache_plan(registry: PolicyRegistry, plans: list[_Plan], cache: bool) -> Any:
+    """The run against the verdict cache (:class:`policykit.spec.proof_cache.RunCache`). With
+    policies that exist in this process only, every member is checked: nothing is keyed."""
+    from policykit.spec.proof_cache import Member, ProofCache, RunCache, cache_dir
+
+    members = [Member(c, p.config, p.options) for p in plans for c in p.combos]
+    if _pm_injected():
+        return RunCache(members, None, todo=list(range(len(members))))
+    store = ProofCache(cache_dir()) if cache else None
+    return RunCache.plan(members, [registry.sources(m.combo) for m in members], store)
 
 
 def _prefix(plan: _Plan, plans: list[_Plan]) -> str:
@@ -761,6 +804,23 @@ def _matrix(rows: list[dict[str, Any]]) -> Group:
             glyphs.append(Text(mark, style=_STYLE.get(v["verdict"], "")))
         table.add_row(combo, *glyphs)
     return Group(fold(table), Text(keys), Text(legend))
+
+
+def _print_cache(console: Console, block: dict[str, Any] | None) -> None:
+    """Where verdicts came from the cache, how many and from where: a reader of a gate's log
+    should know which verdicts this run computed."""
+    if not block or not (block.get("hits") or block.get("shared")):
+        return
+    parts = []
+    if block.get("hits"):
+        parts.append(
+            f"{block['hits']} combos' verdicts from the cache in {block['dir']} (checked before "
+            "with the same checker code, z3, policies, configuration and options; --no-cache "
+            "checks them anew)"
+        )
+    if block.get("shared"):
+        parts.append(f"{block['shared']} combos named twice were checked once")
+    console.print(Text("; ".join(parts) + ".", style="dim"))
 
 
 def _print_refusals(console: Console, rows: list[dict[str, Any]]) -> None:

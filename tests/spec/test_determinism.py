@@ -28,7 +28,8 @@ SMALL = ("--rounds", "3", "--requests", "3")
 
 
 def _check(combo: str, timeout_s: float, folder: Path) -> tuple[list[dict], dict[str, bytes]]:
-    args = ["check", "--combo", combo, *SMALL, "--jobs", "1", "--json"]
+    # --no-cache: the second run must check anew, not take the first one's stored verdicts
+    args = ["check", "--combo", combo, *SMALL, "--jobs", "1", "--json", "--no-cache"]
     args += ["--timeout", str(timeout_s), "--export-counterexample", str(folder)]
     out = CliRunner().invoke(main, args)
     assert out.exit_code in (0, 1, 3), out.output
