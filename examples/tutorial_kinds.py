@@ -84,14 +84,14 @@ class LeastWorkFirst(policykit.QueuePolicy):
 
 
 # --8<-- [start:preemption]
-class LeastProgressFirst(policykit.PreemptionPolicy):
-    """Preempt the running request that has computed the fewest tokens: the one whose
-    recomputation costs least (vLLM takes the one admitted last)."""
+class MostBlocksFirst(policykit.PreemptionPolicy):
+    """Preempt the running request that holds the most KV blocks: one preemption then frees
+    the most memory, so fewer requests are disturbed (each costs more to compute again)."""
 
-    name = "least-progress"
+    name = "most-blocks"
 
     def victim_rank(self, v: policykit.PreemptView) -> int:
-        return -v.computed_tokens
+        return v.held_blocks
 
 
 # --8<-- [end:preemption]
@@ -103,4 +103,4 @@ def policykit_register_policies(register):
     register(TwoPageAlignment)
     register(EmptyCacheAtServing)
     register(LeastWorkFirst)
-    register(LeastProgressFirst)
+    register(MostBlocksFirst)

@@ -122,13 +122,15 @@ def test_the_preemption_policy_chooses_the_victim(monkeypatch):
         ({"B": 24, "C": 32}, [], ["B"]),  # B's cached blocks survived: only 24 to recompute
         ({"C": 8}, [], ["C"]),
     ]
-    assert [r[:3] for r in rows(sc, combo + "least-progress", registry)][2:] == [
-        # least-progress preempts A (64 computed), although it was already scheduled this
+    assert [r[:3] for r in rows(sc, combo + "fewest-computed")][2:] == [
+        # fewest-computed preempts A (64 computed), although it was already scheduled this
         # step: its 16 tokens go back to the budget, its blocks to the pool, and B fits
         ({"B": 24}, ["A"], ["B"]),
         ({"A": 16, "C": 32}, [], ["A"]),
         ({"C": 8}, [], ["C"]),
     ]
+    # the tutorial's most-blocks picks B too (it holds more blocks than A): the requester itself
+    assert rows(sc, combo + "most-blocks", registry) == rows(sc, combo + "vllm")
 
 
 def test_combos_print_one_way_and_old_spellings_still_parse():
