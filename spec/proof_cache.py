@@ -41,6 +41,7 @@ import tempfile
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,13 +86,9 @@ def _python_files(folder: Path) -> list[Path]:
 def checker_digest() -> str:
     """The checker's code: every Python file of the packages that build, solve and replay a
     formula and of the built-in policies (an edit anywhere in them changes the key)."""
-    import policykit
-    import policykit.plugins
-    import policykit.spec
-
-    folders = {
-        Path(p) for pkg in (policykit, policykit.spec, policykit.plugins) for p in pkg.__path__
-    }
+    # (found, not imported: the checker has no use for the built-ins' modules themselves)
+    specs = [find_spec(name) for name in ("policykit", "policykit.spec", "policykit.plugins")]
+    folders = {Path(p) for s in specs if s is not None for p in s.submodule_search_locations or []}
     return _file_digest([f for d in sorted(folders) for f in _python_files(d)])
 
 
