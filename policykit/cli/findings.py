@@ -31,7 +31,7 @@ def describe(finding: Finding) -> dict[str, Any]:
         "id": finding.id,
         "engine": finding.engine,
         "title": finding.title,
-        "property": finding.property,
+        "failure": finding.failure,
         "settings": finding.settings,
         "summary": finding.summary,
         "page": finding.page,
@@ -73,14 +73,14 @@ def _selected(ids: tuple[str, ...]) -> list[Finding]:
 def _print_list(installed: dict[str, str | None]) -> None:
     console = default_console()
     table = Table(box=None, title="policykit findings", title_justify="left")
-    for column in ("finding", "engine release", "status", "property"):
+    for column in ("finding", "engine release", "status", "what fails"):
         table.add_column(column, overflow="fold")
     for f in FINDINGS:
         for i, version in enumerate(versions(f)):
             here = " (installed)" if installed.get(f.engine) == version else ""
             label = f"{engines.NAMES[f.engine]} {version}{here}"
             table.add_row(
-                f.id if i == 0 else "", label, status(f, version), f.property if i == 0 else ""
+                f.id if i == 0 else "", label, status(f, version), f.failure if i == 0 else ""
             )
         table.add_row("", "", "", "")
     console.print(table)

@@ -67,8 +67,8 @@ class Finding:
     id: str
     engine: str
     title: str
-    #: the property of ``policykit check`` the engine violates
-    property: str
+    #: what fails: the property of ``policykit check`` the engine violates, or in words
+    failure: str
     #: one paragraph: what happens, in the engine's terms
     summary: str
     #: the engine settings under which it happens
@@ -112,9 +112,3 @@ def _key(version: str) -> tuple[int, ...]:
 def versions(finding: Finding) -> tuple[str, ...]:
     """The releases of its engine that :data:`policykit.engines.RELEASES` lists."""
     return engines.versions(finding.engine)
-
-
-def find(finding_id: str) -> Finding | None:
-    from policykit.findings.entries import FINDINGS
-
-    return next((f for f in FINDINGS if f.id == finding_id), None)

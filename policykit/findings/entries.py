@@ -38,7 +38,7 @@ RESERVATION_OFF = Finding(
     engine="vllm",
     title="vLLM admits a request it can never complete and preempts itself for good "
     "(scheduler_reserve_full_isl=False)",
-    property="admitted-completes",
+    failure="admitted-completes",
     summary="With full-sequence reservation off, a waiting request enters when its first "
     "chunk's blocks are free. Beside a finished request whose KV is held for its transfer, its "
     "next chunk does not fit; vLLM preempts running[-1], the request itself. Its computed blocks "
@@ -80,7 +80,7 @@ THRESHOLD = Finding(
     engine="vllm",
     title="vLLM with long_prefill_token_threshold admits two requests that together outgrow "
     "the pool, and one is stranded (reservation on)",
-    property="admitted-completes",
+    failure="admitted-completes",
     summary="With full-sequence reservation on, each waiting request's whole prompt is checked "
     "against the free blocks, but not against the blocks requests already running still need. "
     "The long-prefill threshold cuts the first request's chunk short, so the budget left admits "
@@ -118,21 +118,21 @@ _SWA_TRIED = (
 HOST_HIT = Finding(
     id="sglang-swa-host-hit",
     engine="sglang",
-    title="SGLang with hybrid SWA starves a request whose host hit can never fit, on an idle "
-    "node with the whole sliding-window pool free",
-    property="no-starvation",
+    title="SGLang with hybrid SWA starves a request whose host hit can never fit, and the "
+    "requests behind it, with the whole sliding-window pool free",
+    failure="never admitted, never rejected (fcfs: the queue behind it starves)",
     summary="With hybrid SWA and HiCache, a request's sliding-window reservation "
-    "(estimate_swa_kv_tokens) adds the host hit's last window, in whole pages, to the window "
-    "its own extend and first decoded token need plus a page. For a 576-token prompt with a "
-    "512-token host hit that is 641 tokens, one more than a 640-token pool SGLang starts with "
+    "(estimate_swa_kv_tokens) adds its host hit's window, in whole pages, to what its own "
+    "extend and first new token need plus a page. For a 576-token prompt with a 512-token host "
+    "hit that is 641 tokens, one more than a 640-token pool SGLang starts with "
     "(validate_swa_pool_size accepts anything above window + page). The never-fits escape hatch "
     "caps the chunk at the pool less the same headroom, which leaves nothing: add_one_req "
-    "answers NO_TOKEN every round, with nothing else running. The same prompt with no host copy "
-    "is admitted and completes.",
+    "answers NO_TOKEN every round on an idle node, and the fcfs queue never looks at the "
+    "request behind it. The same prompt with no host copy is admitted and completes.",
     settings="hybrid SWA (window 512, page 64), --enable-hierarchical-cache, a sliding-window "
     "pool of 640 tokens, --schedule-policy fcfs",
     reproducer=("sglang_swa", "host-hit"),
-    shows="add_one_req -> NO_TOKEN every round, swa available 640 of 640, A in waiting",
+    shows="add_one_req -> NO_TOKEN every round, swa available 640 of 640, A and C waiting",
     upstream=(
         Thread(SGLANG, 31771, "PR", "Fix hybrid-SWA HiCache load-back", "open",
                "Changes how host-resident and device-resident parts of an SWA prefix hit are "
@@ -148,13 +148,15 @@ HOST_HIT = Finding(
         Thread(SGLANG, 31205, "issue",
                "[Bug] PD prefill silently starves forever when a request's SWA budget exceeds "
                "the SWA pool (DeepSeek-V4 hybrid pool)", "closed",
-               "The same symptom for prompts too long for the pool. Here the prompt computed "
-               "from scratch fits and completes; only the host hit makes it never fit."),
+               "The same symptom (the head never admitted, everything behind it starved) for "
+               "prompts too long for the pool. Here the prompt computed from scratch fits and "
+               "completes; only the host hit makes it never fit."),
     ),
     avoid=None,
-    no_avoid="No built-in combo avoids it under proof: " + _SWA_TRIED + " (no-starvation is "
-    "proved unbounded with fcfs-skip, but its never-fits test does not see this wait, "
-    "docs/conformance.md).",
+    no_avoid="No combo avoids it inside SGLang: under hybrid SWA the plugin leaves admission "
+    "to SGLang's own adder, and fcfs-skip orders like fcfs there. On policykit's own node, "
+    "sglang/sglang/none/default/fcfs-skip rejects A as never fitting and serves the request "
+    "behind it (no-starvation proved unbounded with --min-swa-pool 577); " + _SWA_TRIED + ".",
     checks=_SGLANG_CHECKS,
 )  # fmt: skip
 
@@ -163,7 +165,7 @@ WINDOW_LOCK = Finding(
     engine="sglang",
     title="SGLang with hybrid SWA leaves one request stuck behind the sliding-window KV its own "
     "lock protects",
-    property="admitted-completes",
+    failure="admitted-completes",
     summary="With hybrid SWA and the radix cache, a chunked request is checkpointed into the "
     "tree before each round and locked there. After a 512-token first chunk and a 64-token "
     "second one (window 512), all 576 of its sliding-window tokens stay protected, though the "
@@ -198,3 +200,8 @@ WINDOW_LOCK = Finding(
 )  # fmt: skip
 
 FINDINGS: tuple[Finding, ...] = (RESERVATION_OFF, THRESHOLD, HOST_HIT, WINDOW_LOCK)
+
+
+def find(finding_id: str) -> Finding | None:
+    """The finding named ``finding_id``, or None."""
+    return next((f for f in FINDINGS if f.id == finding_id), None)

@@ -1,5 +1,5 @@
-"""SGLang 0.5.23 with hybrid SWA: one request alone, on a sliding-window pool SGLang starts
-with, that its own scheduler never finishes.
+"""SGLang 0.5.23 with hybrid SWA: a request on a sliding-window pool SGLang starts with, alone
+on the node, that its own scheduler never finishes.
 
 Run it with ``python -m policykit.findings.repro.sglang_swa host-hit`` (or ``window-lock``). The
 decisions and the storage are SGLang's own classes, driven on a CPU by policykit's conformance
@@ -11,9 +11,10 @@ classes run and what is stubbed): ``SchedulePolicy`` and ``PrefillAdder`` decide
 Window 512, page 64, a sliding-window pool of 640 tokens (SGLang refuses to start at 576 or
 under: ``validate_swa_pool_size``), one request, nothing else on the node:
 
-* ``host-hit``: A (576 tokens) whose first 512 are on the host (a HiCache hit). SGLang's
-  ``PrefillAdder.add_one_req`` answers ``NO_TOKEN`` every round with the whole sliding-window
-  pool free. ``--contrast``: the same prompt with no host copy is admitted and completes.
+* ``host-hit``: A (576 tokens) whose first 512 are on the host (a HiCache hit), and C (64
+  tokens) arriving in round 2. SGLang's ``PrefillAdder.add_one_req`` answers ``NO_TOKEN`` for A
+  every round with the whole sliding-window pool free, and the ``fcfs`` queue never reaches C.
+  ``--contrast``: the same A with no host copy is admitted and completes, and so does C.
 * ``window-lock``: A (640 tokens, no cached prefix) is admitted and computes 576 tokens in two
   chunks; then all 576 of its sliding-window tokens stay protected, 64 (a page) stay free, and
   ``add_chunked_req`` defers its last chunk every round. ``--contrast``: with
@@ -45,14 +46,19 @@ class Scenario:
     #: "starves" (never scheduled) or "stuck" (admitted, then no progress)
     failure: str
     what: str
+    #: (id, prompt tokens, arrival round) of the requests that come after A, if any
+    others: tuple[tuple[str, int, int], ...] = ()
 
 
+_C = (("C", 64, 2),)
 SCENARIOS = {
-    "host-hit": Scenario("host-hit", 576, 512, 4096, "starves", "A's first 512 tokens on the host"),
+    "host-hit": Scenario(
+        "host-hit", 576, 512, 4096, "starves", "A's first 512 tokens on the host", _C
+    ),
     "window-lock": Scenario("window-lock", 640, 0, 4096, "stuck", "A with no cached prefix"),
 }
 CONTRASTS = {
-    "host-hit": Scenario("host-hit", 576, 0, 4096, "starves", "the same prompt, no host copy"),
+    "host-hit": Scenario("host-hit", 576, 0, 4096, "starves", "the same A, no host copy", _C),
     "window-lock": Scenario("window-lock", 640, 0, 64, "stuck", "chunked_prefill_size 64"),
 }
 
@@ -71,15 +77,16 @@ def _scenario(sc: Scenario) -> Any:
     request: dict[str, Any] = {"id": "A", "prompt_tokens": sc.prompt}
     if sc.host_prefix:
         request["host_prefix_tokens"] = sc.host_prefix
+    others = [{"id": i, "prompt_tokens": n, "arrival_round": r} for i, n, r in sc.others]
     return parse_scenario(
         {
             "name": f"finding-{sc.name}",
             "page_size": PAGE,
             "chunked_prefill_size": sc.chunk,
             "sliding_window": WINDOW,
-            "kv_release_rounds": None,
+            "kv_release_rounds": 1,  # a finished request's KV goes back the next round
             "pool": {"free_tokens": 2048, "evictable_tokens": 0, "swa_free_tokens": SWA_POOL},
-            "requests": [request],
+            "requests": [request, *others],
         },
         source=f"finding {sc.name}",
     )
@@ -94,14 +101,15 @@ def _sizes(driver: Any) -> dict[str, int]:
     }
 
 
-def _request(driver: Any) -> dict[str, Any]:
-    """A's ``Req`` as SGLang holds it, where the scheduler keeps it, and the sliding-window
-    reservation SGLang's admission asks for it (``estimate_swa_kv_tokens``, the budget's own
-    function, with A's numbers: what is left to compute, one new token, its host hit)."""
+def _request(driver: Any, rid: str) -> dict[str, Any]:
+    """A request's ``Req`` as SGLang holds it, where the scheduler keeps it, and the
+    sliding-window reservation SGLang's admission asks for it (``estimate_swa_kv_tokens``, the
+    budget's own function, with its numbers: what is left to compute, one new token, its host
+    hit)."""
     from sglang.srt.mem_cache.prefill_budget import estimate_swa_kv_tokens
 
-    req = driver.reqs["A"]
-    where = "chunked_req" if driver.chunked is req else driver.state["A"]
+    req = driver.reqs[rid]
+    where = "chunked_req" if driver.chunked is req else driver.state[rid]
     done = type(req.finished_reason).__name__ if req.finished_reason is not None else None
     prompt = len(req.origin_input_ids)
     extend = prompt - int(req.prefix_len) - int(req.host_hit_length)
@@ -144,7 +152,8 @@ def reproduce(name: str, *, contrast: bool = False) -> Run:
         chunks = [(e.start, e.end, e.kind.value) for e in record.plan.entries]
         verdicts = [v for _, v in record.verdicts]
         run.steps.append({"round": number, "verdicts": verdicts, "chunks": chunks, **sizes})
-    run.state = {"A": _request(driver), **_sizes(driver), "pending": upstream.pending}
+    requests = {rid: _request(driver, rid) for rid in driver.ids}
+    run.state = {"requests": requests, **_sizes(driver), "pending": upstream.pending}
     return run
 
 
@@ -180,13 +189,14 @@ def report(run: Run) -> list[str]:
             f"{s['swa_available_size']}, protected {s['swa_protected_size']}, evictable "
             f"{s['swa_evictable_size']}"
         )
-    a = run.state["A"]
-    lines.append(
-        f"after round {len(run.steps)}: A in {a['where']}, finished_reason "
-        f"{a['finished_reason']}, kv_committed_len {a['kv_committed_len']}/{a['prompt_tokens']}, "
-        f"host_hit_length {a['host_hit_length']}, swa_host_hit_length "
-        f"{a['swa_host_hit_length']}"
-    )
+    lines.append(f"after round {len(run.steps)}:")
+    for rid, r in run.state["requests"].items():
+        lines.append(
+            f"  {rid}: in {r['where']}, finished_reason {r['finished_reason']}, "
+            f"kv_committed_len {r['kv_committed_len']}/{r['prompt_tokens']}, host_hit_length "
+            f"{r['host_hit_length']}, swa_host_hit_length {r['swa_host_hit_length']}"
+        )
+    a = run.state["requests"]["A"]
     if sc.failure == "starves" and failed(run):
         lines.append(
             f"SGLang's estimate_swa_kv_tokens for A as it waits: {a['swa_reservation']} "
@@ -196,7 +206,8 @@ def report(run: Run) -> list[str]:
         lines.append("completes: A is not left waiting here.")
     elif sc.failure == "starves":
         lines.append(
-            f"STARVED: A never computes a token; the last {IDLE_ROUNDS} rounds change nothing."
+            f"STARVED: A never computes a token, nothing behind it is looked at, and the last "
+            f"{IDLE_ROUNDS} rounds change nothing."
         )
     else:
         lines.append(
