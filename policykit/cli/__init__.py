@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "conformance": "policykit.cli.conformance:conformance",
     "plugins": "policykit.cli.plugins:plugins",
     "docs": "policykit.cli.docs:docs",
+    "findings": "policykit.cli.findings:findings",
     "plan-memory": "policykit.cli.plan_memory:plan_memory",
     "policies": "policykit.cli.policies:policies",
     "sglang-plugin": "policykit.cli.sglang_plugin:sglang_plugin",

@@ -19,6 +19,7 @@ DOCUMENTS = {
     "simulate": ["simulate", "seed-abc"],
     "check": ["check", "--combo", "reserve-tail/defer/page/default/fcfs-skip", "--rounds", "2"],
     "plan-memory": ["plan-memory", "--model", "llama3-8b", "--gpu-mem-gib", "80"],
+    "findings": ["findings"],
 }
 
 
@@ -120,6 +121,7 @@ def test_policies_fit_80_columns_one_or_two_lines_each_without_rest_markup(cli):
         ["simulate", "seed-incident-1keim", "--combo", "sglang/sglang/checkpoint:256"],
         ["check", "--combo", "reserve-tail/swa-reserve/truncation:192", "--rounds", "2"],
         ["plugins"],
+        ["findings"],
     ],
 )
 def test_tables_fold_instead_of_truncating_at_80_columns(cli, args):

@@ -121,9 +121,11 @@ class StorageDriver(UpstreamDriver):
         self.state[req.rid] = "chunked"
 
     # -- the round loop ------------------------------------------------------------------
-    def run(self, max_rounds: int = 10_000) -> UpstreamRun:
+    def run(self, max_rounds: int = 10_000, idle_rounds: int = 0) -> UpstreamRun:
+        """Round by round until nothing can change any more, then ``idle_rounds`` more (a
+        reproducer shows with them that nothing does), or ``max_rounds``."""
         run = UpstreamRun()
-        round_no = 0
+        round_no = idle = 0
         while round_no < max_rounds:
             round_no += 1
             self._release_due(round_no)
@@ -145,7 +147,11 @@ class StorageDriver(UpstreamDriver):
             record.storage = self.storage_view()
             never = self.scenario.config.kv_release_rounds is None
             releases_due = bool(self.held) and kv_due(INT_LOGIC, self.held[0][1], [], never)
-            if not record.plan.batch and not self.future and not releases_due:
+            if record.plan.batch or self.future or releases_due:
+                idle = 0
+                continue
+            idle += 1
+            if idle > idle_rounds:
                 break
         else:
             run.stopped_by = "max_rounds"

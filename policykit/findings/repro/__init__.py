@@ -1,0 +1,1 @@
+"""Reproducers of the findings on the engines' own classes (docs/findings/)."""
