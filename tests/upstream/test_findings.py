@@ -125,9 +125,9 @@ def test_a_host_hit_behind_a_window_lock_waits_for_good_upstream_too(upstream):
     """Window 512, a pool SGLang starts with: A's unpinned 64-token device prefix keeps its
     window locked when A is matched, and the 512-token host hit behind it charges its last
     window (``swa_host_hit_length``): together more than the 640-token sliding-window pool
-    leaves for A's chunk, so A waits for good, upstream too. An idle node (the prefix evicted,
-    all 576 tokens loaded back from the host, one window of them charged) would take A, and
-    nothing evicts the prefix for it: a starvation of SGLang's. policykit's skipping queue
+    leaves for A's chunk, so A waits for good, upstream too. Evicting the prefix would not help:
+    with all 576 tokens on the host and nothing on the device, SGLang refuses A on an idle node
+    as well (docs/findings/sglang-swa-host-hit.md). policykit's skipping queue
     does not see a wait on a window lock (a known gap, docs/conformance.md), so A is not
     rejected either."""
     scenario = parse_scenario(NEVER_FITS_HOST_HIT, source="test")
