@@ -68,12 +68,12 @@ def example_env(example_paths) -> dict[str, str]:
 
 
 def copy_docs_tree(dest: Path) -> Path:
-    """mkdocs.yml, docs/ (without generated pages) and examples/ copied to ``dest``."""
+    """mkdocs.yml, docs/ (without generated pages), examples/ and the findings' reproducers
+    (the pages include them) copied to ``dest``."""
     shutil.copy2(REPO / "mkdocs.yml", dest / "mkdocs.yml")
     shutil.copytree(REPO / "docs", dest / "docs", ignore=shutil.ignore_patterns("generated"))
-    shutil.copytree(
-        REPO / "examples", dest / "examples", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for folder in ("examples", "policykit/findings/repro"):
+        shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return dest / "mkdocs.yml"
 
 
