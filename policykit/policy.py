@@ -9,8 +9,9 @@ The contract, which ``policykit check`` enforces rather than assumes: a policy m
 *pure function of its view*. Its answer depends only on the view's fields and on what the
 policy was constructed with (its parameter); it keeps no state between calls (no counters on
 ``self`` or in the module), reads no clock, randomness or environment, catches no exceptions,
-and does not ask a value its type. Write it with ``int`` arithmetic (``//`` and ``%`` by a
-positive int), comparisons, ``min``/``max``/``abs`` and ``if``. The checker refuses code
+and does not ask a value its type. Write it with ``int`` arithmetic (``//`` and ``%`` by an
+int, shifts by a constant, page masks), comparisons, ``min``/``max``/``abs``, ``if`` and loops
+with a bound the checker can see. The checker refuses code
 outside this contract with a reason instead of giving a verdict (docs/spec.md, "What the
 checker trusts, and what it refuses").
 

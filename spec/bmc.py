@@ -688,7 +688,7 @@ def _stuck_valve(
     enc, inp, page = u.enc, u.inputs, u.config.page_size
     n, cache = len(inp.requests), inp.unpinned
     w.due = [
-        kernel.kv_due(terms, nxt.finished[i], [s.released[i], w.released[i]], inp.release_never)
+        kernel.kv_due(terms, nxt.finished[i].t, [s.released[i], w.released[i]], inp.release_never)
         for i in range(n)
     ]
     batch = z3.Or(*(placed_kind(e.kind) for e in w.entries))
@@ -829,7 +829,7 @@ def _refresh_waiting(
         for j, q in enumerate(reqs)
     ]
     nonempty = z3.Or(*waiting)
-    refresh = z3.And(nonempty, kernel.refresh_due(terms, s.sorts, r))
+    refresh = z3.And(nonempty, kernel.refresh_due(terms, s.sorts.t, r))
     out = list(units)
     for j, unit in enumerate(units[: len(reqs)]):
         touched = z3.And(refresh, waiting[j], unit.top.t > 0)
@@ -847,25 +847,5 @@ def own_pages(seq: Sym, cached: Sym, page: int) -> Sym:
 def _combine(old: EntryTerms, new: EntryTerms, use_new: z3.BoolRef) -> EntryTerms:
     """``new`` where ``use_new`` holds, else ``old`` (a request is either in progress or
     waiting, so at most one of its resume and admission entries is not NONE)."""
-    return EntryTerms(
-        *(
-            ite(use_new, getattr(new, k), getattr(old, k))
-            for k in (
-                "kind",
-                "start",
-                "end",
-                "load_back",
-                "rem_total",
-                "cur_rem",
-                "load_back_slots",
-                "lock",
-            )
-        )
-    )
-
-
-def value(m: z3.ModelRef, x: Any) -> Any:
-    v = m.eval(t(x), model_completion=True)
-    if z3.is_bool(v):
-        return z3.is_true(v)
-    return v.as_long()
+    names = [f.name for f in dataclasses.fields(EntryTerms)]
+    return EntryTerms(*(ite(use_new, getattr(new, k), getattr(old, k)) for k in names))

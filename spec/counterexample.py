@@ -21,7 +21,8 @@ from rich.text import Text
 
 from policykit.registry import Combo
 from policykit.scenario import config_fields, parse_scenario
-from policykit.spec.bmc import Unrolling, value
+from policykit.spec.bmc import Unrolling
+from policykit.spec.encoding import value
 from policykit.spec.model import KIND_NAMES, NONE, PLACED
 
 

@@ -66,6 +66,7 @@ from policykit.spec.symbolic import (
     refused_who,
 )
 from policykit.spec.terms import compile_terms
+from policykit.spec.views import guaranteed
 
 #: random views per method, on top of the path witnesses and boundary views
 RANDOM_VIEWS = 200
@@ -119,19 +120,14 @@ METHODS: tuple[Method, ...] = (
             _sym("rem_total_tokens"),
             _sym("cur_rem_tokens"),
         ),
-        lambda x, _: [
-            x["remaining_tokens"] >= 1,
-            x["remaining_tokens"] <= x["prompt_tokens"],
-            x["host_prefix_tokens"] >= 0,
-            x["host_prefix_tokens"] <= x["remaining_tokens"],
-        ],
+        lambda x, _: guaranteed(AdmitView, x),
     ),
     Method(
         "admission",
         "tail_reserve",
         int,
         lambda c: TailView(_sym("tail_tokens"), FIRST_TOKENS, c.page_size),
-        lambda x, _: [x["tail_tokens"] >= 1],
+        lambda x, _: guaranteed(TailView, x),
     ),
     *(
         Method(
@@ -147,7 +143,7 @@ METHODS: tuple[Method, ...] = (
                 c.hybrid_swa,
             ),
             lambda x, c: [
-                x["remaining_tokens"] >= 1,
+                *guaranteed(ChunkView, x),
                 x["rem_chunk_tokens"] <= c.chunked_prefill_size,
                 *([] if c.hybrid_swa else [x["rem_swa_tokens"] == x["rem_total_tokens"]]),
             ],
@@ -159,7 +155,7 @@ METHODS: tuple[Method, ...] = (
         "align_end",
         int,
         lambda c: AlignView(_sym("start"), _sym("end"), c.page_size),
-        lambda x, _: [x["start"] >= 0, x["end"] > x["start"]],
+        lambda x, _: guaranteed(AlignView, x),
     ),
     Method(
         "queue",
@@ -171,11 +167,7 @@ METHODS: tuple[Method, ...] = (
             _sym("host_prefix_tokens"),
             c.page_size,
         ),
-        lambda x, _: [
-            x["prefix_tokens"] >= 0,
-            x["host_prefix_tokens"] >= 0,
-            x["prefix_tokens"] + x["host_prefix_tokens"] < x["prompt_tokens"],
-        ],
+        lambda x, _: guaranteed(QueueView, x),
     ),
 )
 
@@ -191,11 +183,7 @@ PREEMPTING_METHODS: tuple[Method, ...] = (
         lambda c: kernel.preempting_admit_view(
             _sym("prompt_tokens"), _sym("remaining_tokens"), _sym("rem_total_tokens"), c.page_size
         ),
-        lambda x, _: [
-            x["remaining_tokens"] >= 1,
-            x["remaining_tokens"] <= x["prompt_tokens"],
-            x["rem_total_tokens"] >= 0,
-        ],
+        lambda x, _: [*guaranteed(AdmitView, x), x["rem_total_tokens"] >= 0],
     ),
     *(
         Method(
@@ -210,7 +198,7 @@ PREEMPTING_METHODS: tuple[Method, ...] = (
                 c.page_size,
             ),
             lambda x, c: [
-                x["remaining_tokens"] >= 1,
+                *guaranteed(ChunkView, x),
                 x["rem_chunk_tokens"] >= 1,
                 x["rem_chunk_tokens"] <= c.chunked_prefill_size,
                 x["rem_total_tokens"] >= 0,
@@ -227,13 +215,7 @@ PREEMPTING_METHODS: tuple[Method, ...] = (
             "victim_rank",
             int,
             functools.partial(_preempt_template, requester=requester),
-            lambda x, _: [
-                x["position"] >= 0,
-                x["prompt_tokens"] >= 1,
-                x["computed_tokens"] >= 0,
-                x["computed_tokens"] < x["prompt_tokens"],
-                x["held_blocks"] >= 0,
-            ],
+            lambda x, _: guaranteed(PreemptView, x),
         )
         for requester in (False, True)
     ),

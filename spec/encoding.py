@@ -58,6 +58,13 @@ def ite(c: Any, a: Any, b: Any) -> Sym:
     return Sym(z3.If(t(c), t(a), t(b)))
 
 
+def value(m: z3.ModelRef, x: Any) -> Any:
+    """``x``'s value in the model ``m``: a Python bool or int (an input the formula leaves free
+    gets z3's default)."""
+    v = m.eval(t(x), model_completion=True)
+    return z3.is_true(v) if z3.is_bool(v) else v.as_long()
+
+
 @dataclass
 class Encoder:
     """Fresh names and side facts (``v == term``) that keep formulas small."""

@@ -90,6 +90,12 @@ _PURE_BUILTINS = {
         *(operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod),
         *(operator.truediv, operator.neg, operator.pos, operator.abs, operator.not_),
         *(operator.lt, operator.le, operator.eq, operator.ne, operator.ge, operator.gt),
+        *(operator.lshift, operator.rshift, operator.and_, operator.or_, operator.xor),
+        *(operator.invert, operator.index),
+        # folds with one of the above or a Python function (a lambda, a helper), which is
+        # watched like any other; as with min/max/sorted's key, a C function it is handed
+        # is not seen
+        functools.reduce,
     )
 }
 #: C methods of these types cannot change anything (the values are immutable)

@@ -11,6 +11,11 @@ its own terms instead (:func:`evaluate`): the same value, with the branches thos
 rule out already dropped. (This module sits above :mod:`policykit.spec.symbolic`, which knows
 nothing of lifting.)
 
+A policy whose loops end only because the lifting followed no trip a view in the checked range
+cannot take (:class:`policykit.spec.symbolic.Explorer`) is not re-run on the model's terms:
+nothing there shows z3 where the loop ends. The model reads its lifted function instead,
+instantiated at its terms (:func:`instantiate`).
+
 A view's *shape* says which fields are concrete here (the page size, the hybrid flag, a
 constant of the model) and their values: a policy may branch on those in Python, so each shape
 is lifted on its own.
@@ -28,6 +33,7 @@ import z3
 
 from policykit.spec.guard import Read, Swap, apply_swaps, changed, restore_swaps
 from policykit.spec.symbolic import (
+    Choice,
     DivisionSink,
     NonDeterministic,
     Sym,
@@ -35,10 +41,12 @@ from policykit.spec.symbolic import (
     Unsupported,
     collect_divisions,
     explore,
+    quotient,
     refused_who,
     reset_divisions,
     run_guarded,
 )
+from policykit.spec.views import symbolic_guarantees
 
 Shape = tuple[tuple[str, Any], ...]
 
@@ -69,6 +77,9 @@ class Lifted:
     reads: dict[tuple[int, str], Read]
     #: the cached helpers its symbolic runs call uncached
     swaps: list[Swap]
+    #: a loop's side was left out as impossible for inputs in the checked range: the model
+    #: then reads this function rather than re-running the code (:func:`evaluate`)
+    cut: bool = False
     #: set once :mod:`policykit.spec.crossval` has compared this with the Python policy
     validated: bool = False
 
@@ -146,10 +157,11 @@ def _make(policy: Any, method: str, view: Any, source: str) -> Lifted:
     sink = DivisionSink()
     token = collect_divisions(sink)
     try:
-        result, paths, guard = run_guarded(policy, method, fresh, source=source)
+        assume = tuple(symbolic_guarantees(view, inputs))
+        result, paths, guard, cut = run_guarded(policy, method, fresh, source=source, assume=assume)
     finally:
         reset_divisions(token)
-    return Lifted(inputs, result, list(sink.quotients), paths, guard.reads, guard.swaps)
+    return Lifted(inputs, result, list(sink.quotients), paths, guard.reads, guard.swaps, cut)
 
 
 def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -> Any:
@@ -163,9 +175,11 @@ def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -
     keeps the model's formulas as small as before.
     """
     lifted = lift(policy, method, view, source=source)
+    if lifted.cut:
+        return instantiate(lifted, view)
     apply_swaps(lifted.swaps)
     try:
-        return explore(lambda: getattr(policy, method)(view)).merged()
+        return explore(lambda: getattr(policy, method)(view), loops=True).merged()
     except (Unsupported, NonDeterministic, Exception) as exc:
         raise SymbolicEvaluationError(
             f"{refused_who(policy, source, method)} answered differently on the "
@@ -174,3 +188,28 @@ def evaluate(policy: Any, method: str, view: Any, *, source: str = "built-in") -
         ) from None
     finally:
         restore_swaps(lifted.swaps)
+
+
+def instantiate(lifted: Lifted, view: Any) -> Any:
+    """The lifted function at ``view``'s terms: its fresh variables replaced by them, and each
+    of its floor divisions made again on the replaced term (in the model's own division sink).
+
+    Used where the lifting left out a loop's side as impossible in the checked range: re-run on
+    the model's terms, which z3 cannot bound by looking, the code would loop on. The function
+    is the one cross-validation compared with Python; like every verdict, it speaks for views
+    within the range (``±LIMIT`` per value)."""
+    pairs = [(var, getattr(view, name).t) for name, var in lifted.inputs.items()]
+    for x, d, q in lifted.quotients:
+        pairs.append((q, quotient(_substituted(x, pairs), d)))
+
+    def at(term: Any) -> Any:
+        return _substituted(term, pairs)
+
+    result = lifted.result
+    if isinstance(result, Choice):
+        return Choice({value: at(cond) for value, cond in result.when.items()})
+    return type(result)(at(result.t))
+
+
+def _substituted(term: Any, pairs: list[tuple[z3.ArithRef, z3.ArithRef]]) -> Any:
+    return z3.substitute(term, *pairs) if pairs else term

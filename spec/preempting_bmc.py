@@ -38,7 +38,7 @@ from policykit import kernel
 from policykit.config import EngineConfig
 from policykit.policy import PreemptView, QueueView
 from policykit.registry import Combo
-from policykit.spec.encoding import Encoder, Terms, ite, t
+from policykit.spec.encoding import Encoder, Terms, ite
 from policykit.spec.symbolic import Sym, as_int, num
 
 #: the properties of a node that preempts, in the order they are reported
@@ -523,8 +523,3 @@ def unroll(
     for r in range(1, rounds + 1):
         state = unroll_step(u, state, r)
     return u
-
-
-def value(m: z3.ModelRef, x: Any) -> Any:
-    v = m.eval(t(x), model_completion=True)
-    return z3.is_true(v) if z3.is_bool(v) else v.as_long()

@@ -19,7 +19,8 @@ from policykit.preempting_scenario import prepare, run
 from policykit.registry import Combo
 from policykit.scenario import config_fields, parse_scenario
 from policykit.spec.counterexample import Counterexample, Failure, Row, TraceRound
-from policykit.spec.preempting_bmc import PUnrolling, value
+from policykit.spec.encoding import value
+from policykit.spec.preempting_bmc import PUnrolling
 
 #: steps the replay of a counterexample runs at most: a lasso of the model repeats forever,
 #: and the scheduler must still have the request unfinished after this many

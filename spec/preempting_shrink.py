@@ -31,8 +31,8 @@ import z3
 from policykit.preempting_scenario import prepare
 from policykit.scenario import parse_scenario
 from policykit.spec.counterexample import Counterexample
-from policykit.spec.encoding import t
-from policykit.spec.preempting_bmc import PUnrolling, value
+from policykit.spec.encoding import t, value
+from policykit.spec.preempting_bmc import PUnrolling
 from policykit.spec.preempting_replay import counterexample, replay, scenario_of
 from policykit.spec.shrink import PIN_RLIMIT, REPLAY_BUDGET, SWEEPS, descend, lower
 from policykit.spec.solver import solve, unrolled

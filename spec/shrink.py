@@ -28,9 +28,9 @@ from typing import Protocol
 import z3
 
 from policykit.registry import Combo
-from policykit.spec.bmc import Unrolling, value
+from policykit.spec.bmc import Unrolling
 from policykit.spec.counterexample import Counterexample, extract, replay, scenario_of
-from policykit.spec.encoding import t
+from policykit.spec.encoding import t, value
 from policykit.spec.solver import QUERY_RLIMIT, solve, unrolled
 from policykit.spec.symbolic import Sym
 

@@ -17,7 +17,15 @@ Two places where Python wants something other than an int are followed where tha
 ``math.ceil(a / b)`` and ``math.floor(a / b)`` of ints (:class:`Ratio`: Python's correctly
 rounded float gives the integer ceiling and floor while ``|a| < 2**53``, which is proved or the
 policy refused), and a symbol used where Python needs a concrete int (``range(n)``, an index,
-``int(n)``) when the path bounds it to a few values: the evaluation forks once per value.
+``int(n)``, a shift count) when the path bounds it to a few values: the evaluation forks once
+per value.
+
+Loops on symbolic values (``while x > page: x //= 2``) fork once per trip. While a policy is
+lifted, a branch taken again at one place on one path (a trip) is first asked of z3: a side no
+view in the checked range can take is not followed, so the loop ends where Python's would for
+every such view (:class:`Explorer`). A loop whose bound that does not show is refused after
+:data:`MAX_LOOP_DECISIONS` trips, and every evaluation has a budget of paths, z3 units and
+time, so a policy is always either lifted or refused, quickly.
 
 Exactness is the contract: every operation a :class:`Sym` accepts means what it means on a
 Python ``int``, or it is refused. While a policy is explored, a comparison does not build a
@@ -34,6 +42,7 @@ import contextvars
 import enum
 import itertools
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +54,7 @@ import z3
 
 from policykit.errors import PolicykitError
 from policykit.policy import defined_at
+from policykit.spec.bitwise import masked
 from policykit.spec.exact_division import exact_quotient
 from policykit.spec.guard import Breach, Guard, own_files, trusted
 
@@ -100,26 +110,75 @@ def _compare(term: z3.BoolRef) -> Any:
     return SymBool(term) if explorer is None else explorer.decide(term)
 
 
-def _shift(k: Any, op: str) -> int:
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise Unsupported(
-            f"shifts by {'a symbolic value' if isinstance(k, Sym) else repr(k)} "
-            f"({op}); only by a non-negative int"
-        )
+def _unwatched(work: Callable[[], Any]) -> Any:
+    """The checker's own z3 work in the middle of a watched policy call, with the guard's
+    hooks off: they see every call of z3's Python API, and made a loop's lifting ten times
+    slower (the guard still watches every line of the policy's own code)."""
+    return work() if sys.gettrace() is None else Guard.suspended(work)
+
+
+def _shift_count(k: Any, op: str) -> int:
+    """A shift's count as an int: a symbolic count the path bounds to a few values forks once
+    per value (:func:`_one_value`), as ``range(n)`` does; a negative one raises as in Python."""
+    if isinstance(k, Sym):
+        k = _one_value(k.t, f"a shift count ({op})")
+    if not isinstance(k, int):
+        raise Unsupported(f"shifts by {k!r} ({op}); only by a non-negative int")
     if k < 0:
-        raise Unsupported(f"shifts by a negative count ({op} {k})")
-    return 1 << k
+        raise ValueError("negative shift count")
+    return int(k)
 
 
-def _positive_divisor(d: IntLike, op: str) -> int:
+def _shift(k: Any, op: str) -> int:
+    """``2**k``: shifting by a constant is multiplying or floor-dividing by a power of two."""
+    return 1 << _shift_count(k, op)
+
+
+def _divisor(d: IntLike, op: str) -> int:
+    """A non-zero int divisor (a negative one floors as Python does: ``-(a // -b)`` is
+    vLLM's ``cdiv``)."""
     if isinstance(d, Sym):
         raise Unsupported(f"uses {op} by a symbolic value, which is not linear arithmetic")
-    if isinstance(d, bool) or not isinstance(d, int):
-        raise Unsupported(f"uses {op} by {d!r}; only positive int divisors are supported")
-    if d <= 0:
-        raise Unsupported(f"uses {op} by {d}; only positive divisors are supported")
-    return d
+    if not isinstance(d, int):
+        raise Unsupported(f"uses {op} by {d!r}; only non-zero int divisors are supported")
+    if d == 0:
+        raise Unsupported(f"uses {op} by 0 (Python raises ZeroDivisionError)")
+    return int(d)
 
+
+def _floor_div(x: z3.ArithRef, d: int) -> z3.ArithRef:
+    """Python's ``x // d`` for a non-zero int ``d``: ``floor(x / d) == (-x) // -d``."""
+    return quotient(x, d) if d > 0 else quotient(-x, -d)
+
+
+def _int_operand(c: Any, op: str) -> int:
+    """The constant on the left of ``c << x`` or ``c >> x``."""
+    if not isinstance(c, int):
+        raise Unsupported(f"shifts {c!r} ({op}) by a symbolic count; only an int")
+    return int(c)
+
+
+def _bitwise(x: Sym, m: Any, op: str) -> Sym:
+    """``x & m``, ``x | m`` or ``x ^ m`` where that is linear (:mod:`policykit.spec.bitwise`):
+    ``m`` a constant ``2**k - 1`` or ``-2**k``; anything else is refused, naming the mask."""
+    if isinstance(m, Sym):
+        raise Unsupported(
+            f"uses '{op}' between two symbolic values, which is not linear arithmetic (only "
+            "x & (2**k - 1), x & -2**k and their | and ^ with a constant k are)"
+        )
+    if not isinstance(m, int):
+        raise Unsupported(f"uses '{op}' on a symbolic value and {m!r}; only an int mask")
+    term = masked(op, x.t, int(m), lambda k: x.t - (1 << k) * quotient(x.t, 1 << k))
+    if term is None:
+        raise Unsupported(
+            f"uses '{op}' with the mask {m}, which is not linear arithmetic: only 2**k - 1 and "
+            "-2**k are (x & (page - 1), x & ~(page - 1) for a power-of-two page)"
+        )
+    return Sym(term)
+
+
+#: the widest ``bit_length()`` followed: far past the range every input is checked in
+MAX_BITS = 64
 
 #: every free symbolic input stays within [-LIMIT, LIMIT] (2^26 tokens is far beyond any real
 #: KV pool); the bound also keeps the solver's branch-and-bound finite
@@ -181,6 +240,10 @@ def reset_divisions(token: contextvars.Token) -> None:
 
 def quotient(x: z3.ArithRef, d: int) -> z3.ArithRef:
     """Python's ``x // d`` for a positive int ``d``."""
+    return cast(z3.ArithRef, _unwatched(lambda: _quotient(x, d)))
+
+
+def _quotient(x: z3.ArithRef, d: int) -> z3.ArithRef:
     x = z3.simplify(x)
     if z3.is_int_value(x):
         return num(x.as_long() // d)
@@ -217,8 +280,9 @@ def term_of(x: int | None) -> z3.ArithRef:
 
 
 class Sym:
-    """A symbolic integer. Python semantics are kept: ``//`` and ``%`` by a positive int floor
-    like Python's (z3's integer ``div``/``mod`` agree for positive divisors)."""
+    """A symbolic integer. Python semantics are kept: ``//`` and ``%`` by a non-zero int floor
+    like Python's (z3's integer ``div``/``mod`` agree for positive divisors; a negative one
+    divides ``-x`` by ``-d``)."""
 
     __slots__ = ("t",)
 
@@ -255,11 +319,11 @@ class Sym:
         return Sym(z3.If(self.t < 0, -self.t, self.t))
 
     def __floordiv__(self, o: IntLike) -> Sym:
-        return Sym(quotient(self.t, _positive_divisor(o, "//")))
+        return Sym(_floor_div(self.t, _divisor(o, "//")))
 
     def __mod__(self, o: IntLike) -> Sym:
-        d = _positive_divisor(o, "%")
-        return Sym(self.t - d * quotient(self.t, d))
+        d = _divisor(o, "%")
+        return Sym(self.t - d * _floor_div(self.t, d))
 
     def __rfloordiv__(self, o: IntLike) -> Sym:
         raise Unsupported("divides by a symbolic value, which is not linear arithmetic")
@@ -331,6 +395,38 @@ class Sym:
     def __rshift__(self, k: Any) -> Sym:
         return Sym(quotient(self.t, _shift(k, ">>")))
 
+    def __rlshift__(self, c: Any) -> Any:
+        return _int_operand(c, "<<") << _shift_count(self, "<<")
+
+    def __rrshift__(self, c: Any) -> Any:
+        return _int_operand(c, ">>") >> _shift_count(self, ">>")
+
+    def __and__(self, m: Any) -> Sym:
+        return _bitwise(self, m, "&")
+
+    def __or__(self, m: Any) -> Sym:
+        return _bitwise(self, m, "|")
+
+    def __xor__(self, m: Any) -> Sym:
+        return _bitwise(self, m, "^")
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    def __bit_length__(self) -> int:
+        """``int.bit_length``: forks on ``|x| < 2**n`` for n = 0, 1, ... (the path's own
+        range ends the chain: see :meth:`Explorer.decide`), each path a concrete int."""
+        explorer = _CURRENT.get()
+        if explorer is None:
+            raise Unsupported("reads .bit_length() of a symbolic value outside a policy")
+        size = z3.If(self.t < 0, -self.t, self.t)
+        for n in range(MAX_BITS + 1):
+            if explorer.decide(size < (1 << n)):
+                return n
+        raise Unsupported(f"reads .bit_length() of a value the path lets pass 2**{MAX_BITS}")
+
+    # a dunder name: the guard lets policy code call the evaluator's operators, nothing else
+    bit_length = __bit_length__
+
     def __divmod__(self, o: IntLike) -> tuple[Sym, Sym]:
         return self // o, self % o
 
@@ -347,15 +443,17 @@ class Sym:
     # not linear, or not an int's meaning: refused -------------------------------------------
     # (a dunder name: the guard lets policy code call the evaluator's operators, nothing else)
     def __refused__(self, *_: Any) -> Any:
-        raise Unsupported("uses a bitwise operator or a power on a symbolic value")
+        raise Unsupported("uses a power on a symbolic value, which is not linear arithmetic")
 
-    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = __refused__
-    __pow__ = __rpow__ = __rlshift__ = __rrshift__ = __rdivmod__ = __refused__
+    __pow__ = __rpow__ = __rdivmod__ = __refused__
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise Unsupported(f"reads .{name} of a symbolic value (only int arithmetic is modelled)")
+        raise Unsupported(
+            f"reads .{name} of a symbolic value (only int arithmetic and .bit_length() are "
+            "modelled)"
+        )
 
     def __format__(self, spec: str) -> str:
         raise Unsupported("formats a symbolic value as text")
@@ -606,30 +704,203 @@ _GUARD: contextvars.ContextVar[Guard | None] = contextvars.ContextVar(
 )
 
 
+#: times one place in a policy may branch on a symbolic value on one path. A loop whose bound
+#: the checker sees ends far sooner (halving a value of the checked range: 27 times; a count
+#: bounded like ``range(n)``: 64); one it cannot see (``while need < tokens: need += page``)
+#: is refused here, in well under a second, instead of running into the time limit
+MAX_LOOP_DECISIONS = 128
+#: z3 resource units to ask whether one side of a loop's branch is possible on its path (a few
+#: linear facts; such a question takes thousands)
+SIDES_RLIMIT = 1_000_000
+#: z3 resource units such questions may take over all the paths of one evaluation (seconds)
+SIDES_BUDGET = 100_000_000
+#: seconds one watched evaluation may take over all its paths (each path has the guard's own
+#: limit): with at most :data:`MAX_PATHS` paths, a method never holds a check up for long
+EXPLORE_LIMIT_S = 30.0
+
+Place = tuple[tuple[Any, int], ...]  #: policy frames' (code, instruction), innermost first
+
+
+class Infeasible(BaseException):
+    """No view in the checked range takes the path so far: it is dropped, not merged."""
+
+
+@dataclass
+class Effort:
+    """What one evaluation has spent over all its paths, so that it ends with a refusal that
+    names the busiest place rather than running on."""
+
+    #: z3 resource units the questions about loops took
+    spent: int = 0
+    #: branches left open for a later path, per place
+    forks: dict[Place, int] = field(default_factory=dict)
+
+    def busiest(self) -> str:
+        """`` (most of them at file:line)``, or nothing where no place was counted."""
+        if not self.forks:
+            return ""
+        code, lasti = max(self.forks.items(), key=lambda item: item[1])[0][0]
+        line = next((n for a, b, n in code.co_lines() if a <= lasti < b), code.co_firstlineno)
+        return f" (most of them at {code.co_filename}:{line})"
+
+
 @dataclass
 class Explorer:
-    """Depth-first walk over the branch decisions of one function."""
+    """Depth-first walk over the branch decisions of one function.
+
+    With ``loops``, each branch of policy code is counted by its place (the policy's frames
+    and their instructions): past :data:`MAX_LOOP_DECISIONS` at one place on one path the
+    policy is refused as a loop whose bound the checker cannot see. With ``prune`` (lifting,
+    on fresh variables) a branch taken again at a place already decided on this path, that
+    is a loop, is asked of z3 first: a side no view in the checked range (every input within
+    ``±LIMIT``) can take is not followed. That is what ends a ``while`` loop on a symbolic
+    value: ``while x > page: x //= 2`` stops where the range does, not never."""
 
     prefix: list[bool] = field(default_factory=list)
     taken: list[bool] = field(default_factory=list)
     conds: list[z3.BoolRef] = field(default_factory=list)
     pending: list[list[bool]] = field(default_factory=list)
+    loops: bool = False
+    prune: bool = False
+    #: what every view guarantees (``policykit.spec.views``), assumed when pruning
+    assume: tuple[z3.BoolRef, ...] = ()
+    effort: Effort = field(default_factory=Effort)
+    #: a side was left out as impossible (the lifted function then holds in the range only)
+    cut: bool = False
+    visits: dict[Place, int] = field(default_factory=dict)
+    facts: PathFacts | None = None
 
     def decide(self, cond: z3.BoolRef) -> bool:
+        """The side of ``cond`` this path takes (queueing the other where both are open)."""
+        return cast(bool, _unwatched(lambda: self._decide(cond)))
+
+    def _decide(self, cond: z3.BoolRef) -> bool:
         i = len(self.taken)
         simple = z3.simplify(cond)
         if z3.is_true(simple) or z3.is_false(simple):
             value = z3.is_true(simple)
             if i < len(self.prefix) and self.prefix[i] != value:
                 raise NonDeterministic()
-        elif i < len(self.prefix):
-            value = self.prefix[i]
         else:
-            value = True
-            self.pending.append([*self.taken, False])
+            place = _place() if self.loops else ()
+            again = self.loops and self._visit(place)
+            if i < len(self.prefix):
+                value = self.prefix[i]
+            else:
+                value = self._new_branch(cond, again and self.prune, place)
         self.taken.append(value)
         self.conds.append(cond if value else z3.Not(cond))
         return value
+
+    def infeasible(self) -> bool:
+        """No view in the checked range takes this path (a branch taken at a place for the
+        first time is not asked: ``if n < 1: ...`` then ``n.bit_length()`` may go on into
+        ``n == 0``, where Python never gets)."""
+        facts = PathFacts(self.assume)
+        return cast(bool, _unwatched(lambda: facts.empty(self.conds)))
+
+    def _visit(self, place: Place) -> bool:
+        """Count a branch at ``place``; True when the path has branched there before."""
+        count = self.visits[place] = self.visits.get(place, 0) + 1
+        if count > MAX_LOOP_DECISIONS:
+            raise Unsupported(
+                f"branches on a symbolic value at one place more than {MAX_LOOP_DECISIONS} "
+                "times on one path: a loop whose bound the checker cannot see (bound what it "
+                "counts first, e.g. `if n > 64: return False`, or compute it without a loop, "
+                "e.g. -(-a // b))"
+            )
+        return count > 1
+
+    def _new_branch(self, cond: z3.BoolRef, ask: bool, place: Place) -> bool:
+        """The side to follow first; the other is queued unless z3 rules it out."""
+        if ask:
+            if self.effort.spent > SIDES_BUDGET:
+                raise Unsupported(
+                    f"takes more than {SIDES_BUDGET:,} z3 units deciding where its loops on "
+                    "symbolic values end (a loop whose bound the checker cannot see)"
+                )
+            if self.facts is None:
+                self.facts = PathFacts(self.assume)
+            yes, no = self.facts.sides(self.conds, cond, self.effort)
+            if not (yes or no):
+                raise Infeasible()
+            if not (yes and no):
+                self.cut = True
+                return yes
+        self.effort.forks[place] = self.effort.forks.get(place, 0) + 1
+        self.pending.append([*self.taken, False])
+        return True
+
+
+def _place() -> Place:
+    """Where policy code branches: its frames' code and instruction, innermost first, up to
+    the evaluation (a loop's condition is the same place on every trip; a helper called from
+    two lines is two places)."""
+    out: list[tuple[Any, int]] = []
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code is not _EXPLORE_CODE:
+        if not trusted(frame.f_code):
+            out.append((frame.f_code, frame.f_lasti))
+        frame = frame.f_back
+    return tuple(out)
+
+
+class PathFacts:
+    """One path's facts in one incremental solver, to ask which side of a loop's branch a view
+    can take: what every view guarantees, the path's decisions so far, the definition of each
+    quotient they mention and the range of each input (every free integer that is not a
+    quotient is a field of the view, within ``±LIMIT``)."""
+
+    def __init__(self, assume: tuple[z3.BoolRef, ...]) -> None:
+        self.solver = z3.Solver()
+        self.solver.set("rlimit", SIDES_RLIMIT)
+        self.known: set[int] = set()
+        self.added = 0
+        self._add(list(assume))
+
+    def sides(self, conds: list[z3.BoolRef], cond: z3.BoolRef, effort: Effort) -> tuple[bool, bool]:
+        """Whether some view takes ``cond`` after ``conds``, and whether one takes its
+        negation (undecided within budget: possible); what z3 spent is added to ``effort``."""
+        self._add(conds[self.added :])
+        self.added = len(conds)
+        self._define([cond])
+        before = self._spent()
+        yes = self.solver.check(cond) != z3.unsat
+        no = self.solver.check(z3.Not(cond)) != z3.unsat
+        effort.spent += self._spent() - before
+        return yes, no
+
+    def _spent(self) -> int:
+        try:
+            return int(self.solver.statistics().get_key_value("rlimit count"))
+        except z3.Z3Exception:  # nothing ran (the preprocessing alone answered)
+            return 0
+
+    def empty(self, conds: list[z3.BoolRef]) -> bool:
+        """Whether no view takes the path ``conds`` at all (undecided: it may)."""
+        self._add(conds[self.added :])
+        self.added = len(conds)
+        return self.solver.check() == z3.unsat
+
+    def _add(self, facts: list[z3.BoolRef]) -> None:
+        self._define(facts)
+        self.solver.add(*facts)
+
+    def _define(self, terms: list[z3.BoolRef]) -> None:
+        sink = _DIVISIONS.get()
+        defined = {q.get_id(): (x, d) for x, d, q in sink.quotients} if sink is not None else {}
+        todo = [v for term in terms for v in _free_ints(term)]
+        while todo:
+            v = todo.pop()
+            if v.get_id() in self.known:
+                continue
+            self.known.add(v.get_id())
+            if v.get_id() in defined:
+                x, d = defined[v.get_id()]
+                self.solver.add(d * v <= x, x < d * v + d)
+                todo.extend(_free_ints(x))
+            else:
+                self.solver.add(in_range(v))
 
 
 @dataclass(frozen=True)
@@ -637,6 +908,8 @@ class Outcomes:
     """Every path of one evaluation: (path condition, result)."""
 
     paths: tuple[tuple[z3.BoolRef, Any], ...]
+    #: a loop's side was left out as impossible in the checked range (see :class:`Explorer`)
+    cut: bool = False
 
     def merged(self) -> Any:
         """One value: a z3-backed Sym/SymBool for numbers and truths, or ``Choice`` for enums."""
@@ -671,36 +944,80 @@ class Choice:
         return self.when.get(value, z3.BoolVal(False))
 
 
-def explore(fn: Callable[[], Any]) -> Outcomes:
+def explore(
+    fn: Callable[[], Any],
+    *,
+    loops: bool = False,
+    prune: bool = False,
+    assume: tuple[z3.BoolRef, ...] = (),
+) -> Outcomes:
     """Run ``fn`` once per feasible branch combination and collect the paths.
 
-    Exceptions raised by ``fn`` propagate unchanged (the caller names the culprit).
+    ``loops`` counts a policy's branches by place, ``prune`` asks z3 which side of a loop's
+    branch is possible for a view in the checked range that satisfies ``assume`` (see
+    :class:`Explorer`). Exceptions raised by ``fn`` propagate unchanged (the caller names the
+    culprit).
     """
     todo: list[list[bool]] = [[]]
     paths: list[tuple[z3.BoolRef, Any]] = []
-    guard = _GUARD.get()
+    effort, cut = Effort(), False
+    started = time.perf_counter()
     while todo:
-        prefix = todo.pop()
-        ex = Explorer(prefix=prefix)
-        token = _CURRENT.set(ex)
+        ex = Explorer(todo.pop(), loops=loops, prune=prune, assume=assume, effort=effort)
         try:
-            if guard is None:
-                result = fn()
-            else:
-                guard.start()
-                try:
-                    result = fn()
-                finally:
-                    guard.stop()
-        finally:
-            _CURRENT.reset(token)
-        if len(ex.taken) < len(prefix):
-            raise NonDeterministic()
+            result = _run_path(ex, fn)
+        except Infeasible:
+            todo.extend(reversed(ex.pending))
+            continue
+        except Exception:
+            if not (prune and ex.infeasible()):
+                raise
+            todo.extend(reversed(ex.pending))  # Python raises on no view in the range
+            continue
         todo.extend(reversed(ex.pending))
+        cut = cut or ex.cut
         paths.append((z3.And(*ex.conds) if ex.conds else z3.BoolVal(True), result))
-        if len(paths) > MAX_PATHS:
-            raise Unsupported(f"takes more than {MAX_PATHS} paths (a loop on a symbolic value?)")
-    return Outcomes(tuple(paths))
+        _within_limits(len(paths), effort, started)
+    if not paths:
+        raise Unsupported("takes no path any view in the checked range takes")
+    return Outcomes(tuple(paths), cut)
+
+
+def _within_limits(paths: int, effort: Effort, started: float) -> None:
+    """Refuse an evaluation past :data:`MAX_PATHS` paths or, watched, past
+    :data:`EXPLORE_LIMIT_S` seconds in all: every policy gets a verdict or a refusal."""
+    if paths > MAX_PATHS:
+        raise Unsupported(
+            f"takes more than {MAX_PATHS} paths{effort.busiest()}: a loop on a symbolic value, "
+            "or more branches than the checker follows"
+        )
+    if _GUARD.get() is not None and time.perf_counter() - started > EXPLORE_LIMIT_S:
+        raise Unsupported(
+            f"takes more than {EXPLORE_LIMIT_S:g} s over its {paths} paths{effort.busiest()}"
+        )
+
+
+def _run_path(ex: Explorer, fn: Callable[[], Any]) -> Any:
+    """``fn()`` along ``ex``'s decisions, watched by the active guard if there is one."""
+    guard = _GUARD.get()
+    token = _CURRENT.set(ex)
+    try:
+        if guard is None:
+            result = fn()
+        else:
+            guard.start()
+            try:
+                result = fn()
+            finally:
+                guard.stop()
+    finally:
+        _CURRENT.reset(token)
+    if len(ex.taken) < len(ex.prefix):
+        raise NonDeterministic()
+    return result
+
+
+_EXPLORE_CODE = explore.__code__
 
 
 def _policy_frame(exc: BaseException, policy: object) -> str:
@@ -732,7 +1049,8 @@ def _merged(outcome: Outcomes, fn: Any, who: str, method: str) -> Any:
         raise SymbolicEvaluationError(
             f"{who} cannot be checked: its {method}() {exc}, in {defined_at(fn)}. The checker "
             "vouches only for a pure function of the view written with int arithmetic, "
-            "comparisons, min/max and if (see 'What the checker trusts' in docs/spec.md)."
+            "comparisons, min/max, if and loops with a bound it can see (see 'What the checker "
+            "trusts' in docs/spec.md)."
         ) from None
     finally:
         _GUARD.reset(token)
@@ -750,28 +1068,36 @@ def refused_who(policy: Any, source: str, method: str | None = None) -> str:
 
 
 def run_guarded(
-    policy: Any, method: str, view: Any, *, source: str = "built-in"
-) -> tuple[Any, list[z3.BoolRef], Guard]:
+    policy: Any,
+    method: str,
+    view: Any,
+    *,
+    source: str = "built-in",
+    assume: tuple[z3.BoolRef, ...] = (),
+) -> tuple[Any, list[z3.BoolRef], Guard, bool]:
     """Run ``policy.method(view)`` on symbolic values under a :class:`Guard`, once per branch
-    combination: the paths merged into one value, each path's condition, and the guard (what
-    module-level values the code read, which cached helpers it ran uncached).
+    combination: the paths merged into one value, each path's condition, the guard (what
+    module-level values the code read, which cached helpers it ran uncached), and whether a
+    loop's side was left out as impossible in the checked range (:class:`Explorer`).
 
-    ``source`` names where the policy came from (a plugin distribution), for the error.
+    ``source`` names where the policy came from (a plugin distribution), for the error;
+    ``assume`` is what the scheduler guarantees of the view, for loops (:class:`Explorer`).
     """
     fn = getattr(policy, method)
     who = refused_who(policy, source, method)
     guard = Guard(owner=policy, symbolic=True)
     token = _GUARD.set(guard)
     try:
-        outcome = explore(lambda: fn(view))
+        outcome = explore(lambda: fn(view), loops=True, prune=True, assume=assume)
         if guard.violation is None:
-            return _merged(outcome, fn, who, method), [c for c, _ in outcome.paths], guard
+            merged = _merged(outcome, fn, who, method)
+            return merged, [c for c, _ in outcome.paths], guard, outcome.cut
     except (Unsupported, Breach) as exc:
         if guard.violation is None:
             raise SymbolicEvaluationError(
                 f"{who} cannot be checked symbolically: its {method}() {exc} at "
                 f"{_policy_frame(exc, policy)}. Policies must use int arithmetic (+ - * // % by "
-                "a positive int), comparisons, min/max and if."
+                "an int, shifts, page masks), comparisons, min/max, if and bounded loops."
             ) from None
     except NonDeterministic:
         raise SymbolicEvaluationError(
@@ -790,8 +1116,8 @@ def run_guarded(
         _GUARD.reset(token)
     raise SymbolicEvaluationError(
         f"{who} cannot be checked: its {method}() {guard.violation}. The checker vouches only "
-        "for a pure function of the view written with int arithmetic, comparisons, min/max and "
-        "if (see 'What the checker trusts' in docs/spec.md)."
+        "for a pure function of the view written with int arithmetic, comparisons, min/max, if "
+        "and loops with a bound it can see (see 'What the checker trusts' in docs/spec.md)."
     )
 
 

@@ -85,7 +85,7 @@ class CatchesEverything(_Unsafe):
 
     def admit(self, v: AdmitView) -> bool:
         try:
-            v.rem_total_tokens.bit_length()
+            v.rem_total_tokens.to_bytes(8, "little")
             return True
         except BaseException:
             return self.need(v) < v.rem_total_tokens

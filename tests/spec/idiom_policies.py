@@ -30,6 +30,8 @@ LIMITS = Limits(headroom_pages=1, first_tokens=1)
 SHARED_LIMITS = Limits(headroom_pages=1, first_tokens=1)
 HEADROOM_PAGES = 1
 MARGINS = (1, 0)
+#: the longest request the ``while`` idioms admit, in pages
+MAX_PAGES = 8
 #: rebound by :func:`loosen` (an observer hook could call it at run time)
 SLACK_PAGES = 1
 
@@ -328,6 +330,370 @@ class UnboundedLoop(_Paged):
         return self.fits(need, v)
 
 
+# -- as the engines write it: vLLM's cdiv, round_up and next_power_of_2 ---------------------------
+def cdiv(a: int, b: int) -> int:
+    """vLLM's ``cdiv``: ceiling division by a negative divisor."""
+    return -(a // -b)
+
+
+def round_up(x: int, multiple: int) -> int:
+    return ((x + multiple - 1) // multiple) * multiple
+
+
+def next_power_of_2(n: int) -> int:
+    """vLLM's ``next_power_of_2``: the smallest power of two at least ``n``."""
+    if n < 1:
+        return 1
+    return 1 << (n - 1).bit_length()
+
+
+def prev_power_of_2(n: int) -> int:
+    """The largest power of two at most ``n`` (the wrong one to reserve)."""
+    if n < 1:
+        return 0
+    return 1 << (n.bit_length() - 1)
+
+
+class EngineHelpers(_Paged):
+    name = "idiom-cdiv"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = cdiv(v.remaining_tokens, v.page_size) * v.page_size
+        return self.fits(round_up(need + v.first_tokens, v.page_size) + v.page_size, v)
+
+
+class EngineHelpersUnits(_Paged):
+    """Unsafe: compares pages with tokens (``cdiv`` without ``* page_size``)."""
+
+    name = "idiom-cdiv-units"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = cdiv(v.remaining_tokens, v.page_size)
+        return self.fits(need + v.first_tokens + v.page_size, v)
+
+
+class PowerOfTwoPages(_Paged):
+    """Pads the request to a power of two of pages (as a CUDA-graph bucket would)."""
+
+    name = "idiom-pow2"
+
+    def admit(self, v: AdmitView) -> bool:
+        padded = next_power_of_2(cdiv(v.remaining_tokens, v.page_size)) * v.page_size
+        return self.fits(padded + v.first_tokens + v.page_size, v)
+
+
+class PowerOfTwoDown(_Paged):
+    """Unsafe: the power of two below the pages, not above."""
+
+    name = "idiom-pow2-down"
+
+    def admit(self, v: AdmitView) -> bool:
+        padded = prev_power_of_2(cdiv(v.remaining_tokens, v.page_size)) * v.page_size
+        return self.fits(padded + v.first_tokens + v.page_size, v)
+
+
+# -- bit shifts and masks on a power-of-two page -----------------------------------------------
+class ShiftPages(_Paged):
+    name = "idiom-shift"
+
+    def admit(self, v: AdmitView) -> bool:
+        shift = v.page_size.bit_length() - 1  # the page size is a power of two
+        need = ((v.remaining_tokens + v.page_size - 1) >> shift) << shift
+        return self.fits(need + v.first_tokens + v.page_size, v)
+
+
+class ShiftPagesUnits(_Paged):
+    """Unsafe: shifts down to pages and forgets to shift back to tokens."""
+
+    name = "idiom-shift-units"
+
+    def admit(self, v: AdmitView) -> bool:
+        shift = v.page_size.bit_length() - 1
+        need = (v.remaining_tokens + v.page_size - 1) >> shift
+        return self.fits(need + v.first_tokens + v.page_size, v)
+
+
+class MaskPages(_Paged):
+    name = "idiom-mask"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = (v.remaining_tokens + v.page_size - 1) & ~(v.page_size - 1)
+        up = ((v.remaining_tokens - 1) | (v.page_size - 1)) + 1  # the same, another way
+        return self.fits(max(need, up) + v.first_tokens + v.page_size, v)
+
+
+class MaskPagesHost(_Paged):
+    """Unsafe: rounds down what the forward computes, forgetting the load-back's slots."""
+
+    name = "idiom-mask-host"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = (v.remaining_tokens - v.host_prefix_tokens) & ~(v.page_size - 1)
+        return self.fits(need + v.first_tokens + v.page_size, v)
+
+
+class MaskWrong(_Paged):
+    """Refused: ``~page`` where ``~(page - 1)`` was meant: not a mask of whole pages, and
+    not linear arithmetic."""
+
+    name = "idiom-mask-wrong"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = (v.remaining_tokens + v.page_size) & ~v.page_size
+        return self.fits(need + v.first_tokens + v.page_size, v)
+
+
+class ShiftBySymbol(_Paged):
+    """Refused: shifts by a count nothing bounds."""
+
+    name = "idiom-shift-symbolic"
+
+    def admit(self, v: AdmitView) -> bool:
+        return self.fits(1 << v.host_prefix_tokens, v)
+
+
+# -- while loops with a bound the checker can see ---------------------------------------------
+class WhileCounter(_Paged):
+    """Counts pages with a counter, up to a bound the path sets."""
+
+    name = "idiom-while"
+
+    def admit(self, v: AdmitView) -> bool:
+        n = pages(v.remaining_tokens, v.page_size)
+        if n > 16:
+            return False
+        need, i = v.first_tokens + v.page_size, 0
+        while i < n:
+            need += v.page_size
+            i += 1
+        return self.fits(need, v)
+
+
+class WhileCounterHost(_Paged):
+    """Unsafe: the same loop over the computed pages only."""
+
+    name = "idiom-while-host"
+
+    def admit(self, v: AdmitView) -> bool:
+        n = pages(v.remaining_tokens - v.host_prefix_tokens, v.page_size)
+        if n > 16:
+            return False
+        need, i = v.first_tokens + v.page_size, 0
+        while i < n:
+            need += v.page_size
+            i += 1
+        return self.fits(need, v)
+
+
+class WhileTokens(_Paged):
+    """Adds a page while the reservation is short, for requests of at most 32 pages."""
+
+    name = "idiom-while-tokens"
+
+    def admit(self, v: AdmitView) -> bool:
+        if v.remaining_tokens > 32 * v.page_size:
+            return False
+        need = 0
+        while need < v.remaining_tokens:
+            need += v.page_size
+        return self.fits(need + v.first_tokens + v.page_size, v)
+
+
+class WhileTokensUnbounded(_Paged):
+    """Refused: the same loop with nothing bounding the request, so up to 2**20 trips."""
+
+    name = "idiom-while-unbounded"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = 0
+        while need < v.remaining_tokens:
+            need += v.page_size
+        return self.fits(need + v.first_tokens + v.page_size, v)
+
+
+class WhileConstant(_Paged):
+    """A loop bounded by a module constant as well as by the request."""
+
+    name = "idiom-while-constant"
+
+    def admit(self, v: AdmitView) -> bool:
+        counted = 0
+        while counted < MAX_PAGES and counted * v.page_size < v.remaining_tokens:
+            counted += 1
+        need = counted * v.page_size + v.first_tokens + v.page_size
+        return v.remaining_tokens <= MAX_PAGES * v.page_size and self.fits(need, v)
+
+
+class WhileConstantShort(_Paged):
+    """Unsafe: counts up to half the pages of the requests it admits (the wrong constant)."""
+
+    name = "idiom-while-constant-short"
+
+    def admit(self, v: AdmitView) -> bool:
+        counted = 0
+        while counted < MAX_PAGES // 2 and counted * v.page_size < v.remaining_tokens:
+            counted += 1
+        need = counted * v.page_size + v.first_tokens
+        return v.remaining_tokens <= MAX_PAGES * v.page_size and self.fits(need, v)
+
+
+class Halving(_Paged):
+    """Halves the budget down to a bucket while the bucket still holds twice the need."""
+
+    name = "idiom-halving"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = pages(v.remaining_tokens, v.page_size) * v.page_size + v.first_tokens
+        need += v.page_size
+        bucket = v.rem_total_tokens  # (never more than cur_rem_tokens)
+        while bucket >= 2 * need:
+            bucket //= 2
+        return need <= bucket
+
+
+class HalvingOvershoot(_Paged):
+    """Unsafe: halves while the bucket exceeds the need, then compares with the bucket
+    before the last halving (up to twice the budget)."""
+
+    name = "idiom-halving-overshoot"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = pages(v.remaining_tokens, v.page_size) * v.page_size + v.first_tokens
+        need += v.page_size
+        bucket = v.rem_total_tokens  # (never more than cur_rem_tokens)
+        while bucket > need:
+            bucket //= 2
+        return need <= 2 * bucket
+
+
+class Doubling(_Paged):
+    """Reserves the next power of two of tokens, found by doubling."""
+
+    name = "idiom-doubling"
+
+    def admit(self, v: AdmitView) -> bool:
+        padded = v.page_size
+        while padded < v.remaining_tokens:
+            padded <<= 1
+        return self.fits(padded + v.first_tokens + v.page_size, v)
+
+
+class DoublingShort(_Paged):
+    """Unsafe: doubles while twice the padding fits, so pads down, not up."""
+
+    name = "idiom-doubling-short"
+
+    def admit(self, v: AdmitView) -> bool:
+        padded = v.page_size
+        while padded * 2 <= v.remaining_tokens:
+            padded *= 2
+        return self.fits(padded + v.first_tokens + v.page_size, v)
+
+
+# -- everyday Python around the arithmetic ----------------------------------------------------
+class Divmod(_Paged):
+    name = "idiom-divmod"
+
+    def admit(self, v: AdmitView) -> bool:
+        full, rest = divmod(v.remaining_tokens, v.page_size)
+        need = (full + (rest > 0)) * v.page_size
+        return self.fits(need + v.first_tokens + v.page_size, v)
+
+
+class DivmodHost(_Paged):
+    """Unsafe: whole pages of the computed part only."""
+
+    name = "idiom-divmod-host"
+
+    def admit(self, v: AdmitView) -> bool:
+        full, rest = divmod(v.remaining_tokens - v.host_prefix_tokens, v.page_size)
+        need = (full + (rest > 0)) * v.page_size
+        return self.fits(need + v.first_tokens + v.page_size, v)
+
+
+class Reduce(_Paged):
+    name = "idiom-reduce"
+
+    def admit(self, v: AdmitView) -> bool:
+        parts = (pages(v.remaining_tokens, v.page_size) * v.page_size, v.first_tokens)
+        need = functools.reduce(operator.add, parts, v.page_size)
+        budget = functools.reduce(min, (v.rem_total_tokens, v.cur_rem_tokens))
+        return need <= budget
+
+
+class ReduceMax(_Paged):
+    """Unsafe: folds the parts with ``max`` where their sum was meant."""
+
+    name = "idiom-reduce-max"
+
+    def admit(self, v: AdmitView) -> bool:
+        computed = pages(v.remaining_tokens - v.host_prefix_tokens, v.page_size) * v.page_size
+        parts = (computed, v.host_prefix_tokens, v.first_tokens)
+        need = functools.reduce(lambda a, b: max(a, b), parts) + v.page_size
+        return self.fits(need, v)
+
+
+class Unpacking(_Paged):
+    """Tuple unpacking of ``sorted``, a chained comparison, a conditional expression."""
+
+    name = "idiom-unpack"
+
+    def admit(self, v: AdmitView) -> bool:
+        low, _high = sorted((v.rem_total_tokens, v.cur_rem_tokens))
+        extra = v.page_size if v.host_prefix_tokens > 0 else 0
+        need = pages(v.remaining_tokens, v.page_size) * v.page_size + v.first_tokens
+        return 0 < need + extra <= low - v.page_size + extra
+
+
+class UnpackingSwapped(_Paged):
+    """Unsafe: unpacks ``divmod`` the wrong way round (the remainder as the page count)."""
+
+    name = "idiom-unpack-swapped"
+
+    def admit(self, v: AdmitView) -> bool:
+        rest, full = divmod(v.remaining_tokens, v.page_size)
+        need = (full + (rest > 0)) * v.page_size + v.first_tokens
+        return 0 < need + v.page_size <= min(v.rem_total_tokens, v.cur_rem_tokens)
+
+
+class EarlyReturns(_Paged):
+    """Guard clauses, ``all`` over a generator, ``abs`` (a branch-free ``min``)."""
+
+    name = "idiom-early"
+
+    def admit(self, v: AdmitView) -> bool:
+        if v.remaining_tokens <= 0:
+            return False
+        a, b = v.rem_total_tokens, v.cur_rem_tokens
+        budget = (a + b - abs(a - b)) // 2
+        need = pages(v.remaining_tokens, v.page_size) * v.page_size + v.first_tokens
+        if need > budget:
+            return False
+        return all(need + v.page_size <= x for x in (a, b, budget))
+
+
+class EarlyReturnsSmall(_Paged):
+    """Unsafe: lets short requests in before any check (``any`` where ``all`` was meant)."""
+
+    name = "idiom-early-small"
+
+    def admit(self, v: AdmitView) -> bool:
+        if v.remaining_tokens <= 2 * v.page_size:
+            return True
+        need = pages(v.remaining_tokens, v.page_size) * v.page_size + v.first_tokens
+        return any(need + v.page_size <= x for x in (v.rem_total_tokens, v.cur_rem_tokens))
+
+
+class AbsBudget(_Paged):
+    """Unsafe: ``abs`` of a budget that may be overdrawn turns a debt into room."""
+
+    name = "idiom-abs-budget"
+
+    def admit(self, v: AdmitView) -> bool:
+        need = pages(v.remaining_tokens, v.page_size) * v.page_size + v.first_tokens
+        return need + v.page_size <= abs(v.rem_total_tokens)
+
+
 SAFE = (
     CeilDiv,
     NegNeg,
@@ -337,6 +703,19 @@ SAFE = (
     CachedHelper,
     BoundedLoop,
     ViewLoop,
+    EngineHelpers,
+    PowerOfTwoPages,
+    ShiftPages,
+    MaskPages,
+    WhileCounter,
+    WhileTokens,
+    WhileConstant,
+    Halving,
+    Doubling,
+    Divmod,
+    Reduce,
+    Unpacking,
+    EarlyReturns,
 )
 UNSAFE = (
     FloorDiv,
@@ -353,6 +732,22 @@ UNSAFE = (
     ShortLoop,
     ViewLoopShort,
     UnboundedLoop,
+    EngineHelpersUnits,
+    PowerOfTwoDown,
+    ShiftPagesUnits,
+    MaskPagesHost,
+    MaskWrong,
+    ShiftBySymbol,
+    WhileCounterHost,
+    WhileTokensUnbounded,
+    WhileConstantShort,
+    HalvingOvershoot,
+    DoublingShort,
+    DivmodHost,
+    ReduceMax,
+    UnpackingSwapped,
+    EarlyReturnsSmall,
+    AbsBudget,
 )
 
 

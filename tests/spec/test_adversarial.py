@@ -57,7 +57,7 @@ def test_a_conservative_policy_with_the_same_constructs_is_proved(adversarial, c
     ("name", "construct"),
     [
         ("adv-try", "mixes a symbolic integer with a float"),
-        ("adv-try-base", ".bit_length"),
+        ("adv-try-base", ".to_bytes"),
         ("adv-warmup", "writes state"),
         ("adv-module-state", "module-level list '_SEEN'"),
         ("adv-random", "random"),
