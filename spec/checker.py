@@ -20,7 +20,7 @@ from typing import Any
 import z3
 
 from policykit.config import EngineConfig
-from policykit.fairness import DEFAULT_OVERTAKING, OVERTAKING
+from policykit.fairness import DEFAULT_OVERTAKING
 from policykit.registry import Combo
 from policykit.spec.bmc import (
     PROPERTIES,
@@ -153,7 +153,7 @@ def scope_text(config: EngineConfig, options: CheckOptions) -> str:
 
 
 def properties_for(config: EngineConfig, wanted: tuple[str, ...] | None = None) -> list[str]:
-    props = [p for p in (*PROPERTIES, OVERTAKING) if config.hybrid_swa or p != "swa-no-oom"]
+    props = [p for p in PROPERTIES if config.hybrid_swa or p != "swa-no-oom"]
     return props if wanted is None else [p for p in props if p in wanted]
 
 
@@ -181,7 +181,7 @@ def check_combo(
     seconds: dict[str, float] = {}
     granule = options.bounds.granule_for(config)
     ob = Obligations(combo, config, sources, options.rlimit, granule, options.deadline)
-    for prop in (p for p in props if p != OVERTAKING):  # (its own search, below)
+    for prop in props:
         t0 = time.perf_counter()
         outcome = ob.prove(prop)
         seconds[prop] = time.perf_counter() - t0
@@ -224,10 +224,6 @@ def check_combo(
             # bounded only because the safety net stopped the induction: say so in the table
             v.note = f"{v.note}; the induction was {WALL_CLOCK}".lstrip("; ")
             v.shortfall = v.shortfall or f"the induction was {WALL_CLOCK}"
-    if OVERTAKING in props:
-        from policykit.spec.overtaking import check_overtaking
-
-        verdicts[OVERTAKING] = check_overtaking(combo, config, options, sources)
     return [verdicts[p] for p in props]
 
 

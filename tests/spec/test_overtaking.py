@@ -14,7 +14,8 @@ from policykit.config import EngineConfig
 from policykit.fairness import OVERTAKING
 from policykit.plugin_manager import PluginSource, make_plugin_manager
 from policykit.registry import PolicyRegistry
-from policykit.spec.checker import CheckOptions, check_combo
+from policykit.spec.checkable import check_or_refuse
+from policykit.spec.checker import CheckOptions
 from tests.spec import custom_policies
 
 CONFIG = EngineConfig(page_size=64, chunked_prefill_size=4096)
@@ -30,7 +31,7 @@ def pm():
 
 def _verdict(pm, queue: str, **options):
     combo = PolicyRegistry.from_plugins(pm).resolve(f"{UPSTREAM},queue={queue}")
-    (v,) = check_combo(combo, CONFIG, CheckOptions(properties=(OVERTAKING,), **options))
+    (v,) = check_or_refuse(combo, CONFIG, CheckOptions(properties=(OVERTAKING,), **options))
     return v
 
 
