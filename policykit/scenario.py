@@ -41,7 +41,7 @@ _MAX_TOTAL_PROMPT = 1 << 30
 
 #: the engine configuration's keys, at the top level of a scenario
 _CONFIG = set(EngineConfig.__dataclass_fields__)
-_TOP = {"name", "description", "pool", "combo", "requests"} | _CONFIG
+_TOP = {"name", "description", "pool", "combo", "requests", "overtaking_bound"} | _CONFIG
 #: ``sliding_window`` is also read here, where scenarios written before it joined the rest of
 #: the configuration at the top level kept it
 _POOL = {"free_tokens", "evictable_tokens", "swa_free_tokens", "sliding_window"}
@@ -81,6 +81,10 @@ class Scenario:
     swa_free_tokens: int | None = None
     combo: dict[str, str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``simulate`` fails (exit 5) on a request overtaken by more later arrivals than this
+    #: (:mod:`policykit.fairness`); None: no bound. A ``check`` counterexample of
+    #: ``bounded-overtaking`` carries the bound it refuted, so it replays to that failure
+    overtaking_bound: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         config = self.config
@@ -99,6 +103,8 @@ class Scenario:
         }
         if self.combo:
             out["combo"] = dict(self.combo)
+        if self.overtaking_bound is not None:
+            out["overtaking_bound"] = self.overtaking_bound
         for r in self.requests:
             item: dict[str, Any] = {"id": r.id, "prompt_tokens": r.prompt_tokens}
             for key, default in (
@@ -238,6 +244,7 @@ def parse_scenario(data: Any, *, source: str = "the scenario") -> Scenario:
         description=_text(top, "description", "", source),
         swa_free_tokens=swa_free,
         combo=combo,
+        overtaking_bound=_int(top, "overtaking_bound", source, default=None, nullable=True),
     )
 
 

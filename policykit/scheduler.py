@@ -14,6 +14,7 @@ from typing import Any
 
 from policykit import kernel
 from policykit.errors import ComboError, PolicyError, PrefillOutOfMemory, RequestFault
+from policykit.fairness import OvertakenBeyond, Overtaking, RoundSeen
 from policykit.kernel import WAITING_PREFIX_REFRESH_MAX
 from policykit.ledger import Ledger
 from policykit.liveness import never_completes, owed_tokens
@@ -140,6 +141,10 @@ class RunResult:
     #: contract (a subset of ``failed``; a load-back fault is the runtime's, not listed here)
     policy_faults: dict[str, str] = field(default_factory=dict)
     starved: dict[str, int] = field(default_factory=dict)
+    #: requests an idle node would admit that more than ``overtaking_bound`` later arrivals
+    #: were admitted ahead of (:mod:`policykit.fairness`); empty where no bound was given
+    overtaken: dict[str, OvertakenBeyond] = field(default_factory=dict)
+    overtaking_bound: int | None = None
     stopped_by: str = "idle"
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,6 +162,7 @@ class RunResult:
             "failed": [{"id": k, "reason": v} for k, v in self.failed.items()],
             "policy_faults": [{"id": k, "reason": v} for k, v in self.policy_faults.items()],
             "starved": [{"id": k, "waited_rounds": v} for k, v in self.starved.items()],
+            "overtaken": [o.to_dict() for o in self.overtaken.values()],
             "stopped_by": self.stopped_by,
         }
 
@@ -203,6 +209,7 @@ class Scheduler:
         starvation_rounds: int = 1000,
         history: bool = True,
         fail_stuck: bool = True,
+        overtaking_bound: int | None = None,
     ) -> None:
         refuse_preempting(combo)
         self.node = node
@@ -222,8 +229,10 @@ class Scheduler:
         self.round_no = 0
         #: rounds that sorted a non-empty waiting queue (:meth:`_refresh_waiting_prefixes`)
         self._queue_sorts = 0
-        self.result = RunResult(combo)
+        self.result = RunResult(combo, overtaking_bound=overtaking_bound)
         self._serving = False
+        #: the overtakes so far, counted where a bound is given (:mod:`policykit.fairness`)
+        self._overtaking = None if overtaking_bound is None else self._overtaking_tally()
 
     def start_serving(self) -> None:
         """The init -> serving boundary: the node is built, no round has run yet.
@@ -435,6 +444,24 @@ class Scheduler:
                 )
                 return
 
+    def _overtaking_tally(self) -> Overtaking:
+        """The overtaking detector over this node: arrival rounds, and whether an idle node
+        would admit a request (asked once, about a request a later arrival passed)."""
+        requests = self.node.requests
+        return Overtaking(
+            lambda rid: requests[rid].arrival_round,
+            lambda rid: self.planner.never_fits(requests[rid]) is None,
+        )
+
+    def _count_overtakes(self, record: RoundRecord) -> None:
+        """Feed the round to the overtaking detector: who was admitted, who still waits."""
+        if self._overtaking is None:
+            return
+        admitted = (EntryKind.WHOLE, EntryKind.TRUNCATED)
+        placed = [e.request_id for e in record.plan.entries if e.kind in admitted]
+        waiting = [q.id for q in self.node.waiting]
+        self._overtaking.observe(RoundSeen(record.plan.round, placed, waiting))
+
     def _why_stopped(self, refusal: Rejection | None) -> str:
         """Why the queue stopped in front of a starving request, true to the queue policy: a
         skipping queue never stops at a request that can never fit, so its stop is the
@@ -496,6 +523,7 @@ class Scheduler:
                 if on_round is not None:
                     on_round(record)
                 self._check_starvation(record)
+                self._count_overtakes(record)
                 if self.idle(record):
                     result.stopped_by = "idle"
                     break
@@ -539,6 +567,8 @@ class Scheduler:
             q.id: q.reason or "" for q in node.requests.values() if q.state is State.FAILED
         }
         result.starved = self.starved()
+        if self._overtaking is not None and result.overtaking_bound is not None:
+            result.overtaken = self._overtaking.beyond(result.overtaking_bound)
 
     def starved(self) -> dict[str, int]:
         """Requests that waited more than ``starvation_rounds`` rounds: for their first chunk

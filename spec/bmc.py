@@ -169,6 +169,9 @@ class Unrolling:
     inputs: Inputs
     rounds: list[RoundTrace] = field(default_factory=list)
     violations: list[dict[str, z3.BoolRef]] = field(default_factory=list)
+    #: the bound K of ``bounded-overtaking`` where this unrolling searches it
+    #: (:mod:`policykit.spec.overtaking`): its counterexamples carry it to ``simulate``
+    overtaking: int | None = None
 
 
 def make_inputs(

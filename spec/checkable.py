@@ -26,6 +26,7 @@ from policykit.spec.checker import (
     properties_for,
 )
 from policykit.spec.crossval import check_policies
+from policykit.spec.overtaking import OVERTAKING, check_overtaking
 from policykit.spec.preempting_check import check_preempting, preempting_properties
 
 
@@ -58,7 +59,11 @@ def check_or_refuse(
     try:
         if combo.preempts:
             return check_preempting(combo, config, options, sources or {})
-        return check_combo(combo, config, options, sources)
+        verdicts = check_combo(combo, config, options, sources)
+        if OVERTAKING in combo_properties(combo, config, options.properties):
+            # (after check_combo: its cross-validation vouches for the policies first)
+            verdicts.append(check_overtaking(combo, config, options, sources or {}))
+        return verdicts
     except PolicykitError as exc:
         seconds = time.perf_counter() - t0
         reason = " ".join(str(exc).split())
@@ -72,7 +77,10 @@ def check_or_refuse(
 def combo_properties(
     combo: Combo, config: EngineConfig, wanted: tuple[str, ...] | None = None
 ) -> list[str]:
-    """The properties ``combo`` is checked for: a node that preempts has its own."""
+    """The properties ``combo`` is checked for: a node that preempts has its own (without
+    ``bounded-overtaking``, which is not modelled there); SGLang's node adds
+    ``bounded-overtaking`` (:mod:`policykit.spec.overtaking`) to :func:`properties_for`."""
     if combo.preempts:
         return preempting_properties(wanted)
-    return properties_for(config, wanted)
+    extra = [OVERTAKING] if wanted is None or OVERTAKING in wanted else []
+    return properties_for(config, wanted) + extra

@@ -20,6 +20,7 @@ from typing import Any
 import z3
 
 from policykit.config import EngineConfig
+from policykit.fairness import DEFAULT_OVERTAKING
 from policykit.registry import Combo
 from policykit.spec.bmc import (
     PROPERTIES,
@@ -61,6 +62,8 @@ class CheckOptions:
     #: another's KV is held, and three steps for that to repeat (docs/spec.md)
     preempting_rounds: int = 3
     preempting_requests: int = 2
+    #: ``bounded-overtaking``'s K: no request passed over by more later arrivals
+    overtaking: int = DEFAULT_OVERTAKING
 
 
 @dataclass

@@ -19,6 +19,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from policykit.fairness import OVERTAKING
 from policykit.registry import Combo
 from policykit.scenario import config_fields, parse_scenario
 from policykit.spec.bmc import Unrolling
@@ -58,6 +59,7 @@ REPLAYS_TO = {
     "no-starvation": ("starves", None),
     "progress": ("never-completes", None),
     "contract": ("never-completes", None),
+    OVERTAKING: ("overtaken", None),
 }
 
 
@@ -65,7 +67,7 @@ REPLAYS_TO = {
 class Failure:
     """What broke when the real scheduler replayed the counterexample, in which round."""
 
-    kind: str  #: "oom", "never-completes" or "starves"
+    kind: str  #: "oom", "never-completes", "starves" or "overtaken"
     round: int
     request: str | None
     #: the pool that ran out ("full" / "swa"), or why the request can never complete
@@ -79,6 +81,11 @@ class Failure:
         if self.kind == "oom":
             who = f" while placing {self.request}" if self.request else ""
             return f"Round {self.round}: the {self.detail} KV pool ran out of memory{who}."
+        if self.kind == "overtaken":
+            return (
+                f"Round {self.round}: waiting request {self.request}, which an idle node would "
+                f"admit, was passed over by {self.detail}."
+            )
         if self.kind == "starves":
             return (
                 f"Round {self.round}: waiting request {self.request} starves (an idle node "
@@ -219,6 +226,8 @@ def scenario_of(
         "combo": combo.as_dict(),
         "requests": requests,
     }
+    if u.overtaking is not None:
+        scenario["overtaking_bound"] = u.overtaking
     parse_scenario(scenario, source="the exported counterexample")  # must be replayable
     return scenario
 
@@ -230,7 +239,8 @@ def replay(cx: Counterexample, combo: Combo, extra_rounds: int = 8) -> Counterex
     from policykit.scheduler import Scheduler
 
     sc = parse_scenario(cx.scenario, source="the counterexample")
-    result = Scheduler(build_node(sc), combo).run(max_rounds=cx.round + extra_rounds)
+    sched = Scheduler(build_node(sc), combo, overtaking_bound=sc.overtaking_bound)
+    result = sched.run(max_rounds=cx.round + extra_rounds)
     kind, pool = REPLAYS_TO.get(cx.property, (None, None))
     failure = None
     if kind == "oom" and result.oom is not None and result.oom.pool == pool:
@@ -242,6 +252,10 @@ def replay(cx: Counterexample, combo: Combo, extra_rounds: int = 8) -> Counterex
     elif kind == "starves" and result.starvation is not None:
         st = result.starvation
         failure = Failure("starves", st.round, st.request, "blocked", st.message)
+    elif kind == "overtaken" and result.overtaken:
+        o = next(iter(result.overtaken.values()))
+        passed = f"{len(o.by)} later arrivals ({', '.join(o.by)}), more than {o.bound}"
+        failure = Failure("overtaken", o.round, o.request, passed, o.message)
     return dataclasses.replace(cx, failure=failure)
 
 

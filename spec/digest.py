@@ -17,7 +17,8 @@ digest keeps two short hashes per ``combo | property``:
   in the recorded file's ``moved``, and each moved one must still replay.
 
 ``python -m policykit.spec.digest CHECK.json`` prints a digest; with a recorded digest after it,
-it names the rows that moved.
+it names the rows that moved, and counts apart the rows the recorded digest does not have (a
+property added since, such as ``bounded-overtaking``): an addition moves nothing recorded.
 """
 
 from __future__ import annotations
@@ -62,13 +63,20 @@ def digest(document: dict[str, Any]) -> dict[str, dict[str, str | None]]:
 def differences(
     expected: dict[str, dict[str, str | None]], found: dict[str, dict[str, str | None]], part: str
 ) -> list[str]:
-    """The keys whose ``part`` hash differs, or that only one side has, sorted."""
-    keys = expected.keys() | found.keys()
-    return sorted(
-        k
-        for k in keys
-        if k not in expected or k not in found or expected[k][part] != found[k][part]
-    )
+    """The recorded keys whose ``part`` hash differs, or that ``found`` lacks, sorted. A key
+    only ``found`` has is an addition (:func:`additions`), not a move: a new property's rows
+    leave every recorded verdict where it was."""
+    return sorted(k for k in expected if k not in found or expected[k][part] != found[k][part])
+
+
+def additions(
+    expected: dict[str, dict[str, str | None]], found: dict[str, dict[str, str | None]]
+) -> dict[str, list[str]]:
+    """The keys only ``found`` has, by property (``combo | property``'s second part)."""
+    out: dict[str, list[str]] = {}
+    for key in sorted(found.keys() - expected.keys()):
+        out.setdefault(key.rsplit(" | ", 1)[-1], []).append(key)
+    return out
 
 
 def record_moves(
@@ -113,9 +121,13 @@ def main(argv: list[str]) -> int:
     for part, keys in moved.items():
         for key in keys:
             print(f"{part} moved: {key}")
+    added = additions(recorded["rows"], found)
+    for prop, keys in added.items():
+        print(f"added: {len(keys)} rows of {prop} (not in the recorded digest)")
     print(
         f"{len(found)} rows: {len(moved['verdict'])} verdicts moved, "
-        f"{len(moved['counterexample'])} counterexamples moved"
+        f"{len(moved['counterexample'])} counterexamples moved, "
+        f"{sum(map(len, added.values()))} added"
     )
     if why is not None and moved["counterexample"] and not moved["verdict"]:
         record_moves(recorded, found, moved["counterexample"], why)

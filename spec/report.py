@@ -108,6 +108,7 @@ def config_block(
         "min_swa_pool_tokens": options.bounds.min_swa_pool_tokens,
         "preempting_rounds": options.preempting_rounds,
         "preempting_requests": options.preempting_requests,
+        "overtaking": options.overtaking,
         "rlimit": options.rlimit,
         "timeout_s": timeout_s,
         "scope": scope_text(config, options),
@@ -150,6 +151,7 @@ def unit_args(config: EngineConfig, options: CheckOptions) -> dict[str, Any]:
         "properties": None if options.properties is None else list(options.properties),
         "preempting_rounds": options.preempting_rounds,
         "preempting_requests": options.preempting_requests,
+        "overtaking": options.overtaking,
     }
 
 
@@ -172,6 +174,7 @@ def from_unit_args(args: dict[str, Any]) -> tuple[EngineConfig, CheckOptions]:
         deadline=args.get("deadline"),
         preempting_rounds=int(args.get("preempting_rounds", defaults.preempting_rounds)),
         preempting_requests=int(args.get("preempting_requests", defaults.preempting_requests)),
+        overtaking=int(args.get("overtaking", defaults.overtaking)),
     )
     return config, options
 

@@ -37,6 +37,7 @@ from policykit.cli.common import (
 )
 from policykit.config import EngineConfig
 from policykit.errors import ComboError, PolicykitError, UnfitPolicyError
+from policykit.fairness import DEFAULT_OVERTAKING, OVERTAKING
 from policykit.fidelity import Holds, approximation_lines
 from policykit.progress import ProgressBar
 from policykit.registry import VERDICT_KINDS, Combo, PolicyRegistry
@@ -152,6 +153,15 @@ def _combos(
     "window + page; give window + page + 1 to search only pools it runs with.",
 )
 @click.option(
+    "--overtaking",
+    type=click.IntRange(0, 16),
+    default=DEFAULT_OVERTAKING,
+    show_default=True,
+    metavar="K",
+    help="bounded-overtaking: no request an idle node would admit is passed over by more than "
+    "K later arrivals (its bounded search uses at least K + 3 requests).",
+)
+@click.option(
     "--config",
     "config_scenario",
     default=None,
@@ -249,6 +259,7 @@ def check(
     granule: int | None,
     pool_cap: int | None,
     min_swa_pool: int | None,
+    overtaking: int,
     config_scenario: str | None,
     rlimit: int | None,
     timeout: float,
@@ -274,7 +285,8 @@ def check(
 
     A combo that preempts (vLLM's node, sixth part `vllm`) is checked for admitted-completes
     (no request admitted and then left unfinished forever) and no-starvation, on a model of
-    that node: by induction where it holds, else bounded; --all checks those combos too.
+    that node: by induction where it holds, else bounded; --all checks those combos too
+    (bounded-overtaking is not modelled on that node).
 
     Exit code 0: everything proved; 1: a violation; 2: bad input, or a combo refused (the
     checker will not vouch for a policy outside its contract); 3: a timeout or unknown.
@@ -295,6 +307,7 @@ def check(
     _, registry = load_registry()
     texts = combo_texts(combos, combo_list, check_all)
     budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool)
+    budget = replace(budget, overtaking=overtaking)
     plans = [_plan(registry, texts, c, budget, len(configs) > 1) for c in configs]
     count = sum(len(p.combos) + len(p.unfit) for p in plans)
     run = _Run(executor, jobs, ray_address, cache=not no_cache, quiet=as_json)
@@ -377,6 +390,7 @@ class _Budget:
     granule: int | None
     pool_cap: int | None
     min_swa_pool: int | None
+    overtaking: int = DEFAULT_OVERTAKING
 
 
 @dataclass(frozen=True)
@@ -424,6 +438,7 @@ def _plan(
     options = CheckOptions(
         b.rounds, b.requests, b.rlimit or QUERY_RLIMIT, bounds, deadline=wall_deadline(b.timeout)
     )
+    options = replace(options, overtaking=b.overtaking)
     # the model of a node that preempts has its own, smaller default bounds; given ones hold
     # for every combo
     ctx = click.get_current_context()
@@ -565,6 +580,8 @@ def _replay_hint(row: dict[str, Any], block: dict[str, Any], export_dir: Path | 
     ):
         if block.get(key) is not None:
             flags.append((flag, block[key]))
+    if row["property"] == OVERTAKING:
+        flags.append(("--overtaking", block.get("overtaking", DEFAULT_OVERTAKING)))
     preempting = (row.get("bounds") or {}).get("node") == "preempting"
     rounds, requests = (
         ("preempting_rounds", "preempting_requests") if preempting else ("rounds", "requests")

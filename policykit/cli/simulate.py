@@ -15,7 +15,13 @@ from policykit.cli.common import (
     named_combo,
     warn_if_uncheckable,
 )
-from policykit.cli.simulate_outcome import exit_code, print_faults, print_starved, run_to_end
+from policykit.cli.simulate_outcome import (
+    exit_code,
+    print_faults,
+    print_overtaken,
+    print_starved,
+    run_to_end,
+)
 from policykit.errors import PolicykitError
 from policykit.fidelity import Holds, approximations
 from policykit.registry import COMBO_FORM
@@ -62,6 +68,15 @@ from policykit.scheduler import Scheduler
     "chunk, or deferred that many rounds in a row, or was still waiting that long when the run "
     "stopped; each is listed as starved.",
 )
+@click.option(
+    "--overtaking",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="K",
+    help="Fail (exit 5) on a request an idle node would admit that more than K requests "
+    "arriving after it were admitted ahead of (listed as overtaken). Default: the scenario's "
+    "overtaking_bound (a check counterexample of bounded-overtaking carries it), else none.",
+)
 @json_option
 def simulate(
     scenario: str | None,
@@ -71,6 +86,7 @@ def simulate(
     max_rounds: int,
     device: str,
     starvation_rounds: int,
+    overtaking: int | None,
     as_json: bool,
 ) -> None:
     """Replay SCENARIO (a JSON file, or a bundled name such as seed-incident-1keim), or the
@@ -85,17 +101,28 @@ def simulate(
     a request or stopped the run: the combo's plugin is broken; 5: none of those, but a
     request starved: it waited more than --starvation-rounds rounds (listed as `starved` in the
     text and in the JSON, whose `starvation_rounds` gives the bound), though it may have been
-    served in the end. Precedence when several apply: 1, 4, 3, 5.
+    served in the end, or more than --overtaking later arrivals were admitted while a request
+    an idle node would admit waited (listed as `overtaken`). Precedence when several apply: 1,
+    4, 3, 5.
     """
     from policykit.devices import resolve_device
 
     combos = tuple(named_combo(text) for text in combos)
     run = (max_rounds, starvation_rounds, as_json)
+    if workload is not None and overtaking is not None:
+        raise PolicykitError("--overtaking applies to a SCENARIO, not to --workload.")
     path = _scenario_path(scenario, workload, pool_tokens, combos, run)
     path = path if path is not None else resolve_scenario_path(scenario or "")
     sc = load_scenario(path)
     pm, registry = load_registry()
     chosen = registry.resolve(sc.combo, *combos, config=sc.config)
+    overtaking = sc.overtaking_bound if overtaking is None else overtaking
+    if chosen.preempts and overtaking is not None:
+        raise PolicykitError(
+            "--overtaking (or the scenario's overtaking_bound) is not counted on the node that "
+            f"preempts ({chosen}): a preempted request goes back to the front of the queue, "
+            "which the overtaking count does not define yet."
+        )
     if chosen.preempts:
         from policykit.cli.simulate_preempting import simulate_preempting
 
@@ -104,7 +131,9 @@ def simulate(
     warn_if_uncheckable(chosen, sc.config, as_json=as_json)
     notes = approximations(chosen, Holds.of_scenario(sc))
     node = build_node(sc, device=resolve_device(device))
-    sched = Scheduler(node, chosen, pm=pm, starvation_rounds=starvation_rounds)
+    sched = Scheduler(
+        node, chosen, pm=pm, starvation_rounds=starvation_rounds, overtaking_bound=overtaking
+    )
     result = run_to_end(sched, max_rounds, quiet=as_json)
     if as_json:
         echo_json(
@@ -112,6 +141,7 @@ def simulate(
                 "scenario": sc.name,
                 **result.to_dict(),
                 "starvation_rounds": starvation_rounds,
+                "overtaking_bound": overtaking,
                 "approximations": notes,
             },
             "policykit.simulate/1",
@@ -121,6 +151,7 @@ def simulate(
         print_run(result, title=f"{sc.name} — {chosen}", console=console)
         print_faults(result, console)
         print_starved(result.starved, starvation_rounds, console)
+        print_overtaken(result, console)
         for line in notes:
             console.print(Text(line, style="yellow"))
     sys.exit(exit_code(result))

@@ -16,7 +16,8 @@ from policykit.scheduler import RunResult, Scheduler
 EXIT_OOM = 1
 EXIT_NEVER_COMPLETES = 3
 EXIT_POLICY_FAULT = 4
-#: a request waited more than ``--starvation-rounds`` rounds (the run itself may have ended well)
+#: a request waited more than ``--starvation-rounds`` rounds, or more than ``--overtaking``
+#: later arrivals were admitted ahead of it (the run itself may have ended well)
 EXIT_STARVED = 5
 
 
@@ -49,12 +50,31 @@ def print_starved(starved: dict[str, int], bound: int, console) -> None:
     )
 
 
-def exit_code(result: RunResult) -> int:
-    """:func:`code_of` a run."""
-    stuck = result.never_completes is not None or result.starvation is not None
-    return code_of(
-        result.oom is not None, bool(result.policy_faults), stuck, starved=bool(result.starved)
+def print_overtaken(result: RunResult, console) -> None:
+    """One ``overtaken:`` line per request passed over by more later arrivals than
+    ``--overtaking`` allows, and one red line saying the run fails for it (exit 5, as a
+    starved request: both are a fairness gate, issue 33)."""
+    if not result.overtaken:
+        return
+    for o in result.overtaken.values():
+        console.print(
+            Text(f"overtaken: {o.request} by {len(o.by)} later arrivals: {o.message}", "yellow")
+        )
+    who = ", ".join(f"{o.request} ({len(o.by)})" for o in result.overtaken.values())
+    console.print(
+        Text(
+            f"Overtaken (exit {EXIT_STARVED}): {who} passed over by more than "
+            f"{result.overtaking_bound} later arrivals (--overtaking).",
+            style="bold red",
+        )
     )
+
+
+def exit_code(result: RunResult) -> int:
+    """:func:`code_of` a run; a request overtaken beyond the bound counts as starved."""
+    stuck = result.never_completes is not None or result.starvation is not None
+    starved = bool(result.starved) or bool(result.overtaken)
+    return code_of(result.oom is not None, bool(result.policy_faults), stuck, starved=starved)
 
 
 def code_of(oom: bool, policy_fault: bool, stuck: bool, *, starved: bool = False) -> int:

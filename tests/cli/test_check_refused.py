@@ -107,7 +107,7 @@ def test_text_output_says_refused_why_and_ends_with_a_summary(cli, float_plugin)
     res = cli("check", "--all", "--jobs", "1", pm=_small_pm(), columns=80)
     assert res.exit_code in (1, 2), res.output
     lines = res.stdout.strip().splitlines()
-    assert re.match(r"3 combos: \d+ proved \(\d+ unbounded\), \d+ violated, 0 unknown, 6 refused",
+    assert re.match(r"3 combos: \d+ proved \(\d+ unbounded\), \d+ violated, 0 unknown, 7 refused",
                     lines[-1]), lines[-1]  # fmt: skip
     assert "refused (float-ratio/sglang/page)" in res.stdout
     assert "…" not in res.stdout

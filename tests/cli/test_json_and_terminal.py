@@ -46,7 +46,7 @@ def test_out_writes_the_same_document(cli, tmp_path):
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "policykit.check/1" and doc["summary"]["proved"] == 6
+    assert doc["schema"] == "policykit.check/1" and doc["summary"]["proved"] == 7
 
 
 ERRORS = {

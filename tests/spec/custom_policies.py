@@ -5,7 +5,14 @@ from __future__ import annotations
 from policykit.hookspecs import hookimpl
 from policykit.pages import ceil_paged
 from policykit.plugins.chunking import SGLangChunking
-from policykit.policy import AdmissionPolicy, AdmitView, ChunkView, TailView
+from policykit.policy import (
+    AdmissionPolicy,
+    AdmitView,
+    ChunkView,
+    QueuePolicy,
+    QueueView,
+    TailView,
+)
 
 
 class ComputeOnly(AdmissionPolicy):
@@ -71,6 +78,30 @@ class PastComputeBudget(SGLangChunking):
         return super().new_chunk(v)
 
 
+class ShortestFirst(QueuePolicy):
+    """Shortest prompt first, with the never-fits skip: what one writes to cut the median
+    TTFT. No request waits behind one that can never fit (``no-starvation`` is proved), but a
+    long prompt is passed over by every shorter one that arrives after it."""
+
+    name = "shortest-first"
+    skips_never_fitting = True
+    arrival_order = False
+
+    def priority(self, v: QueueView) -> int:
+        return v.prompt_tokens
+
+
+class SameRank(QueuePolicy):
+    """Sorts, but ranks every request alike: the queue stays in arrival order, which the
+    checker must find out from the priority itself."""
+
+    name = "same-rank"
+    skips_never_fitting = True
+
+    def priority(self, v: QueueView) -> int:
+        return 0
+
+
 @hookimpl
 def policykit_register_policies(register):
     register(ComputeOnly)
@@ -78,3 +109,5 @@ def policykit_register_policies(register):
     register(PagedReserve)
     register(FloatRatio)
     register(PastComputeBudget)
+    register(ShortestFirst)
+    register(SameRank)
