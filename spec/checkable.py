@@ -59,11 +59,7 @@ def check_or_refuse(
     try:
         if combo.preempts:
             return check_preempting(combo, config, options, sources or {})
-        verdicts = check_combo(combo, config, options, sources)
-        if OVERTAKING in combo_properties(combo, config, options.properties):
-            # (after check_combo: its cross-validation vouches for the policies first)
-            verdicts.append(check_overtaking(combo, config, options, sources or {}))
-        return verdicts
+        return check_sglang_node(combo, config, options, sources)
     except PolicykitError as exc:
         seconds = time.perf_counter() - t0
         reason = " ".join(str(exc).split())
@@ -72,6 +68,22 @@ def check_or_refuse(
             Verdict(combo_label(combo), prop, REFUSED, "-", seconds, note=reason, config=scope)
             for prop in combo_properties(combo, config, options.properties)
         ]
+
+
+def check_sglang_node(
+    combo: Combo,
+    config: EngineConfig,
+    options: CheckOptions,
+    sources: dict[str, str] | None = None,
+) -> list[Verdict]:
+    """Every property of a combo on SGLang's kind of node: ``check_combo``'s, then
+    ``bounded-overtaking`` (after them: their cross-validation vouches for the policies first).
+    ``check`` and the SGLang plugin's start-up check both ask here, so they list the same
+    properties."""
+    verdicts = check_combo(combo, config, options, sources)
+    if OVERTAKING in combo_properties(combo, config, options.properties):
+        verdicts.append(check_overtaking(combo, config, options, sources or {}))
+    return verdicts
 
 
 def combo_properties(

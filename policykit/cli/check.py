@@ -306,8 +306,7 @@ def check(
     check_out_path(out)
     _, registry = load_registry()
     texts = combo_texts(combos, combo_list, check_all)
-    budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool)
-    budget = replace(budget, overtaking=overtaking)
+    budget = _Budget(rounds, requests, rlimit, timeout, granule, pool_cap, min_swa_pool, overtaking)
     plans = [_plan(registry, texts, c, budget, len(configs) > 1) for c in configs]
     count = sum(len(p.combos) + len(p.unfit) for p in plans)
     run = _Run(executor, jobs, ray_address, cache=not no_cache, quiet=as_json)
@@ -316,10 +315,8 @@ def check(
     if export_dir is not None:
         _export(export_dir, rows)
     data = _document(rows, plans, timeout, ran_on, cached)
-    hybrid = any(c.hybrid_swa for c in configs)
-    data["approximations"] = approximation_lines(
-        [c for p in plans for c in p.combos], Holds.of_checker(hybrid)
-    )
+    holds = Holds.of_checker(any(c.hybrid_swa for c in configs))
+    data["approximations"] = approximation_lines([c for p in plans for c in p.combos], holds)
     if out is not None:
         write_json(out, data)
     if as_json:

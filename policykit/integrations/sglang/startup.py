@@ -97,10 +97,11 @@ AS_SGLANG_RUNS = "(checked as SGLang runs the queue, where a refused request sto
 def verdicts(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> list[Any]:
     """``policykit check``'s verdicts for ``combo`` as SGLang runs it (:func:`as_sglang_runs`)
     on ``config`` (default bounds and timeout)."""
-    from policykit.spec.checker import CheckOptions, check_combo
+    from policykit.spec.checkable import check_sglang_node
+    from policykit.spec.checker import CheckOptions
 
     engine = as_sglang_runs(combo)
-    return check_combo(engine, config, CheckOptions(), registry.sources(engine))
+    return check_sglang_node(engine, config, CheckOptions(), registry.sources(engine))
 
 
 def check_lines(combo: Combo, registry: PolicyRegistry, config: EngineConfig) -> list[str]:
