@@ -68,6 +68,7 @@ from policykit.spec.model import (
     make_request,
     owed,
     swa_need,
+    unconstrained_request,
 )
 from policykit.spec.solver import WALL_CLOCK, solve
 from policykit.spec.symbolic import Sym, as_int, num, term_of
@@ -214,20 +215,7 @@ class Obligations:
         tells an unpinned prefix from a pinned one, is not asked in a step."""
         page = self.config.page_size
         inputs = (enc.var("p"), enc.var("d"), enc.var("h"), Sym(num(1)))
-        q = make_request(
-            enc,
-            "X",
-            inputs,
-            page,
-            host_paged=False,
-        )
-        enc.facts += [
-            q.prompt.t >= 1,
-            q.device.t >= 0,
-            (q.device % page).t == 0,
-            q.host.t >= 0,
-            q.device.t + q.host.t < q.prompt.t,
-        ]
+        q = unconstrained_request(enc, "X", inputs, page)
         locks = self._last_locks = enc.bool("locks")
         hit = Hit.pinned(q, page)
         return q, dataclasses.replace(hit, lock=ite(locks, q.device, 0))

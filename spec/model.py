@@ -94,6 +94,22 @@ def make_request(
     return Req(name, prompt, device, host, arrival, loadable, unpinned, lost)
 
 
+def unconstrained_request(enc: Encoder, name: str, inputs: tuple[Sym, ...], page: int) -> Req:
+    """A request whose ``inputs`` (prompt, device and host hits, arrival) are any a scenario
+    can give: a prompt of a token or more, a device prefix in whole pages, the two prefixes
+    short of the prompt (their facts go on ``enc``). The one-step questions about *every*
+    request (the induction, the queue's order) ask about it."""
+    q = make_request(enc, name, inputs, page, host_paged=False)
+    enc.facts += [
+        q.prompt.t >= 1,
+        q.device.t >= 0,
+        (q.device % page).t == 0,
+        q.host.t >= 0,
+        q.device.t + q.host.t < q.prompt.t,
+    ]
+    return q
+
+
 def loadable_after_eviction(unpinned: Sym, host: Sym, page: int) -> Sym:
     """What a load-back copies once the unpinned device prefix is evicted: the host holds it
     too (SGLang 0.5.23's HiCache backs a node's ancestors up before the node, and a host run

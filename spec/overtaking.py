@@ -45,7 +45,13 @@ from policykit.spec.checker import (
 )
 from policykit.spec.encoding import Encoder, ite
 from policykit.spec.induction import Obligations
-from policykit.spec.model import TRUNCATED, WHOLE, IdleNode, RoundModel, make_request
+from policykit.spec.model import (
+    TRUNCATED,
+    WHOLE,
+    IdleNode,
+    RoundModel,
+    unconstrained_request,
+)
 from policykit.spec.shrink import shrunk_counterexample
 from policykit.spec.solver import WALL_CLOCK, solve, unrolled
 from policykit.spec.symbolic import Sym, num
@@ -107,14 +113,7 @@ class QueueObligations(Obligations):
             ranks = []
             for name in ("A", "B"):
                 inputs = tuple(enc.var(f"{v}_{name}") for v in ("p", "d", "h"))
-                q = make_request(enc, name, (*inputs, Sym(num(1))), page, host_paged=False)
-                enc.facts += [
-                    q.prompt.t >= 1,
-                    q.device.t >= 0,
-                    (q.device % page).t == 0,
-                    q.host.t >= 0,
-                    q.device.t + q.host.t < q.prompt.t,
-                ]
+                q = unconstrained_request(enc, name, (*inputs, Sym(num(1))), page)
                 ranks.append(model.priority(q))
             a, b = ranks
             assert a is not None and b is not None  # (a queue not in arrival order has ranks)
