@@ -459,6 +459,8 @@ class Scheduler:
             return
         admitted = (EntryKind.WHOLE, EntryKind.TRUNCATED)
         placed = [e.request_id for e in record.plan.entries if e.kind in admitted]
+        if not placed:  # nobody passed anybody: the waiting queue need not be read
+            return
         waiting = [q.id for q in self.node.waiting]
         self._overtaking.observe(RoundSeen(record.plan.round, placed, waiting))
 
